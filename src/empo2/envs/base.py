@@ -1,0 +1,157 @@
+"""The environment protocol every text environment implements.
+
+Environments never see tokens or models: they take action *text* and return observation *text*.
+Scores are on the 0..100 scale the paper reports (ScienceWorld's native scale; WebShop's reward
+in [0, 1] is multiplied by 100). A failed episode (ScienceWorld's −100) keeps its negative score
+in ``StepResult.score``; normalisation to a return happens in ``algo.returns``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+
+class EnvError(RuntimeError):
+    """Raised when an environment back end (a JVM, a data file) fails.
+
+    The rollout engine catches it, marks the episode ``crashed`` (excluded from the update,
+    counted in ``rollout/env_crashes``), restarts the environment and carries on.
+    """
+
+
+class UnknownTaskError(ValueError):
+    """An unknown task name or id; the message lists close matches."""
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """One task instance: an environment, a task and a variation.
+
+    Attributes:
+        env: environment family name (``"scienceworld"``, ``"webshop"``, ``"tiny"``).
+        task: canonical task name (e.g. ``"power-component"``; WebShop: ``"goal"``).
+        variation: variation index (ScienceWorld) or goal index (WebShop).
+        split: ``"train" | "dev" | "test"``: which split the variation was drawn from.
+    """
+
+    env: str
+    task: str
+    variation: int
+    split: str = "train"
+
+    @property
+    def bucket(self) -> str:
+        """Memory bucket key: task + variation (spec §4)."""
+        return f"{self.env}/{self.task}/{self.variation}"
+
+
+@dataclass
+class Observation:
+    """What ``reset`` returns.
+
+    Attributes:
+        text: the first observation shown to the agent.
+        task_description: the mission text (shown once, at the top of the first user turn).
+        score: the score after reset (ScienceWorld can start above 0), 0..100.
+        info: free-form extras (never needed by the rollout engine).
+    """
+
+    text: str
+    task_description: str
+    score: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class StepResult:
+    """What ``step`` returns.
+
+    Attributes:
+        observation: the observation text after the action.
+        reward: score delta of this step (0..100 scale; can be negative).
+        score: the current score, 0..100, or a negative value on failure (ScienceWorld −100).
+        done: the episode ended (completion, failure, or the env's own limit).
+        success: the episode ended in success (ScienceWorld: score == 100; WebShop: reward == 1).
+        valid: the env accepted the action (False for "No known action matches that input." etc.).
+        info: free-form extras.
+    """
+
+    observation: str
+    reward: float
+    score: float
+    done: bool
+    success: bool = False
+    valid: bool = True
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A row of ``empo2 envs``: a task with its id and split sizes."""
+
+    env: str
+    name: str
+    id: str
+    n_train: int
+    n_dev: int
+    n_test: int
+
+
+@runtime_checkable
+class TextEnv(Protocol):
+    """A single live environment instance (one episode at a time).
+
+    Implementations must be safe to drive from a worker thread (one thread per instance at a
+    time) and must release every external resource (JVM, files) in ``close``.
+    """
+
+    def reset(self, task: TaskSpec) -> Observation:
+        """Start an episode of ``task``. Raises ``UnknownTaskError`` or ``EnvError``."""
+        ...
+
+    def step(self, action: str) -> StepResult:
+        """Execute one action text. Raises ``EnvError`` if the back end died."""
+        ...
+
+    def admissible_actions(self) -> list[str]:
+        """The actions valid in the current state (computed on demand; may be slow)."""
+        ...
+
+    def anchor(self) -> str:
+        """A text identifying the current state, for GiGPO step groups (spec scienceworld §3.5)."""
+        ...
+
+    def close(self) -> None:
+        """Release all resources. Idempotent; never raises."""
+        ...
+
+
+class EnvFamily(Protocol):
+    """A registered environment family: task catalogue + factory for instances."""
+
+    name: str
+
+    def tasks(self) -> list[TaskInfo]:
+        """All tasks of this family."""
+        ...
+
+    def resolve_task(self, name_or_id: str) -> str:
+        """Canonical task name for a name or id; ``UnknownTaskError`` listing close matches."""
+        ...
+
+    def variations(self, task: str, split: str) -> list[int]:
+        """Variation indices of ``task`` in ``split`` (``train|dev|test``)."""
+        ...
+
+    def make(self) -> TextEnv:
+        """A new environment instance (e.g. a new long-lived JVM)."""
+        ...
+
+    def system_prompt(self) -> str:
+        """Role + action grammar of this environment (the chat's system message)."""
+        ...
+
+    def few_shot(self) -> list[tuple[str, str]]:
+        """Short example (user, assistant) turns shown before the episode (agent/ prompts)."""
+        ...
