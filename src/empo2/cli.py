@@ -1,0 +1,242 @@
+"""The ``empo2`` command line: train | eval | envs | memory | webshop | config.
+
+Errors a user can fix (bad config, unknown task, missing model or checkpoint) are printed as one
+clear message with exit status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+log = logging.getLogger("empo2")
+
+
+def _setup_logging(verbose: bool) -> None:
+    from rich.logging import RichHandler
+
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
+                        handlers=[RichHandler(show_path=False, rich_tracebacks=False)])
+    for noisy in ("transformers", "httpx", "urllib3", "sentence_transformers", "py4j", "filelock", "bm25s"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    try:
+        import transformers
+
+        transformers.utils.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
+    except Exception:
+        pass
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from empo2.config import load_config
+    from empo2.trainer.loop import Trainer
+    from empo2.trainer.progress import table_before_after
+
+    cfg = load_config(args.config, args.overrides)
+    console = Console(stderr=False)
+    console.print(f"[bold]empo2 train[/] run={cfg.run_dir} env={cfg.env.name} tasks={cfg.env.tasks} "
+                  f"model={cfg.model.name_or_path} p={cfg.empo2.p} iterations={cfg.trainer.iterations}")
+    trainer = Trainer(cfg, resume=args.resume, console=console)
+    out = trainer.train()
+    if out["after"] is not None:
+        table_before_after(out["before"], out["after"], console)
+    console.print(f"run folder: {cfg.run_dir}  (metrics.jsonl, checkpoints/last, eval_*.json)")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from empo2.trainer.checkpoint import checkpoint_config, load_state
+    from empo2.trainer.evaluate import evaluate, write_eval
+    from empo2.trainer.loop import build_setup
+    from empo2.config import Config
+    from empo2.configschema import from_dict, parse_overrides, set_dotted
+
+    ckpt = Path(args.checkpoint)
+    load_state(ckpt)  # clear error if not a checkpoint
+    data = checkpoint_config(ckpt)
+    for k, v in parse_overrides(args.overrides):
+        set_dotted(data, k, v)
+    cfg: Config = from_dict(Config, data)
+    split = args.split or cfg.env.eval_split
+    episodes = args.episodes or cfg.eval.episodes
+    temperature = args.temperature if args.temperature is not None else cfg.eval.temperature
+    setup = build_setup(cfg, weights_dir=ckpt.resolve(), pool_size=min(cfg.env.num_workers, episodes))
+    hook = None
+    runtime = None
+    try:
+        mode = None
+        if args.with_memory:
+            from empo2.trainer.empo2_runtime import Empo2Runtime
+            from empo2.records import Mode
+
+            runtime = Empo2Runtime(cfg, setup, Path(args.with_memory), read_only=True)
+            hook = runtime.step_hook()
+            mode = Mode.ON_TIPS
+        from empo2.records import Mode as _M
+
+        res, _ = evaluate(setup.engine, setup.family, setup.tasks, split, episodes, setup.settings(temperature),
+                          hook=hook, mode=mode or _M.PLAIN)
+    finally:
+        if runtime is not None:
+            runtime.close()
+        setup.close()
+    out = Path(args.out) if args.out else ckpt.resolve() / f"eval_{split}{'_memory' if args.with_memory else ''}.json"
+    write_eval(res, out)
+    console = Console()
+    t = Table(title=f"empo2 eval {ckpt} — split {split}, temperature {temperature}, "
+                    f"{'with memory ' + args.with_memory if args.with_memory else 'no memory'}")
+    for c in ("task", "episodes", "score [95% CI]", "success rate [95% CI]", "steps"):
+        t.add_column(c)
+    rows = list(res.per_task.items()) + [("ALL", res.overall)]
+    for name, s in rows:
+        t.add_row(name, str(s.episodes), f"{s.score:.1f} [{s.score_ci[0]:.1f}, {s.score_ci[1]:.1f}]",
+                  f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]", f"{s.steps:.1f}")
+    console.print(t)
+    console.print(f"mean score {res.overall.score:.1f}  success rate {res.overall.success_rate:.2f}  → {out}")
+    return 0
+
+
+def cmd_envs(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from empo2.config import EnvConfig
+    from empo2.envs.registry import FAMILIES, make_family
+
+    console = Console()
+    names = [args.env] if args.env else sorted(FAMILIES)
+    for name in names:
+        try:
+            fam = make_family(EnvConfig(name=name))
+            rows = fam.tasks()
+        except Exception as e:  # e.g. missing data; still list the others
+            console.print(f"[yellow]{name}: unavailable ({e})[/]")
+            continue
+        t = Table(title=f"{name}")
+        for c in ("id", "task", "train", "dev", "test"):
+            t.add_column(c)
+        for r in rows:
+            t.add_row(r.id, r.name, str(r.n_train), str(r.n_dev), str(r.n_test))
+        console.print(t)
+    return 0
+
+
+def cmd_memory_show(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from empo2.memory.store import SqliteMemoryStore
+
+    path = Path(args.run) / "memory.sqlite"
+    if not path.is_file():
+        print(f"error: {path} does not exist (was the run trained with empo2.p > 0?)", file=sys.stderr)
+        return 2
+    store = SqliteMemoryStore(path, read_only=True)
+    try:
+        entries = store.entries(None)
+    finally:
+        store.close()
+    if args.task:
+        entries = [e for e in entries if args.task in e.bucket]
+    entries.sort(key=lambda e: (-e.score, -e.seq))
+    if args.top:
+        entries = entries[:args.top]
+    console = Console()
+    t = Table(title=f"memory of {args.run}: {len(entries)} entries shown")
+    for c in ("bucket", "score", "iter", "step", "tip"):
+        t.add_column(c, overflow="fold")
+    for e in entries:
+        t.add_row(e.bucket, f"{e.score:.1f}", str(e.iteration), str(e.step), e.tip)
+    console.print(t)
+    return 0
+
+
+def cmd_config_keys(args: argparse.Namespace) -> int:
+    from empo2.config import Config
+    from empo2.configschema import help_table
+
+    for key, default, help_text in help_table(Config):
+        print(f"{key} = {default}\n    {help_text}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="empo2", description="EMPO² / multi-step GRPO for LLM agents on text environments")
+    p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train a policy")
+    t.add_argument("--config", required=True, help="YAML config (see configs/)")
+    t.add_argument("--resume", action="store_true", help="continue from <run>/checkpoints/last")
+    t.add_argument("overrides", nargs="*", help="key=value overrides, e.g. trainer.iterations=2")
+    t.set_defaults(fn=cmd_train)
+
+    e = sub.add_parser("eval", help="evaluate a checkpoint on held-out variations")
+    e.add_argument("--checkpoint", required=True, help="checkpoint folder, e.g. runs/<name>/checkpoints/last")
+    e.add_argument("--split", choices=["train", "dev", "test"], default=None)
+    e.add_argument("--episodes", type=int, default=None)
+    e.add_argument("--temperature", type=float, default=None)
+    e.add_argument("--with-memory", default=None, metavar="RUN", help="retrieve tips from this run's memory")
+    e.add_argument("--out", default=None, help="JSON output path")
+    e.add_argument("overrides", nargs="*", help="key=value overrides of the checkpoint's config")
+    e.set_defaults(fn=cmd_eval)
+
+    v = sub.add_parser("envs", help="list environments and tasks")
+    v.add_argument("env", nargs="?", default=None)
+    v.set_defaults(fn=cmd_envs)
+
+    m = sub.add_parser("memory", help="inspect a run's tip memory")
+    msub = m.add_subparsers(dest="memory_command", required=True)
+    ms = msub.add_parser("show", help="print stored tips with scores")
+    ms.add_argument("run", help="run folder, e.g. runs/sciworld_empo2_cpu")
+    ms.add_argument("--task", default=None, help="only buckets containing this text")
+    ms.add_argument("--top", type=int, default=20)
+    ms.set_defaults(fn=cmd_memory_show)
+
+    c = sub.add_parser("config", help="config helpers")
+    csub = c.add_subparsers(dest="config_command", required=True)
+    ck = csub.add_parser("keys", help="list every config key with its default and meaning")
+    ck.set_defaults(fn=cmd_config_keys)
+
+    try:
+        from empo2.envs.webshop.cli import add_cli
+
+        add_cli(sub)
+    except ImportError:
+        pass
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from empo2.configschema import ConfigError
+    from empo2.envs.base import UnknownTaskError
+    from empo2.policy.loading import ModelNotFoundError
+    from empo2.trainer.checkpoint import CheckpointError
+
+    args = build_parser().parse_args(argv)
+    _setup_logging(args.verbose)
+    try:
+        return int(args.fn(args) or 0)
+    except (ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted; the last checkpoint stays loadable (resume with --resume)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,98 @@
+"""Teacher-forced log-probs (and entropy) of target tokens in packed sequences.
+
+Only the positions that are trained (action tokens) need logits. We run the transformer
+backbone once over the padded batch, gather the hidden states that predict the targets, and
+apply the LM head to those rows only, in chunks — the full ``[B, L, V]`` logits tensor is never
+materialised (it dominated memory in a naive implementation: see docs/performance.md).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def split_model(model: Any) -> tuple[Any, Any]:
+    """(backbone, lm_head) of a causal LM, looking through a peft wrapper.
+
+    Raises:
+        ValueError: the model exposes no backbone/output embeddings.
+    """
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    prefix = getattr(base, "base_model_prefix", "model")
+    backbone = getattr(base, prefix, None)
+    head = base.get_output_embeddings()
+    if backbone is None or head is None:
+        raise ValueError(f"cannot find backbone '{prefix}' / output embeddings of {type(base).__name__}")
+    return backbone, head
+
+
+def target_logprobs(
+    model: Any,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+    *,
+    temperature: float,
+    allowed: list[list[int] | None] | None = None,
+    chunk: int = 512,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-probs of the tokens at ``input_ids[rows, cols]`` given everything before them.
+
+    Args:
+        model: causal LM (or peft model).
+        input_ids: ``[B, L]`` long, right-padded packed sequences.
+        attention_mask: ``[B, L]`` long, 1 = real token, 0 = padding.
+        rows, cols: ``[N]`` long; target n is ``input_ids[rows[n], cols[n]]`` (cols ≥ 1).
+        temperature: logits are divided by it (same scaling as sampling).
+        allowed: per target, the allowed token ids (constrained sampling) or None = full vocabulary.
+        chunk: targets per LM-head chunk (bounds the ``[chunk, V]`` logits buffer).
+        with_entropy: also return the entropy of each (constrained) distribution.
+
+    Returns:
+        ``(logp [N] float32, entropy [N] float32 or None)``; differentiable w.r.t. the model.
+
+    Raises:
+        ValueError: shape mismatch, a target at column 0, or a target outside its allowed set.
+    """
+    if input_ids.shape != attention_mask.shape or input_ids.dim() != 2:
+        raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} must be equal [B, L]")
+    if rows.shape != cols.shape or rows.dim() != 1:
+        raise ValueError("rows and cols must be 1-D of equal length")
+    if allowed is not None and len(allowed) != rows.numel():
+        raise ValueError(f"allowed has {len(allowed)} entries for {rows.numel()} targets")
+    if rows.numel() and int(cols.min()) < 1:
+        raise ValueError("a target at column 0 has no context to be predicted from")
+    backbone, head = split_model(model)
+    pos = (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos).last_hidden_state
+    h = hidden[rows, cols - 1]  # [N, H] states that predict the targets
+    targets = input_ids[rows, cols]
+    out_lp, out_ent = [], []
+    for s in range(0, h.shape[0], chunk):
+        logits = head(h[s:s + chunk]).float() / temperature  # [c, V]
+        if allowed is not None:
+            sub = allowed[s:s + chunk]
+            if any(a is not None for a in sub):
+                keep = torch.zeros_like(logits, dtype=torch.bool)
+                for i, a in enumerate(sub):
+                    if a is None:
+                        keep[i] = True
+                    else:
+                        keep[i, torch.tensor(a, dtype=torch.long, device=logits.device)] = True
+                tgt = targets[s:s + chunk]
+                if not bool(keep[torch.arange(len(sub), device=logits.device), tgt].all()):
+                    raise ValueError("a target token lies outside its allowed set (constrained ids mismatch)")
+                logits = logits.masked_fill(~keep, float("-inf"))
+        lsm = torch.log_softmax(logits, dim=-1)
+        out_lp.append(lsm.gather(-1, targets[s:s + chunk].unsqueeze(-1)).squeeze(-1))
+        if with_entropy:
+            p = lsm.exp()
+            out_ent.append(-(p * lsm.masked_fill(p == 0, 0.0)).sum(-1))
+    if not out_lp:
+        z = hidden.new_zeros(0, dtype=torch.float32)
+        return z, (z if with_entropy else None)
+    return torch.cat(out_lp), (torch.cat(out_ent) if with_entropy else None)

@@ -1,0 +1,48 @@
+"""A token-prefix trie over the admissible actions, for ``action.mode: constrained``.
+
+Each admissible action is tokenised (no special tokens) and followed by the end-of-turn id. At
+every generated position the trie gives the set of token ids that keep the prefix inside some
+admissible action; the sampler masks every other token and renormalises (the behaviour
+distribution is the constrained one), and the trainer applies the same per-position sets when
+it recomputes log-probs, so importance ratios compare like with like.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+
+class TokenTrie:
+    """Prefix tree of token-id sequences.
+
+    Args:
+        sequences: token ids of each admissible action (without the terminator).
+        end_id: token id appended to every sequence (the end-of-turn token).
+
+    Raises:
+        ValueError: no sequences (nothing could be generated).
+    """
+
+    def __init__(self, sequences: Iterable[list[int]], end_id: int):
+        self.end_id = int(end_id)
+        self.root: dict[int, dict] = {}
+        n = 0
+        for seq in sequences:
+            if not seq:
+                continue
+            node = self.root
+            for t in list(seq) + [self.end_id]:
+                node = node.setdefault(int(t), {})
+            n += 1
+        if n == 0:
+            raise ValueError("TokenTrie needs at least one non-empty admissible action")
+        self.size = n
+
+    def allowed(self, prefix: list[int]) -> list[int]:
+        """Token ids allowed after ``prefix`` (sorted); [] if the prefix left the trie or ended."""
+        node = self.root
+        for t in prefix:
+            node = node.get(int(t))
+            if node is None:
+                return []
+        return sorted(node.keys())

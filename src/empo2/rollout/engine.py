@@ -1,0 +1,310 @@
+"""The rollout engine: B task instances × N rollouts, every live episode's next action sampled
+in one batched generation call per turn, environments stepped concurrently.
+
+Per turn, for the live episodes of a wave (at most ``env.num_workers`` episodes at a time, one
+pooled environment each):
+
+1. an optional ``StepHook`` (EMPO² memory) retrieves tips / novelty for every live state, batched;
+2. the user turn (observation + optional ``<tip>`` segment) is appended as token segments;
+3. one ``sample`` call generates the next action of every live episode (token ids + behaviour
+   log-probs; in ``action.mode: constrained`` restricted by a trie over the admissible actions);
+4. the text is parsed (``agent.parse``), optionally corrected, and the environments step in threads.
+
+An environment that raises ``EnvError`` marks its episode ``crashed`` (excluded from the update,
+counted as ``rollout/env_crashes``) and is restarted; the run goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from empo2.agent.parse import correct_action, parse_action
+from empo2.agent.prompts import EpisodeChat, first_user_text, later_user_text, tip_block
+from empo2.envs.base import EnvError, EnvFamily, Observation, StepResult, TaskSpec
+from empo2.policy.chat import ChatFormat
+from empo2.policy.sampling import Generation, row_generator, sample
+from empo2.policy.trie import TokenTrie
+from empo2.records import Mode, StepRecord, Trajectory
+from empo2.rollout.pool import EnvPool
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EpisodeSpec:
+    """One episode to run: its task instance, deterministic ids, group and mode."""
+
+    task: TaskSpec
+    task_index: int
+    rollout: int
+    group: int
+    mode: Mode = Mode.PLAIN
+
+
+@dataclass
+class EpisodeState:
+    """A live episode during a rollout (hooks read it; the engine owns it).
+
+    Attributes:
+        spec: what is being run.
+        chat: the chat so far (token segments + plain messages).
+        observation: the latest observation text (not yet shown to the model when ``pending``).
+        task_description: the task text.
+        score, initial_score: current/initial score (0..100).
+        steps: finished turn records.
+        finished, done, success, crashed: episode status.
+        tips: tips the hook chose for the coming turn.
+        intrinsic: r_int the hook computed for the coming turn's state.
+        slot: index of the pooled environment.
+    """
+
+    spec: EpisodeSpec
+    chat: EpisodeChat
+    observation: str
+    task_description: str
+    slot: int
+    score: float = 0.0
+    initial_score: float = 0.0
+    steps: list[StepRecord] = field(default_factory=list)
+    finished: bool = False
+    done: bool = False
+    success: bool = False
+    crashed: bool = False
+    tips: list[str] = field(default_factory=list)
+    intrinsic: float = 0.0
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def turn(self) -> int:
+        return len(self.steps)
+
+
+class StepHook(Protocol):
+    """Called once per turn with every live episode, before the user turn is built.
+
+    Implementations set ``state.tips`` (texts to show; ignored for ``Mode.PLAIN``) and
+    ``state.intrinsic`` for each state. EMPO²'s memory implements it (``memory/``).
+    """
+
+    def before_turn(self, states: list[EpisodeState]) -> None: ...
+
+
+@dataclass
+class RolloutSettings:
+    """Knobs of one ``run`` call (from the config, resolved by the trainer)."""
+
+    temperature: float
+    max_new_tokens: int
+    max_turns: int
+    action_mode: str = "free"  # "free" | "constrained"
+    correction: str = "safe"  # "none" | "exact" | "safe"
+    max_context: int = 4096
+    max_tip_tokens: int = 512
+    generation_batch_size: int = 0
+    top_k: int = 0
+    seed: int = 0
+    few_shot: bool = True
+    need_anchor: bool = False
+    lowercase_actions: bool = True
+
+
+class RolloutEngine:
+    """Runs episodes with a policy on a pool of environments.
+
+    Args:
+        model: the causal LM used for sampling.
+        fmt: its ``ChatFormat``.
+        family: the environment family (system prompt, few-shot turns).
+        pool: the environment pool.
+    """
+
+    def __init__(self, model: Any, fmt: ChatFormat, family: EnvFamily, pool: EnvPool):
+        self.model = model
+        self.fmt = fmt
+        self.family = family
+        self.pool = pool
+        self.end_id = min(fmt.eos_ids) if fmt.eos_ids else int(fmt.tokenizer.eos_token_id)
+        self.timings: dict[str, float] = {}
+
+    # ------------------------------------------------------------------ public
+    def run(self, episodes: list[EpisodeSpec], settings: RolloutSettings, iteration: int = 0,
+            hook: StepHook | None = None, on_turn: Callable[[int], None] | None = None) -> list[Trajectory]:
+        """Run every episode to its end; return one ``Trajectory`` per episode, in input order.
+
+        ``on_turn(n_actions)`` is called after every batched turn (progress display).
+        """
+        self.timings = {"generation": 0.0, "env": 0.0, "hook": 0.0}
+        out: list[Trajectory] = []
+        for w in range(0, len(episodes), self.pool.size):
+            wave = episodes[w:w + self.pool.size]
+            out.extend(self._run_wave(wave, settings, iteration, hook, on_turn))
+        return out
+
+    # ------------------------------------------------------------------ internals
+    def _reset(self, slot: int, task: TaskSpec) -> Observation | Exception:
+        try:
+            return self.pool.get(slot).reset(task)
+        except EnvError as e:
+            return e
+
+    def _step(self, slot: int, action: str) -> StepResult | Exception:
+        try:
+            return self.pool.get(slot).step(action)
+        except EnvError as e:
+            return e
+
+    def _crash(self, st: EpisodeState, err: Exception) -> None:
+        log.warning("environment crashed in %s: %s; episode excluded, env restarted", st.spec.task, err)
+        st.crashed = st.finished = True
+        st.info["crash"] = str(err)
+        self.pool.restart(st.slot)
+
+    def _run_wave(self, wave: list[EpisodeSpec], s: RolloutSettings, iteration: int,
+                  hook: StepHook | None, on_turn: Callable[[int], None] | None) -> list[Trajectory]:
+        few = self.family.few_shot() if s.few_shot else []
+        system = self.family.system_prompt()
+        t0 = time.perf_counter()
+        resets = self.pool.map(self._reset, range(len(wave)), [e.task for e in wave])
+        self.timings["env"] += time.perf_counter() - t0
+        states: list[EpisodeState] = []
+        for slot, (spec, obs) in enumerate(zip(wave, resets)):
+            chat = EpisodeChat(self.fmt, system, few)
+            if isinstance(obs, Exception):
+                st = EpisodeState(spec, chat, "", "", slot)
+                self._crash(st, obs)
+            else:
+                st = EpisodeState(spec, chat, obs.text, obs.task_description, slot, obs.score, obs.score)
+            states.append(st)
+
+        for _turn in range(s.max_turns):
+            live = [st for st in states if not st.finished]
+            if not live:
+                break
+            if hook is not None:
+                t0 = time.perf_counter()
+                hook.before_turn(live)
+                self.timings["hook"] += time.perf_counter() - t0
+            anchors: dict[int, str] = {}
+            if s.need_anchor:
+                res = self.pool.map(lambda st: self._safe(lambda: self.pool.get(st.slot).anchor()), live)
+                anchors = {id(st): a if isinstance(a, str) else "" for st, a in zip(live, res)}
+            for st in live:
+                text = (first_user_text(st.task_description, st.observation) if st.turn == 0
+                        else later_user_text(st.observation))
+                tips = st.tips if st.spec.mode is not Mode.PLAIN else []
+                tip_ids, kept = self._budget_tips(tips, len(st.chat), s)
+                st.info.setdefault("shown_tips", []).append(kept)
+                st.info.setdefault("tips_truncated", []).append(len(kept) < len(tips))
+                st.chat.add_user(text, st.turn, tip_ids=tip_ids)
+            live = [st for st in live if self._fits(st, s)]
+            if not live:
+                break
+            admissible: list[list[str] | None] = [None] * len(live)
+            if s.action_mode == "constrained" or s.correction == "safe":
+                t0 = time.perf_counter()
+                res = self.pool.map(lambda st: self._safe(lambda: self.pool.get(st.slot).admissible_actions()), live)
+                self.timings["env"] += time.perf_counter() - t0
+                for i, (st, r) in enumerate(zip(live, res)):
+                    if isinstance(r, Exception):
+                        self._crash(st, r)
+                    else:
+                        admissible[i] = r
+            idx = [i for i, st in enumerate(live) if not st.finished]
+            live = [live[i] for i in idx]
+            admissible = [admissible[i] for i in idx]
+            if not live:
+                break
+            gens = self._generate(live, admissible, s, iteration)
+            actions: list[str] = []
+            meta: list[tuple[str, bool, bool]] = []
+            for st, g, adm in zip(live, gens, admissible):
+                raw = self.fmt.decode(g.ids)
+                act, ok = parse_action(raw, lowercase=s.lowercase_actions)
+                corrected = False
+                if ok and adm is not None and s.action_mode != "constrained" and s.correction != "none":
+                    act, corrected = correct_action(act, adm, s.correction)
+                st.chat.add_action(g, raw.strip(), st.turn)
+                actions.append(act)
+                meta.append((raw, ok, corrected))
+            t0 = time.perf_counter()
+            results = self.pool.map(self._step, [st.slot for st in live], actions)
+            self.timings["env"] += time.perf_counter() - t0
+            for st, act, (raw, ok, corrected), r in zip(live, actions, meta, results):
+                if isinstance(r, Exception):
+                    self._crash(st, r)
+                    continue
+                st.steps.append(StepRecord(
+                    index=st.turn, observation=st.observation, raw_text=raw, action=act, parsed_ok=ok,
+                    corrected=corrected, env_valid=r.valid, reward=r.reward, score=r.score,
+                    tips=list(st.info["shown_tips"][-1]), intrinsic=st.intrinsic,
+                    anchor=anchors.get(id(st), ""), truncated_tips=st.info["tips_truncated"][-1]))
+                st.observation, st.score = r.observation, r.score
+                if r.done:
+                    st.done = st.finished = True
+                    st.success = r.success
+            if on_turn is not None:
+                on_turn(len(live))
+        return [self._trajectory(st, iteration) for st in states]
+
+    @staticmethod
+    def _safe(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except EnvError as e:
+            return e
+
+    def _budget_tips(self, tips: list[str], prompt_len: int, s: RolloutSettings) -> tuple[list[int], list[str]]:
+        """Ids of the tip block with as many tips as fit ``max_tip_tokens`` and the context."""
+        kept = list(tips)
+        room = min(s.max_tip_tokens, s.max_context - prompt_len - s.max_new_tokens - 256)
+        while kept:
+            ids = self.fmt.encode(tip_block(kept))
+            if len(ids) <= room:
+                return ids, kept
+            kept.pop()
+        return [], []
+
+    def _fits(self, st: EpisodeState, s: RolloutSettings) -> bool:
+        if len(st.chat) + s.max_new_tokens <= s.max_context:
+            return True
+        st.finished = True
+        st.info["context_full"] = True
+        # the user turn we just added has no action: drop it from the stored chat
+        while st.chat.segments and st.chat.segments[-1].step == st.turn:
+            seg = st.chat.segments.pop()
+            del st.chat._ids[len(st.chat._ids) - len(seg.ids):]
+        return False
+
+    def _generate(self, live: list[EpisodeState], admissible: list[list[str] | None], s: RolloutSettings,
+                  iteration: int) -> list[Generation]:
+        t0 = time.perf_counter()
+        tries: list[TokenTrie | None] | None = None
+        if s.action_mode == "constrained":
+            tries = []
+            for adm in admissible:
+                seqs = [self.fmt.encode(a) for a in (adm or [])]
+                tries.append(TokenTrie(seqs, self.end_id) if any(seqs) else None)
+        prompts = [st.chat.prompt_ids() for st in live]
+        gens_ = [row_generator(s.seed, iteration, st.spec.task_index, st.spec.rollout, st.turn) for st in live]
+        bs = s.generation_batch_size or len(live)
+        out: list[Generation] = []
+        for b in range(0, len(live), bs):
+            out.extend(sample(
+                self.model, prompts[b:b + bs], max_new_tokens=s.max_new_tokens, temperature=s.temperature,
+                eos_ids=self.fmt.eos_ids, newline_ids=self.fmt.newline_ids, stop_at_newline=True,
+                generators=gens_[b:b + bs], tries=tries[b:b + bs] if tries is not None else None,
+                pad_id=int(self.fmt.tokenizer.pad_token_id or 0), top_k=s.top_k))
+        self.timings["generation"] += time.perf_counter() - t0
+        return out
+
+    def _trajectory(self, st: EpisodeState, iteration: int) -> Trajectory:
+        sp = st.spec
+        return Trajectory(
+            iteration=iteration, task_index=sp.task_index, rollout=sp.rollout, task=sp.task, group=sp.group,
+            mode=sp.mode, segments=st.chat.segments, steps=st.steps, initial_score=st.initial_score,
+            final_score=st.score, done=st.done, success=st.success, crashed=st.crashed,
+            info={k: v for k, v in st.info.items() if k not in ("shown_tips",)} | {"messages": st.chat.messages,
+                                                                                   "task_description": st.task_description})

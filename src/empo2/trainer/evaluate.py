@@ -1,0 +1,106 @@
+"""Evaluation (spec §8): held-out variations, no memory by default, temperature 0.4.
+
+Reports mean score (0..100; a failed episode counts as 0 — its −100 is reported separately as
+the failure rate), success rate and mean steps, each with a 95% confidence interval (Student t
+for means, Wilson for rates), per task and overall.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from empo2.algo.stats import mean_ci, proportion_ci
+from empo2.envs.base import EnvFamily, TaskSpec
+from empo2.records import Mode, Trajectory
+from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings, StepHook
+
+
+@dataclass
+class EvalSummary:
+    """Aggregate of a set of evaluation episodes (score 0..100, rates 0..1)."""
+
+    episodes: int
+    score: float
+    score_ci: tuple[float, float]
+    success_rate: float
+    success_ci: tuple[float, float]
+    steps: float
+    steps_ci: tuple[float, float]
+    failure_rate: float
+    crashed: int = 0
+
+
+@dataclass
+class EvalResult:
+    """Overall and per-task summaries plus the episode list (for reports)."""
+
+    split: str
+    temperature: float
+    overall: EvalSummary
+    per_task: dict[str, EvalSummary] = field(default_factory=dict)
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarise(trajs: list[Trajectory], level: float = 0.95) -> EvalSummary:
+    """``EvalSummary`` of finished (non-crashed) trajectories."""
+    ok = [t for t in trajs if not t.crashed]
+    scores = [max(t.final_score, 0.0) for t in ok]
+    steps = [float(t.num_steps) for t in ok]
+    n = len(ok)
+    if n == 0:
+        nan = float("nan")
+        return EvalSummary(0, nan, (nan, nan), nan, (nan, nan), nan, (nan, nan), nan, len(trajs))
+    m, lo, hi = mean_ci(scores, level)
+    lo, hi = max(lo, 0.0), min(hi, 100.0)  # the score lives in [0, 100]
+    sm, slo, shi = mean_ci(steps, level)
+    succ = sum(t.success for t in ok)
+    p, plo, phi = proportion_ci(succ, n, level)
+    return EvalSummary(n, m, (lo, hi), p, (plo, phi), sm, (slo, shi),
+                       sum(t.final_score < 0 for t in ok) / n, len(trajs) - n)
+
+
+def eval_episodes(family: EnvFamily, tasks: list[str], split: str, episodes: int,
+                  variations: list[int] | None = None) -> list[EpisodeSpec]:
+    """Spread ``episodes`` over the tasks and their ``split`` variations, round-robin, deterministic."""
+    pairs: list[tuple[str, int]] = []
+    per_task = [[(t, v) for v in (variations or family.variations(t, split))] for t in tasks]
+    i = 0
+    while len(pairs) < episodes and any(per_task):
+        for lst in per_task:
+            if lst and len(pairs) < episodes:
+                pairs.append(lst[i % len(lst)])
+        i += 1
+    env = family.name
+    return [EpisodeSpec(TaskSpec(env, t, v, split), task_index=k, rollout=0, group=k, mode=Mode.PLAIN)
+            for k, (t, v) in enumerate(pairs)]
+
+
+def evaluate(engine: RolloutEngine, family: EnvFamily, tasks: list[str], split: str, episodes: int,
+             settings: RolloutSettings, hook: StepHook | None = None, iteration: int = 0,
+             mode: Mode = Mode.PLAIN, on_turn: Any = None) -> tuple[EvalResult, list[Trajectory]]:
+    """Run evaluation episodes and summarise them (``settings.temperature`` should be 0.4)."""
+    specs = eval_episodes(family, tasks, split, episodes)
+    for s in specs:
+        s.mode = mode
+    trajs = engine.run(specs, settings, iteration=10_000_000 + iteration, hook=hook, on_turn=on_turn)
+    per: dict[str, list[Trajectory]] = {}
+    for t in trajs:
+        per.setdefault(t.task.task, []).append(t)
+    res = EvalResult(split=split, temperature=settings.temperature, overall=summarise(trajs),
+                     per_task={k: summarise(v) for k, v in per.items()},
+                     episodes=[{"task": t.task.task, "variation": t.task.variation, "score": t.final_score,
+                                "success": t.success, "steps": t.num_steps, "crashed": t.crashed,
+                                "actions": [s.action for s in t.steps]} for t in trajs])
+    return res, trajs
+
+
+def write_eval(res: EvalResult, path: Path) -> None:
+    """Write an ``EvalResult`` as JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(res.to_json(), indent=1, default=float))

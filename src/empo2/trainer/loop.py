@@ -1,0 +1,317 @@
+"""The training loop, readable top to bottom (spec §2):
+
+    for each iteration:
+        sample B task instances and the EMPO² modes of their B×N rollouts
+        roll out all episodes (batched generation, concurrent envs; tips if memory-augmented)
+        write tips + memory entries (EMPO²)                       [trainer/empo2_hooks.py]
+        returns (extrinsic [+ intrinsic]) → group advantages      [algo/]
+        pack trajectories (tips kept or stripped per mode) → clipped policy-gradient update
+        log metrics, checkpoint atomically
+
+Before the first and after the last iteration the policy is evaluated on held-out variations
+(no memory, temperature 0.4) and a before/after table is printed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import yaml
+
+from empo2.algo.advantages import compute_advantages, dense_ids
+from empo2.algo.modes import ModeSampler
+from empo2.algo.returns import episode_return
+from empo2.config import Config, config_to_dict
+from empo2.configschema import ConfigError, from_dict
+from empo2.envs.base import EnvFamily, TaskSpec, UnknownTaskError
+from empo2.envs.registry import make_family
+from empo2.policy.chat import ChatFormat
+from empo2.policy.loading import LoadedPolicy, load_policy, save_weights
+from empo2.records import Trajectory
+from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
+from empo2.rollout.pool import EnvPool
+from empo2.trainer.batch import build_sample
+from empo2.trainer.checkpoint import (
+    CheckpointError, checkpoint_config, load_extra, load_state, save_checkpoint, set_rng_state)
+from empo2.trainer.evaluate import EvalResult, evaluate, write_eval
+from empo2.trainer.learner import Learner
+from empo2.trainer.metrics import RunLogger, rollout_metrics
+from empo2.trainer.progress import Progress
+
+log = logging.getLogger(__name__)
+
+
+def resolve_tasks(family: EnvFamily, names: list[str]) -> list[str]:
+    """Canonical task names; ``UnknownTaskError`` (with close matches) for a bad one."""
+    return [family.resolve_task(n) for n in names]
+
+
+def compute_step_advantages(trajs: list[Trajectory], cfg: Config) -> tuple[list[list[float]], dict[str, float]]:
+    """Per-step advantages of each trajectory (crashed ones get none) and stats.
+
+    Returns are normalised per spec §1 (``algo.returns.episode_return``); the intrinsic part
+    enters only when ``empo2.intrinsic.in_advantage`` (spec §5).
+    """
+    keep = [i for i, t in enumerate(trajs) if not t.crashed and t.num_steps > 0]
+    out: list[list[float]] = [[] for _ in trajs]
+    if not keep:
+        return out, {}
+    rets, groups, step_traj, step_rew, anchors = [], [], [], [], []
+    intrinsic_sum = []
+    for j, i in enumerate(keep):
+        t = trajs[i]
+        r = episode_return(t.final_score, t.initial_score, failure=cfg.env.scienceworld.failure)
+        r_int = sum(s.intrinsic for s in t.steps)
+        intrinsic_sum.append(r_int)
+        if cfg.empo2.intrinsic.in_advantage:
+            r += cfg.empo2.intrinsic.coef * r_int
+        rets.append(r)
+        groups.append(t.group)
+        for s in t.steps:
+            step_traj.append(j)
+            step_rew.append(s.reward / 100.0)
+            anchors.append((t.group, s.anchor))
+    adv, stats = compute_advantages(
+        cfg.algo.advantage, torch.tensor(rets, dtype=torch.float64), dense_ids(groups),
+        torch.tensor(step_traj, dtype=torch.long), dense_ids(anchors), torch.tensor(step_rew, dtype=torch.float64),
+        norm_std=cfg.algo.norm_std, eps=cfg.algo.std_eps, gamma=cfg.algo.gigpo_gamma, omega=cfg.algo.gigpo_omega)
+    k = 0
+    for j, i in enumerate(keep):
+        n = trajs[i].num_steps
+        out[i] = [float(x) for x in adv[k:k + n]]
+        k += n
+    stats = {f"train/adv/{k_}": v for k_, v in stats.items()}
+    stats["rollout/return_mean"] = float(np.mean(rets))
+    stats["rollout/intrinsic_sum_mean"] = float(np.mean(intrinsic_sum))
+    return out, stats
+
+
+@dataclass
+class Setup:
+    """Everything a run needs, built from a config (shared by train, eval and adapt)."""
+
+    cfg: Config
+    policy: LoadedPolicy
+    fmt: ChatFormat
+    family: EnvFamily
+    tasks: list[str]
+    pool: EnvPool
+    engine: RolloutEngine
+
+    def settings(self, temperature: float) -> RolloutSettings:
+        c = self.cfg
+        return RolloutSettings(
+            temperature=temperature, max_new_tokens=c.action.max_new_tokens, max_turns=c.env.max_turns,
+            action_mode=c.action.mode, correction=c.action.correction, max_context=c.model.max_context,
+            max_tip_tokens=c.empo2.memory.max_tip_tokens, generation_batch_size=c.rollout.generation_batch_size,
+            top_k=c.rollout.top_k, seed=c.run.seed, few_shot=c.action.few_shot,
+            need_anchor=c.algo.advantage == "gigpo", lowercase_actions=c.env.name == "scienceworld")
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+def build_setup(cfg: Config, weights_dir: Path | None = None, pool_size: int | None = None) -> Setup:
+    """Resolve tasks (fails fast on a bad name), load the model, start the env pool."""
+    if cfg.trainer.threads > 0:
+        torch.set_num_threads(cfg.trainer.threads)
+    family = make_family(cfg.env)
+    tasks = resolve_tasks(family, cfg.env.tasks)
+    policy = load_policy(cfg.model, weights_dir=weights_dir)
+    policy.model.eval()
+    fmt = ChatFormat(policy.tokenizer)
+    size = pool_size or min(cfg.env.num_workers, cfg.rollout.tasks_per_iteration * cfg.rollout.group_size)
+    pool = EnvPool(family, max(1, size))
+    engine = RolloutEngine(policy.model, fmt, family, pool)
+    return Setup(cfg, policy, fmt, family, tasks, pool, engine)
+
+
+class Trainer:
+    """Runs training for a config; ``resume=True`` continues from ``<run>/checkpoints/last``.
+
+    Raises:
+        ConfigError / UnknownTaskError: before any work starts.
+        CheckpointError: ``resume`` without a loadable checkpoint.
+    """
+
+    def __init__(self, cfg: Config, resume: bool = False, console: Any = None):
+        self.cfg = cfg
+        self.run_dir = cfg.run_dir
+        self.ckpt_root = self.run_dir / "checkpoints"
+        self.start_iteration = 0
+        weights = None
+        state: dict[str, Any] = {}
+        if resume:
+            last = self.ckpt_root / "last"
+            if not last.exists():
+                raise CheckpointError(f"--resume: no checkpoint at {last}; start without --resume")
+            state = load_state(last)
+            saved = checkpoint_config(last)
+            if saved.get("model", {}) != config_to_dict(cfg)["model"]:
+                log.warning("resuming with a model section that differs from the checkpoint's")
+            weights = last.resolve()
+            self.start_iteration = int(state["iteration"])
+        else:
+            # validate tasks before loading anything heavy
+            resolve_tasks(make_family(cfg.env), cfg.env.tasks)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+        self.setup = build_setup(cfg, weights_dir=weights)
+        self.learner = Learner(self.setup.policy.model, cfg.algo, cfg.trainer, cfg.rollout.temperature,
+                               int(self.setup.policy.tokenizer.pad_token_id or 0))
+        self.modes = ModeSampler(cfg.empo2.p, cfg.empo2.q, cfg.empo2.mode_granularity, cfg.run.seed)
+        self.logger = RunLogger(self.run_dir, cfg.trainer.tensorboard)
+        self.progress = Progress(enabled=cfg.run.progress, console=console)
+        self.hooks = self._make_empo2_hooks()
+        if resume:
+            opt = weights / "optimizer.pt"
+            if opt.is_file():
+                self.learner.optimizer.load_state_dict(torch.load(opt, weights_only=False))
+            extra = load_extra(weights)
+            set_rng_state(extra["rng"])
+            if self.hooks is not None:
+                self.hooks.load_state(extra.get("tensors") or {})
+        self.train_variations = {
+            t: [v for v in self.setup.family.variations(t, cfg.env.train_split)
+                if not cfg.env.variations or v in cfg.env.variations]
+            for t in self.setup.tasks}
+        for t, vs in self.train_variations.items():
+            if not vs:
+                raise ConfigError(f"env.variations {cfg.env.variations} leaves no {cfg.env.train_split} variation of {t!r}")
+
+    def _make_empo2_hooks(self) -> Any:
+        from empo2.trainer.empo2_hooks import make_hooks
+
+        return make_hooks(self.cfg, self.setup, self.run_dir)
+
+    # ------------------------------------------------------------------ sampling
+    def sample_tasks(self, iteration: int) -> list[TaskSpec]:
+        """B task instances for ``iteration``: deterministic in (seed, iteration)."""
+        rng = np.random.default_rng([self.cfg.run.seed, iteration, 7])
+        pool = [(t, v) for t, vs in self.train_variations.items() for v in vs]
+        B = self.cfg.rollout.tasks_per_iteration
+        idx = rng.choice(len(pool), size=B, replace=B > len(pool))
+        env = self.setup.family.name
+        return [TaskSpec(env, pool[i][0], int(pool[i][1]), self.cfg.env.train_split) for i in idx]
+
+    # ------------------------------------------------------------------ evaluation
+    def run_eval(self, tag: str, iteration: int) -> EvalResult:
+        c = self.cfg
+        with self.progress.task(f"eval ({tag})", total=None) as tick:
+            res, trajs = evaluate(self.setup.engine, self.setup.family, self.setup.tasks, c.env.eval_split,
+                                  c.eval.episodes, self.setup.settings(c.eval.temperature), iteration=iteration,
+                                  on_turn=tick)
+        write_eval(res, self.run_dir / f"eval_{tag}.json")
+        o = res.overall
+        self.logger.log({f"eval/{c.env.name}/score": o.score, f"eval/{c.env.name}/success_rate": o.success_rate,
+                         f"eval/{c.env.name}/steps": o.steps}, iteration)
+        return res
+
+    # ------------------------------------------------------------------ one iteration
+    def iteration(self, it: int) -> dict[str, float]:
+        c = self.cfg
+        t_start = time.perf_counter()
+        tasks = self.sample_tasks(it)
+        N = c.rollout.group_size
+        modes = self.modes.sample(it, len(tasks) * N)
+        episodes = [EpisodeSpec(task, ti, r, group=ti, mode=modes[ti * N + r])
+                    for ti, task in enumerate(tasks) for r in range(N)]
+        hook = self.hooks.step_hook() if self.hooks is not None else None
+        with self.progress.task(f"iteration {it + 1}/{c.trainer.iterations}: rollout", total=None) as tick:
+            trajs = self.setup.engine.run(episodes, self.setup.settings(c.rollout.temperature), it, hook, tick)
+        timings = {f"time/{k}": v for k, v in self.setup.engine.timings.items()}
+        metrics: dict[str, float] = {}
+        if self.hooks is not None:
+            t0 = time.perf_counter()
+            metrics.update(self.hooks.after_rollout(trajs, it))
+            timings["time/tips"] = time.perf_counter() - t0
+        step_adv, adv_stats = compute_step_advantages(trajs, c)
+        seq_off = 0
+        samples = []
+        for i, (t, a) in enumerate(zip(trajs, step_adv)):
+            if t.crashed or not a:
+                continue
+            samples.append(build_sample(t, a, i, seq_off, c.model.max_context))
+            seq_off += t.num_steps
+        t0 = time.perf_counter()
+        with self.progress.task(f"iteration {it + 1}/{c.trainer.iterations}: update", total=None):
+            train = self.learner.update(samples)
+        timings["time/update"] = time.perf_counter() - t0
+        train["train/cut_steps"] = float(sum(s.cut_steps for s in samples))
+        metrics.update(rollout_metrics(trajs))
+        metrics.update(adv_stats)
+        metrics.update(train)
+        metrics["rollout/env_restarts"] = float(self.setup.pool.restarts)
+        timings["time/iteration"] = time.perf_counter() - t_start
+        metrics.update(timings)
+        self._save_trajectories(trajs, it)
+        return metrics
+
+    def _save_trajectories(self, trajs: list[Trajectory], it: int) -> None:
+        """Human-readable episodes of this iteration (``<run>/trajectories/iter-K.jsonl``)."""
+        import json
+
+        d = self.run_dir / "trajectories"
+        d.mkdir(exist_ok=True)
+        with (d / f"iter-{it:05d}.jsonl").open("w") as f:
+            for t in trajs:
+                f.write(json.dumps({
+                    "id": t.id, "task": t.task.task, "variation": t.task.variation, "mode": t.mode.value,
+                    "score": t.final_score, "success": t.success, "crashed": t.crashed, "tip": t.tip,
+                    "task_description": t.info.get("task_description", ""),
+                    "steps": [{"observation": s.observation, "tips": s.tips, "raw": s.raw_text, "action": s.action,
+                               "valid": s.env_valid, "corrected": s.corrected, "reward": s.reward, "score": s.score,
+                               "intrinsic": s.intrinsic} for s in t.steps]}) + "\n")
+
+    def checkpoint(self, iteration: int, metrics: dict[str, float]) -> Path:
+        extra: dict[str, Any] = {"metrics": {k: v for k, v in metrics.items() if isinstance(v, float)}}
+        if self.hooks is not None:
+            extra["tensors"] = self.hooks.state()
+        return save_checkpoint(self.ckpt_root, iteration, lambda d: save_weights(self.setup.policy, d),
+                               self.learner.optimizer, config_to_dict(self.cfg), extra,
+                               keep=self.cfg.trainer.keep_checkpoints)
+
+    # ------------------------------------------------------------------ the loop
+    def train(self) -> dict[str, Any]:
+        """Run the remaining iterations; returns {'before': EvalResult|None, 'after': ..., 'metrics': [...]}."""
+        c = self.cfg
+        out: dict[str, Any] = {"before": None, "after": None, "metrics": []}
+        try:
+            if c.eval.before_after and self.start_iteration == 0 and c.trainer.iterations > 0:
+                out["before"] = self.run_eval("before", 0)
+            for it in range(self.start_iteration, c.trainer.iterations):
+                m = self.iteration(it)
+                if c.eval.every and (it + 1) % c.eval.every == 0 and it + 1 < c.trainer.iterations:
+                    self.run_eval(f"iter{it + 1}", it + 1)
+                self.logger.log(m, it + 1)
+                out["metrics"].append(m)
+                self.progress.report_iteration(it + 1, c.trainer.iterations, m)
+                if (it + 1) % c.trainer.checkpoint_every == 0 or it + 1 == c.trainer.iterations:
+                    self.checkpoint(it + 1, m)
+            if c.eval.before_after and c.trainer.iterations > 0:
+                out["after"] = self.run_eval("after", c.trainer.iterations)
+        finally:
+            self.close()
+        return out
+
+    def close(self) -> None:
+        self.logger.close()
+        if self.hooks is not None:
+            self.hooks.close()
+        self.setup.close()
+
+
+def load_run_config(path: Path) -> Config:
+    """The ``Config`` saved in a run folder or checkpoint folder."""
+    data = yaml.safe_load(Path(path).read_text())
+    return from_dict(Config, data)
+
+
+__all__ = ["Trainer", "build_setup", "compute_step_advantages", "resolve_tasks", "load_run_config",
+           "UnknownTaskError"]

@@ -1,0 +1,108 @@
+"""Metrics: pure functions over trajectories, and one logging interface (JSONL + TensorBoard).
+
+Keys are namespaced: ``rollout/…`` (what the episodes did), ``train/…`` (the update),
+``memory/…`` (EMPO²), ``eval/<env>/…``, ``time/…`` (seconds).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any, Protocol
+
+from empo2.records import Trajectory
+
+log = logging.getLogger(__name__)
+
+
+def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
+    """Score (0..100), success rate, steps, action validity, crashes, modes of one iteration."""
+    ok = [t for t in trajs if not t.crashed]
+    out: dict[str, float] = {"rollout/episodes": float(len(trajs)), "rollout/env_crashes": float(len(trajs) - len(ok))}
+    if not ok:
+        return out
+    steps = [s for t in ok for s in t.steps]
+    n = len(ok)
+    out.update({
+        "rollout/score_mean": sum(max(t.final_score, 0.0) for t in ok) / n,
+        "rollout/raw_score_mean": sum(t.final_score for t in ok) / n,
+        "rollout/success_rate": sum(t.success for t in ok) / n,
+        "rollout/failure_rate": sum(t.final_score < 0 for t in ok) / n,
+        "rollout/steps_mean": sum(t.num_steps for t in ok) / n,
+        "rollout/env_steps": float(len(steps)),
+        "rollout/done_rate": sum(t.done for t in ok) / n,
+        "rollout/context_full": float(sum(bool(t.info.get("context_full")) for t in ok)),
+    })
+    if steps:
+        out["rollout/parsed_frac"] = sum(s.parsed_ok for s in steps) / len(steps)
+        out["rollout/valid_frac"] = sum(s.env_valid for s in steps) / len(steps)
+        out["rollout/corrected_frac"] = sum(s.corrected for s in steps) / len(steps)
+        out["rollout/action_tokens_mean"] = sum(
+            len(seg.ids) for t in ok for seg in t.segments if seg.kind.value == "action") / len(steps)
+    for mode, c in Counter(t.mode.value for t in trajs).items():
+        out[f"rollout/mode/{mode}"] = float(c)
+    return out
+
+
+class MetricsSink(Protocol):
+    """Anything that takes a dict of scalar metrics for a step."""
+
+    def log(self, metrics: dict[str, float], step: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NullSink:
+    """Discards metrics (the default when nothing is configured)."""
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+class RunLogger:
+    """Appends one JSON line per iteration to ``<run>/metrics.jsonl``; TensorBoard if installed."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(Path(run_dir) / "tb"))
+            except Exception:  # tensorboard not installed: JSONL only
+                self.tb = None
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        clean = {k: (float(v) if isinstance(v, (int, float)) and math.isfinite(float(v)) else None)
+                 for k, v in metrics.items()}
+        with self.path.open("a") as f:
+            f.write(json.dumps({"iteration": step, **clean}) + "\n")
+        if self.tb is not None:
+            for k, v in clean.items():
+                if v is not None:
+                    self.tb.add_scalar(k, v, step)
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """Rows of ``<run>/metrics.jsonl`` merged per iteration (later keys win, e.g. after a resume)."""
+    f = Path(run_dir) / "metrics.jsonl"
+    if not f.is_file():
+        return []
+    rows: dict[int, dict[str, Any]] = {}
+    for line in f.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            rows.setdefault(int(r.get("iteration", len(rows))), {}).update(r)
+    return [rows[k] for k in sorted(rows)]
