@@ -1,0 +1,381 @@
+"""The clipped policy-gradient loss with dual clip, k3 KL, entropy bonus and verl aggregations.
+
+Spec: ``specs/empo2.md`` §7; ``specs/scienceworld.md`` §3.6 (verl ``core_algos``
+``compute_policy_loss`` / ``agg_loss`` semantics). Paper: the clipped surrogate of
+arXiv 2602.23008 with the importance ratio between the trained (possibly tip-free) context
+and the behaviour (possibly tip-augmented) context.
+
+Named dims: T tokens of a flattened, packed micro-batch (any number of step-sample sequences,
+padding included); S sequences (step-samples) identified by ``seq_ids``.
+
+Masks: ``mask[t] = 1`` (or True) means token t is trained (an action token of a step-sample that
+survived low-probability masking); 0 means it is ignored. Values at masked positions may be
+anything, NaN and ±inf included: they cannot change the loss, its gradient or the metrics.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from enum import Enum
+
+import torch
+from torch import Tensor
+
+__all__ = ["Aggregation", "AGGREGATORS", "aggregate", "loss_normaliser", "policy_loss"]
+
+LOG_RATIO_CLAMP = 20.0  # verl clamps log ρ (and the KL log-ratio) to [−20, 20] before exp
+KL_CLAMP = 10.0  # verl clamps the k3 estimate to [−10, 10]
+
+
+class Aggregation(str, Enum):
+    """How per-token losses become one scalar (verl ``loss_agg_mode``)."""
+
+    TOKEN_MEAN = "token-mean"  # Σ_t m_t ℓ_t / D, D = Σ_t m_t (all trained tokens weigh the same)
+    SEQ_MEAN_TOKEN_SUM = "seq-mean-token-sum"  # Σ_s (Σ_{t∈s} m ℓ) / D, D = #sequences with a trained token
+    SEQ_MEAN_TOKEN_MEAN = "seq-mean-token-mean"  # Σ_s (Σ_{t∈s} m ℓ / n_s) / D, D = #sequences (GRPO paper)
+    SEQ_MEAN_TOKEN_SUM_NORM = "seq-mean-token-sum-norm"  # Σ_s Σ_{t∈s} m ℓ / D, D = a constant length (Dr. GRPO)
+
+
+def _seq_index(seq_ids: Tensor) -> tuple[Tensor, int]:
+    _, s = torch.unique(seq_ids, return_inverse=True)
+    return s, (int(s.max()) + 1 if s.numel() else 0)
+
+
+def _seq_sums(values: Tensor, m: Tensor, seq_ids: Tensor) -> tuple[Tensor, Tensor]:
+    """Per-sequence sums of masked values and trained-token counts, ``([S'], [S'])``."""
+    s, k = _seq_index(seq_ids)
+    sums = values.new_zeros(k).index_add(0, s, values)
+    n = values.new_zeros(k).index_add(0, s, m.to(values.dtype))
+    return sums, n
+
+
+def _token_mean(v: Tensor, m: Tensor, seq_ids: Tensor | None) -> tuple[Tensor, Tensor]:
+    return v.sum(), m.sum().to(v.dtype)
+
+
+def _seq_mean_token_sum(v: Tensor, m: Tensor, seq_ids: Tensor | None) -> tuple[Tensor, Tensor]:
+    sums, n = _seq_sums(v, m, seq_ids)
+    return sums.sum(), (n > 0).sum().to(v.dtype)
+
+
+def _seq_mean_token_mean(v: Tensor, m: Tensor, seq_ids: Tensor | None) -> tuple[Tensor, Tensor]:
+    sums, n = _seq_sums(v, m, seq_ids)
+    return (sums / n.clamp(min=1.0)).sum(), (n > 0).sum().to(v.dtype)
+
+
+def _seq_mean_token_sum_norm(v: Tensor, m: Tensor, seq_ids: Tensor | None) -> tuple[Tensor, Tensor]:
+    sums, n = _seq_sums(v, m, seq_ids)
+    return sums.sum(), (n.max() if n.numel() else n.new_zeros(()))
+
+
+# Each aggregator returns (numerator, default denominator D) for values already zeroed where mask=0.
+AGGREGATORS: dict[Aggregation, Callable[[Tensor, Tensor, Tensor | None], tuple[Tensor, Tensor]]] = {
+    Aggregation.TOKEN_MEAN: _token_mean,
+    Aggregation.SEQ_MEAN_TOKEN_SUM: _seq_mean_token_sum,
+    Aggregation.SEQ_MEAN_TOKEN_MEAN: _seq_mean_token_mean,
+    Aggregation.SEQ_MEAN_TOKEN_SUM_NORM: _seq_mean_token_sum_norm,
+}
+
+
+def _as_bool_mask(mask: Tensor, length: int) -> Tensor:
+    if mask.dim() != 1 or mask.shape[0] != length:
+        raise ValueError(f"mask must be 1-D with {length} entries, got shape {tuple(mask.shape)}")
+    if mask.dtype == torch.bool:
+        return mask
+    if not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError("mask must hold only 0/1 (or be bool)")
+    return mask != 0
+
+
+def _check_seq_ids(seq_ids: Tensor | None, length: int, aggregation: Aggregation) -> None:
+    if seq_ids is None:
+        if aggregation is not Aggregation.TOKEN_MEAN:
+            raise ValueError(f"aggregation {aggregation.value!r} needs seq_ids")
+        return
+    if seq_ids.dim() != 1 or seq_ids.shape[0] != length:
+        raise ValueError(f"seq_ids must be 1-D with {length} entries, got shape {tuple(seq_ids.shape)}")
+    if seq_ids.is_floating_point() or seq_ids.dtype == torch.bool:
+        raise ValueError(f"seq_ids must be an integer tensor, got {seq_ids.dtype}")
+
+
+def aggregate(
+    values: Tensor,
+    mask: Tensor,
+    seq_ids: Tensor | None = None,
+    aggregation: Aggregation | str = Aggregation.TOKEN_MEAN,
+    normaliser: float | Tensor | None = None,
+) -> Tensor:
+    """Aggregate per-token values into a scalar with verl ``agg_loss`` semantics.
+
+    With ℓ_t the values, m_t the mask and s a sequence (the tokens sharing a ``seq_ids`` value):
+
+    * ``token-mean``:              Σ_t m_t ℓ_t / D,             default D = Σ_t m_t.
+    * ``seq-mean-token-sum``:      Σ_s Σ_{t∈s} m_t ℓ_t / D,     default D = #sequences with ≥1 trained token.
+    * ``seq-mean-token-mean``:     Σ_s (Σ_{t∈s} m_t ℓ_t / n_s) / D with n_s = Σ_{t∈s} m_t,
+                                   default D = #sequences with ≥1 trained token.
+    * ``seq-mean-token-sum-norm``: Σ_s Σ_{t∈s} m_t ℓ_t / D,     default D = max_s n_s, the packed
+                                   analogue of verl's padded response length. Pass a constant (e.g.
+                                   max_new_tokens) as ``normaliser`` for Dr. GRPO; note that verl does
+                                   not divide by the number of sequences here.
+
+    Fully masked sequences are excluded from the sequence counts (as current verl does), so a
+    sequence masked out by low-probability masking does not dilute the others.
+
+    Micro-batching: pass ``normaliser`` = the D of the whole mini-batch (:func:`loss_normaliser`)
+    and the micro-batch results sum to the mini-batch result. For ``seq-mean-token-mean`` a
+    sequence must not be split across micro-batches (n_s is counted within the call).
+
+    Args:
+        values: ``[T]`` float per-token values.
+        mask: ``[T]`` bool or 0/1; 1 = token counts, 0 = ignored (its value may be NaN/inf).
+        seq_ids: ``[T]`` int sequence id of each token (any integers); needed except for token-mean.
+        aggregation: an ``Aggregation`` or its string value.
+        normaliser: D overriding the default; > 0.
+
+    Returns:
+        0-d tensor. When D = 0 (no trained token) it is 0, still attached to the graph.
+
+    Raises:
+        ValueError: shapes, non-binary mask, missing ``seq_ids``, ``normaliser <= 0``, unknown mode.
+    """
+    aggregation = Aggregation(aggregation)
+    if values.dim() != 1:
+        raise ValueError(f"values must be 1-D [T], got shape {tuple(values.shape)}")
+    m = _as_bool_mask(mask, values.shape[0])
+    _check_seq_ids(seq_ids, values.shape[0], aggregation)
+    v = torch.where(m, values, torch.zeros_like(values))
+    num, denom = AGGREGATORS[aggregation](v, m, seq_ids)
+    if normaliser is not None:
+        if not float(normaliser) > 0:
+            raise ValueError(f"normaliser must be > 0, got {normaliser}")
+        return num / normaliser
+    if float(denom) == 0:
+        return v.sum() * 0.0
+    return num / denom
+
+
+def loss_normaliser(mask: Tensor, seq_ids: Tensor | None, aggregation: Aggregation | str) -> float:
+    """The default denominator D of :func:`aggregate` for a whole mini-batch.
+
+    Compute it once over all tokens of the mini-batch (sequence ids unique across micro-batches)
+    and pass it as ``normaliser`` to every micro-batch's :func:`policy_loss`; the micro-batch
+    losses then sum to the full-batch loss, so gradient accumulation needs no extra scaling.
+
+    Args:
+        mask: ``[T]`` bool or 0/1 (1 = trained).
+        seq_ids: ``[T]`` int (may be None for token-mean).
+        aggregation: the aggregation the loss will use.
+
+    Returns:
+        D as a float (0.0 when nothing is trained; then skip the update).
+
+    Raises:
+        ValueError: as :func:`aggregate`.
+    """
+    aggregation = Aggregation(aggregation)
+    m = _as_bool_mask(mask, mask.shape[0] if mask.dim() == 1 else -1)
+    _check_seq_ids(seq_ids, m.shape[0], aggregation)
+    _, denom = AGGREGATORS[aggregation](m.double(), m, seq_ids)
+    return float(denom)
+
+
+def _masked(x: Tensor, m: Tensor, dtype: torch.dtype) -> Tensor:
+    """``x`` cast to ``dtype`` with masked positions replaced by 0 (gradient 0 there, no NaN leak)."""
+    x = x.to(dtype)
+    return torch.where(m, x, torch.zeros_like(x))
+
+
+def _check_token_tensor(name: str, x: Tensor, length: int) -> None:
+    if x.dim() != 1 or x.shape[0] != length:
+        raise ValueError(f"{name} must be 1-D with {length} entries, got shape {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be a float tensor, got {x.dtype}")
+
+
+def _token_metrics(sel: Tensor, t: dict[str, Tensor]) -> dict[str, float]:
+    """Token means over the selected trained tokens (``sel`` [T] bool)."""
+    n = int(sel.sum())
+    out: dict[str, float] = {"n_tokens": float(n)}
+    if n == 0:
+        return out
+
+    def mean(x: Tensor) -> float:
+        return float(x[sel].double().mean())
+
+    ratio, log_ratio = t["ratio"], t["log_ratio"]
+    out.update(
+        clip_frac=mean(t["clip_active"].double()),
+        clip_frac_high=mean(t["clip_high_active"].double()),
+        clip_frac_low=mean(t["clip_low_active"].double()),
+        dual_clip_frac=mean(t["dual_active"].double()),
+        ratio_mean=mean(ratio),
+        ratio_max=float(ratio[sel].max()),
+        ratio_min=float(ratio[sel].min()),
+        approx_kl=mean(-log_ratio),  # k1 estimate of KL(μ‖π_θ), verl's ppo_kl
+        approx_kl_k3=mean(torch.expm1(log_ratio) - log_ratio),  # (ρ − 1) − log ρ, unbiased under μ
+        adv_mean=mean(t["adv"]),
+    )
+    if "kl" in t:
+        out["kl_ref"] = mean(t["kl"])
+    if "entropy" in t:
+        out["entropy"] = mean(t["entropy"])
+    return out
+
+
+def policy_loss(
+    logp_current: Tensor,
+    logp_behavior: Tensor,
+    advantages: Tensor,
+    mask: Tensor,
+    seq_ids: Tensor | None = None,
+    *,
+    clip_low: float,
+    clip_high: float,
+    dual_clip: float,
+    aggregation: Aggregation | str = Aggregation.TOKEN_MEAN,
+    normaliser: float | Tensor | None = None,
+    logp_ref: Tensor | None = None,
+    kl_coef: float = 0.0,
+    entropy: Tensor | None = None,
+    entropy_coef: float = 0.0,
+    metrics_by: Tensor | None = None,
+    metrics_by_names: Mapping[int, str] | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """Clipped surrogate with dual clip, optional k3 KL and entropy bonus (spec §7, verl semantics).
+
+    Per trained token t (A = advantage, ε_l = ``clip_low``, ε_h = ``clip_high``, c = ``dual_clip``):
+
+        ρ    = exp(clamp(log π_θ − log μ, −20, 20))      (π_θ: trained context, μ: behaviour context)
+        ℓ_pg = max(−A·ρ, −A·clip(ρ, 1−ε_l, 1+ε_h))        (PPO clip; ρ>1+ε_h clipped for A>0, ρ<1−ε_l for A<0)
+        ℓ_pg = min(ℓ_pg, −A·c)   if A < 0 and c > 0       (dual clip: caps the loss of a huge ρ with A<0)
+        kl   = clamp(e^{d} − d − 1, −10, 10), d = clamp(log π_ref − log π_θ, −20, 20)   (k3, "low_var_kl")
+        ℓ    = ℓ_pg + kl_coef·kl − entropy_coef·H
+
+    and ``loss = aggregate(ℓ, mask, seq_ids, aggregation, normaliser)`` — see :func:`aggregate` for
+    the four modes. Since aggregation is linear this equals verl's agg(ℓ_pg) + β·agg(kl) − c_H·agg(H).
+    Gradients flow only into ``logp_current`` (the behaviour log-probs, advantages, reference
+    log-probs are detached); ``entropy`` keeps its graph, so the bonus is differentiable.
+
+    Micro-batching (gradient accumulation): pass ``normaliser = loss_normaliser(mask_of_the_whole_
+    mini_batch, ...)`` to every micro-batch; the losses (and gradients) then sum to the full batch's.
+
+    Args:
+        logp_current: ``[T]`` float, log π_θ(token | training context); carries the gradient.
+        logp_behavior: ``[T]`` float, log μ(token | behaviour context), as sampled (temperature-scaled).
+        advantages: ``[T]`` float, the advantage of each token (its step-sample's advantage).
+        mask: ``[T]`` bool or 0/1; 1 = trained token, 0 = ignored (any value, NaN/inf allowed).
+        seq_ids: ``[T]`` int, the step-sample each token belongs to; required for seq-* modes.
+        clip_low: ε_low ∈ [0, 1) (authors: 0.2).
+        clip_high: ε_high ≥ 0 (authors: 0.3).
+        dual_clip: c > 1, or 0 for off (authors: 10; verl: 3).
+        aggregation: an ``Aggregation`` or its value (default token-mean, spec §7).
+        normaliser: denominator D of the aggregation (> 0); None = this call's own D.
+        logp_ref: ``[T]`` float reference log-probs; needed when ``kl_coef > 0``.
+        kl_coef: β ≥ 0 of the k3 KL (authors: 0).
+        entropy: ``[T]`` float per-token entropy H of π_θ; needed when ``entropy_coef > 0``.
+        entropy_coef: bonus coefficient ≥ 0 (authors: 0).
+        metrics_by: ``[T]`` int label per token (e.g. 0 = on-policy, 1 = off-policy); when given,
+            the token-mean metrics are also reported per label as ``"<metric>/<name>"``.
+        metrics_by_names: label → name for those keys (default ``str(label)``).
+
+    Returns:
+        ``(loss, metrics)``: ``loss`` a 0-d tensor (dtype of ``logp_current`` promoted to at least
+        float32). ``metrics`` (floats): ``loss``, ``pg_loss``, ``kl_loss``, ``entropy_loss`` are
+        aggregated like the loss (they sum over micro-batches when ``normaliser`` is set);
+        ``n_tokens``, ``clip_frac`` (fraction of trained tokens whose clipped branch is active,
+        i.e. zero gradient from the PPO clip), ``clip_frac_high`` (A>0, ρ>1+ε_h), ``clip_frac_low``
+        (A<0, ρ<1−ε_l), ``dual_clip_frac`` (A<0 and the dual clip active), ``ratio_mean/max/min``,
+        ``approx_kl`` (k1: mean of log μ − log π_θ, verl's ppo_kl), ``approx_kl_k3``, ``adv_mean``,
+        ``kl_ref`` (if ``logp_ref``), ``entropy`` (if ``entropy``) are plain token means over
+        this call's trained tokens (absent, except ``n_tokens``, when there are none).
+
+    Raises:
+        ValueError: shapes/dtypes, non-binary mask, missing ``seq_ids``/``logp_ref``/``entropy``,
+            bad clip values or negative coefficients.
+    """
+    aggregation = Aggregation(aggregation)
+    m = _check_policy_loss_args(
+        logp_current, logp_behavior, advantages, mask, seq_ids, aggregation, logp_ref, entropy, metrics_by,
+        clip_low, clip_high, dual_clip, kl_coef, entropy_coef)
+    dtype = torch.promote_types(logp_current.dtype, torch.float32)
+    lc = _masked(logp_current, m, dtype)
+    t = _clipped_surrogate(lc, _masked(logp_behavior.detach(), m, dtype), _masked(advantages.detach(), m, dtype),
+                           clip_low, clip_high, dual_clip)
+
+    per_token = t["pg"]
+    if logp_ref is not None:
+        d = (_masked(logp_ref.detach(), m, dtype) - lc).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        t["kl"] = (torch.expm1(d) - d).clamp(-KL_CLAMP, KL_CLAMP)  # k3: e^d − d − 1
+        if kl_coef > 0:
+            per_token = per_token + kl_coef * t["kl"]
+    if entropy is not None:
+        t["entropy"] = _masked(entropy, m, dtype)
+        if entropy_coef > 0:
+            per_token = per_token - entropy_coef * t["entropy"]
+
+    def agg(v: Tensor) -> Tensor:
+        return aggregate(v, m, seq_ids, aggregation, normaliser)
+
+    loss = agg(per_token)
+    with torch.no_grad():
+        metrics = {"loss": float(loss), "pg_loss": float(agg(t["pg"]))}
+        for key, name in (("kl", "kl_loss"), ("entropy", "entropy_loss")):
+            if key in t:
+                metrics[name] = float(agg(t[key]))
+        metrics.update(_token_metrics(m, t))
+        if metrics_by is not None:
+            names = metrics_by_names or {}
+            for label in torch.unique(metrics_by[m]).tolist():
+                sub = _token_metrics(m & (metrics_by == label), t)
+                metrics.update({f"{k}/{names.get(int(label), str(int(label)))}": v for k, v in sub.items()})
+    return loss, metrics
+
+
+def _clipped_surrogate(
+    lc: Tensor, lb: Tensor, adv: Tensor, clip_low: float, clip_high: float, dual_clip: float,
+) -> dict[str, Tensor]:
+    """Per-token PPO loss with dual clip ``pg`` [T] plus the tensors the metrics need."""
+    log_ratio = (lc - lb).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    ratio = torch.exp(log_ratio)
+    pg_unclipped = -adv * ratio
+    pg_clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    pg = torch.maximum(pg_unclipped, pg_clipped)
+    clip_active = pg_clipped > pg_unclipped
+    dual_active = torch.zeros_like(clip_active)
+    if dual_clip > 0:
+        pg_dual = -adv * dual_clip
+        dual_active = (adv < 0) & (pg > pg_dual)
+        pg = torch.where(adv < 0, torch.minimum(pg, pg_dual), pg)
+    return {
+        "pg": pg, "ratio": ratio, "log_ratio": log_ratio, "adv": adv,
+        "clip_active": clip_active, "dual_active": dual_active,
+        "clip_high_active": clip_active & (adv > 0), "clip_low_active": clip_active & (adv < 0),
+    }
+
+
+def _check_policy_loss_args(
+    logp_current: Tensor, logp_behavior: Tensor, advantages: Tensor, mask: Tensor, seq_ids: Tensor | None,
+    aggregation: Aggregation, logp_ref: Tensor | None, entropy: Tensor | None, metrics_by: Tensor | None,
+    clip_low: float, clip_high: float, dual_clip: float, kl_coef: float, entropy_coef: float,
+) -> Tensor:
+    """Validate :func:`policy_loss` arguments; return the bool mask. Raises ValueError."""
+    length = logp_current.shape[0] if logp_current.dim() == 1 else -1
+    for name, x in (("logp_current", logp_current), ("logp_behavior", logp_behavior), ("advantages", advantages),
+                    ("logp_ref", logp_ref), ("entropy", entropy)):
+        if x is not None:
+            _check_token_tensor(name, x, length)
+    m = _as_bool_mask(mask, length)
+    _check_seq_ids(seq_ids, length, aggregation)
+    if metrics_by is not None and (metrics_by.shape != (length,) or metrics_by.is_floating_point()):
+        raise ValueError(f"metrics_by must be a 1-D integer tensor with {length} entries")
+    if not 0.0 <= clip_low < 1.0 or clip_high < 0.0:
+        raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
+    if dual_clip != 0 and dual_clip <= 1.0:
+        raise ValueError(f"dual_clip must be > 1 or 0 (off), got {dual_clip}")
+    if kl_coef < 0 or entropy_coef < 0:
+        raise ValueError("kl_coef and entropy_coef must be >= 0")
+    if kl_coef > 0 and logp_ref is None:
+        raise ValueError("kl_coef > 0 needs logp_ref")
+    if entropy_coef > 0 and entropy is None:
+        raise ValueError("entropy_coef > 0 needs entropy")
+    return m

@@ -1,0 +1,246 @@
+"""Policy loss: hand-derived branch values, aggregation vs loops, micro-batching, masking invariance."""
+
+import math
+
+import pytest
+import torch
+
+from empo2.algo.loss import AGGREGATORS, Aggregation, aggregate, loss_normaliser, policy_loss
+
+CLIP = dict(clip_low=0.2, clip_high=0.3, dual_clip=10.0)  # the authors' values (spec §7)
+
+
+def one_token(ratio, adv, **kw):
+    """Loss, d loss / d logp_current and metrics of a single trained token with ρ = ratio."""
+    lc = torch.tensor([math.log(ratio)], dtype=torch.float64, requires_grad=True)
+    lb = torch.zeros(1, dtype=torch.float64)
+    loss, metrics = policy_loss(lc, lb, torch.tensor([adv], dtype=torch.float64), torch.ones(1), **{**CLIP, **kw})
+    loss.backward()
+    return loss.item(), lc.grad.item(), metrics
+
+
+# ---------------------------------------------------------------- the four branches, by hand
+# ℓ = max(−Aρ, −A·clip(ρ, 0.8, 1.3)); for A < 0: ℓ = min(ℓ, −A·10). d(−Aρ)/d log ρ = −Aρ.
+
+def test_unclipped_branch():
+    # A = 2, ρ = 1.1: −Aρ = −2.2, −A·clip = −2.2 -> ℓ = −2.2; gradient −Aρ = −2.2; no clipping.
+    loss, grad, m = one_token(1.1, 2.0)
+    assert loss == pytest.approx(-2.2) and grad == pytest.approx(-2.2)
+    assert m["clip_frac"] == 0.0 and m["dual_clip_frac"] == 0.0
+
+
+def test_clipped_high_branch():
+    # A = 1, ρ = 1.5: −1.5 vs −1·1.3 = −1.3 -> ℓ = −1.3 (clipped), gradient 0.
+    loss, grad, m = one_token(1.5, 1.0)
+    assert loss == pytest.approx(-1.3) and grad == 0.0
+    assert m["clip_frac"] == 1.0 and m["clip_frac_high"] == 1.0 and m["clip_frac_low"] == 0.0
+
+
+def test_clipped_low_branch():
+    # A = −1, ρ = 0.5: 0.5 vs 1·0.8 = 0.8 -> ℓ = 0.8 (clipped); dual cap 10 not reached; gradient 0.
+    loss, grad, m = one_token(0.5, -1.0)
+    assert loss == pytest.approx(0.8) and grad == 0.0
+    assert m["clip_frac"] == 1.0 and m["clip_frac_low"] == 1.0 and m["dual_clip_frac"] == 0.0
+
+
+def test_dual_clip_branch():
+    # A = −1, ρ = 20: max(20, 1.3) = 20 -> min(20, −A·c = 10) = 10; gradient 0; dual clip active.
+    loss, grad, m = one_token(20.0, -1.0)
+    assert loss == pytest.approx(10.0) and grad == 0.0
+    assert m["dual_clip_frac"] == 1.0
+    # dual clip off: ℓ = 20, gradient −Aρ = 20.
+    loss, grad, m = one_token(20.0, -1.0, dual_clip=0.0)
+    assert loss == pytest.approx(20.0) and grad == pytest.approx(20.0)
+    assert m["dual_clip_frac"] == 0.0
+
+
+def test_no_clip_on_the_unpenalised_sides():
+    # A = −1, ρ = 1.5: 1.5 vs 1.3 -> max = 1.5 (PPO never clips a ratio that makes things worse).
+    loss, grad, m = one_token(1.5, -1.0)
+    assert loss == pytest.approx(1.5) and grad == pytest.approx(1.5) and m["clip_frac"] == 0.0
+    # A = 1, ρ = 0.5: −0.5 vs −0.8 -> max = −0.5, gradient −0.5.
+    loss, grad, m = one_token(0.5, 1.0)
+    assert loss == pytest.approx(-0.5) and grad == pytest.approx(-0.5) and m["clip_frac"] == 0.0
+
+
+def test_k3_kl_and_entropy_golden():
+    # ρ = 1 (logp_current = logp_behavior = 0), A = 0 -> ℓ_pg = 0.
+    # log π_ref − log π_θ = ln 2: k3 = 2 − ln 2 − 1 = 0.3068528...; entropy H = 1.5.
+    # ℓ = 0.1 · 0.3068528 − 0.01 · 1.5 = 0.01568528
+    kl = 2 - math.log(2) - 1
+    loss, m = policy_loss(torch.zeros(1), torch.zeros(1), torch.zeros(1), torch.ones(1), **CLIP,
+                          logp_ref=torch.tensor([math.log(2)]), kl_coef=0.1, entropy=torch.tensor([1.5]), entropy_coef=0.01)
+    assert loss.item() == pytest.approx(0.1 * kl - 0.015, rel=1e-6)
+    assert m["kl_ref"] == pytest.approx(kl, rel=1e-6) and m["entropy"] == pytest.approx(1.5)
+    # the k3 estimate is clamped to 10: d = 5 -> e^5 − 5 − 1 = 142.4 -> 10.
+    _, m = policy_loss(torch.zeros(1), torch.zeros(1), torch.zeros(1), torch.ones(1), **CLIP, logp_ref=torch.tensor([5.0]))
+    assert m["kl_ref"] == 10.0
+
+
+def test_ratio_is_exactly_one_on_policy():
+    lp = torch.tensor([-0.3, -2.0, -7.5, -0.01])
+    adv = torch.tensor([1.0, -2.0, 0.5, 3.0])
+    loss, m = policy_loss(lp.clone().requires_grad_(), lp, adv, torch.ones(4), **CLIP)
+    assert m["ratio_mean"] == m["ratio_max"] == m["ratio_min"] == 1.0
+    assert m["clip_frac"] == 0.0 and m["approx_kl"] == 0.0 and m["dual_clip_frac"] == 0.0
+    assert loss.item() == pytest.approx(-adv.mean().item())  # ℓ = −A at ρ = 1
+
+
+def test_zero_advantage_gives_zero_loss_and_gradient():
+    g = torch.Generator().manual_seed(0)
+    lc = torch.randn(10, generator=g).requires_grad_()
+    for agg in Aggregation:
+        lc.grad = None
+        loss, _ = policy_loss(lc, torch.randn(10, generator=g), torch.zeros(10), torch.ones(10), torch.arange(10) // 3,
+                              **CLIP, aggregation=agg)
+        loss.backward()
+        assert loss.item() == 0.0 and torch.count_nonzero(lc.grad) == 0
+
+
+# ---------------------------------------------------------------- aggregation
+
+def test_aggregation_golden():
+    # seq 0: [1, 2, 3], seq 1: [4, 5], seq 2: fully masked (values NaN)
+    v = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0, math.nan, math.nan])
+    mask = torch.tensor([1, 1, 1, 1, 1, 0, 0])
+    seq = torch.tensor([0, 0, 0, 1, 1, 2, 2])
+    assert aggregate(v, mask, seq, "token-mean").item() == 3.0  # 15/5
+    assert aggregate(v, mask, seq, "seq-mean-token-sum").item() == 7.5  # (6 + 9)/2 (seq 2 excluded)
+    assert aggregate(v, mask, seq, "seq-mean-token-mean").item() == 3.25  # (2 + 4.5)/2
+    assert aggregate(v, mask, seq, "seq-mean-token-sum-norm").item() == 5.0  # 15 / max length 3
+    assert aggregate(v, mask, seq, "seq-mean-token-sum-norm", normaliser=30).item() == 0.5  # 15/30
+    assert aggregate(v, torch.zeros(7), seq, "token-mean").item() == 0.0  # nothing trained
+
+
+def agg_loop(v, m, seq, mode, D=None):
+    """Python reference: one sequence at a time."""
+    seqs = {}
+    for x, keep, s in zip(v.tolist(), m.tolist(), seq.tolist()):
+        if keep:
+            seqs.setdefault(s, []).append(x)
+    if mode == "token-mean":
+        num, d = sum(sum(xs) for xs in seqs.values()), sum(len(xs) for xs in seqs.values())
+    elif mode == "seq-mean-token-sum":
+        num, d = sum(sum(xs) for xs in seqs.values()), len(seqs)
+    elif mode == "seq-mean-token-mean":
+        num, d = sum(sum(xs) / len(xs) for xs in seqs.values()), len(seqs)
+    else:
+        num, d = sum(sum(xs) for xs in seqs.values()), max((len(xs) for xs in seqs.values()), default=0)
+    d = D if D is not None else d
+    return num / d if d else 0.0
+
+
+@pytest.mark.parametrize("mode", [a.value for a in Aggregation])
+def test_aggregation_matches_loop(mode):
+    g = torch.Generator().manual_seed(3)
+    for _ in range(10):
+        n = int(torch.randint(1, 40, (1,), generator=g))
+        v = torch.randn(n, generator=g, dtype=torch.float64)
+        m = torch.rand(n, generator=g) < 0.7
+        seq = torch.randint(0, 6, (n,), generator=g) * 3 + 100  # arbitrary, non-contiguous ids
+        assert aggregate(v, m, seq, mode).item() == pytest.approx(agg_loop(v, m, seq, mode), abs=1e-12)
+        assert aggregate(v, m, seq, mode, normaliser=7).item() == pytest.approx(agg_loop(v, m, seq, mode, 7), abs=1e-12)
+    assert set(AGGREGATORS) == set(Aggregation)
+
+
+def random_batch(seed, n_seq=6, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, 8, (n_seq,), generator=g)
+    seq = torch.repeat_interleave(torch.arange(n_seq), lengths)
+    t = len(seq)
+    lb = -torch.rand(t, generator=g, dtype=dtype) * 3
+    lc = (lb + 0.5 * torch.randn(t, generator=g, dtype=dtype)).requires_grad_()
+    adv = torch.repeat_interleave(torch.randn(n_seq, generator=g, dtype=dtype), lengths)
+    mask = (torch.rand(t, generator=g) < 0.8).long()
+    mask[seq == 0] = 0  # one fully masked sequence
+    ref = lb + 0.2 * torch.randn(t, generator=g, dtype=dtype)
+    ent = torch.rand(t, generator=g, dtype=dtype)
+    return lc, lb, adv, mask, seq, ref, ent
+
+
+@pytest.mark.parametrize("mode", [a.value for a in Aggregation])
+def test_micro_batch_accumulation_equals_full_batch(mode):
+    lc, lb, adv, mask, seq, ref, ent = random_batch(4)
+    kw = dict(**CLIP, aggregation=mode, logp_ref=ref, kl_coef=0.05, entropy=ent, entropy_coef=0.01)
+    full, _ = policy_loss(lc, lb, adv, mask, seq, **kw)
+    (g_full,) = torch.autograd.grad(full, lc)
+
+    D = loss_normaliser(mask, seq, mode)
+    total = 0.0
+    for part in ([0, 1], [2], [3, 4, 5]):  # micro-batches split at sequence boundaries
+        sel = torch.isin(seq, torch.tensor(part))
+        loss, _ = policy_loss(lc[sel], lb[sel], adv[sel], mask[sel], seq[sel], **{**kw, "logp_ref": ref[sel], "entropy": ent[sel]},
+                              normaliser=D)
+        total = total + loss
+    (g_micro,) = torch.autograd.grad(total, lc)
+    torch.testing.assert_close(total, full)
+    torch.testing.assert_close(g_micro, g_full)
+
+
+@pytest.mark.parametrize("mode", [a.value for a in Aggregation])
+def test_masked_positions_cannot_change_loss_or_gradients(mode):
+    lc, lb, adv, mask, seq, ref, ent = random_batch(5)
+    ent = ent.clone().requires_grad_()
+    kw = dict(**CLIP, aggregation=mode, kl_coef=0.05, entropy_coef=0.01, metrics_by=seq % 2)
+    loss, metrics = policy_loss(lc, lb, adv, mask, seq, logp_ref=ref, entropy=ent, **kw)
+    g_lc, g_ent = torch.autograd.grad(loss, (lc, ent))
+
+    off = mask == 0
+    poison = torch.tensor([math.nan, math.inf, -math.inf], dtype=lc.dtype).repeat(len(lc))[: len(lc)]
+
+    def spoil(x):
+        return torch.where(off, poison, x.detach()).requires_grad_(x.requires_grad)
+
+    lc2, ent2 = spoil(lc), spoil(ent)
+    loss2, metrics2 = policy_loss(lc2, spoil(lb), spoil(adv), mask, seq, logp_ref=spoil(ref), entropy=ent2, **kw)
+    g_lc2, g_ent2 = torch.autograd.grad(loss2, (lc2, ent2))
+    assert torch.equal(loss2, loss)
+    assert torch.equal(g_lc2, g_lc) and torch.equal(g_ent2, g_ent)
+    assert torch.count_nonzero(g_lc2[off]) == 0
+    assert metrics2 == metrics
+
+
+def test_metrics_split_by_group():
+    # token 0: on-policy (label 0), ρ = 1; tokens 1, 2: off-policy (label 1), ρ = 2 (A = 1 -> clipped)
+    lc = torch.log(torch.tensor([1.0, 2.0, 2.0]))
+    loss, m = policy_loss(lc, torch.zeros(3), torch.ones(3), torch.ones(3), **CLIP,
+                          metrics_by=torch.tensor([0, 1, 1]), metrics_by_names={0: "on", 1: "off"})
+    assert m["clip_frac/on"] == 0.0 and m["clip_frac/off"] == 1.0
+    assert m["ratio_mean/off"] == pytest.approx(2.0) and m["n_tokens/off"] == 2 and m["n_tokens/on"] == 1
+    assert m["clip_frac"] == pytest.approx(2 / 3)
+    # ℓ = [−1, −1.3, −1.3] -> token-mean −1.2
+    assert loss.item() == pytest.approx(-1.2) and m["pg_loss"] == pytest.approx(-1.2)
+
+
+def test_low_precision_inputs_are_upcast():
+    lc = torch.zeros(3, dtype=torch.bfloat16, requires_grad=True)
+    loss, _ = policy_loss(lc, torch.zeros(3, dtype=torch.bfloat16), torch.ones(3, dtype=torch.bfloat16), torch.ones(3), **CLIP)
+    assert loss.dtype == torch.float32
+    loss.backward()
+    assert lc.grad.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(logp_behavior=torch.zeros(4)),
+        dict(mask=torch.tensor([0, 1, 2])),
+        dict(mask=torch.ones(2, 2)),
+        dict(aggregation="seq-mean-token-mean", seq_ids=None),
+        dict(seq_ids=torch.zeros(3)),
+        dict(kl_coef=0.1),
+        dict(entropy_coef=0.1),
+        dict(dual_clip=1.0),
+        dict(clip_low=1.0),
+        dict(clip_high=-0.1),
+        dict(aggregation="sum"),
+        dict(normaliser=0.0),
+        dict(metrics_by=torch.zeros(3)),
+    ],
+)
+def test_policy_loss_rejects(change):
+    kw = dict(logp_current=torch.zeros(3), logp_behavior=torch.zeros(3), advantages=torch.ones(3), mask=torch.ones(3),
+              seq_ids=torch.arange(3), **CLIP)
+    kw.update(change)
+    with pytest.raises(ValueError):
+        policy_loss(**kw)
