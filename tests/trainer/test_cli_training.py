@@ -1,0 +1,115 @@
+"""End-to-end through the real CLI on the tiny env with a tiny random model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from safetensors.torch import load_file
+
+from empo2.cli import main
+
+BASE = {
+    "model": {"name_or_path": "tiny-random"},
+    "env": {"name": "tiny", "tasks": ["fetch-key"], "max_turns": 4, "num_workers": 4},
+    "action": {"mode": "constrained", "max_new_tokens": 6},
+    "rollout": {"tasks_per_iteration": 2, "group_size": 2},
+    "eval": {"episodes": 2, "before_after": False},
+    "trainer": {"iterations": 2, "lr": 1.0e-3, "tensorboard": False},
+}
+
+
+def _cfg(tmp_path: Path, name: str, **sections) -> Path:
+    data = json.loads(json.dumps(BASE))
+    for k, v in sections.items():
+        data.setdefault(k, {}).update(v)
+    data["run"] = {"name": name, "dir": str(tmp_path / "runs"), "progress": False}
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def _weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(run / "checkpoints" / "last" / "model.safetensors"))
+
+
+def _metrics(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_two_iterations_change_parameters_and_write_metrics(tmp_path, tiny_policy):
+    cfg = _cfg(tmp_path, "a")
+    assert main(["train", "--config", str(cfg)]) == 0
+    run = tmp_path / "runs" / "a"
+    w = _weights(run)
+    init = tiny_policy.model.state_dict()
+    changed = [k for k, v in w.items() if k in init and not torch.equal(v, init[k])]
+    assert changed, "no parameter changed after two iterations"
+    rows = _metrics(run)
+    assert [r["iteration"] for r in rows] == [1, 2]
+    for key in ("rollout/score_mean", "rollout/success_rate", "train/loss", "train/clip_frac", "time/iteration"):
+        assert key in rows[0], key
+    assert (run / "config.yaml").is_file()
+    assert (run / "checkpoints" / "last" / "optimizer.pt").is_file()
+    assert (run / "trajectories" / "iter-00000.jsonl").is_file()
+
+
+def test_resume_reproduces_the_same_next_iteration(tmp_path):
+    full = _cfg(tmp_path, "full")
+    assert main(["train", "--config", str(full)]) == 0
+    part = _cfg(tmp_path, "part", trainer={"iterations": 1})
+    assert main(["train", "--config", str(part)]) == 0
+    assert main(["train", "--config", str(part), "--resume", "trainer.iterations=2"]) == 0
+    a, b = tmp_path / "runs" / "full", tmp_path / "runs" / "part"
+    wa, wb = _weights(a), _weights(b)
+    assert wa.keys() == wb.keys()
+    for k in wa:
+        assert torch.allclose(wa[k], wb[k], atol=1e-6), k
+    ra, rb = _metrics(a)[-1], _metrics(b)[-1]
+    assert ra["iteration"] == rb["iteration"] == 2
+    for k in ("rollout/score_mean", "train/loss", "train/tokens"):
+        assert ra[k] == pytest.approx(rb[k], abs=1e-6), k
+
+
+def test_zero_learning_rate_gives_ratio_one(tmp_path):
+    cfg = _cfg(tmp_path, "lr0", trainer={"iterations": 1, "lr": 0.0, "epochs": 2})
+    assert main(["train", "--config", str(cfg)]) == 0
+    row = _metrics(tmp_path / "runs" / "lr0")[-1]
+    assert row["train/ratio_max"] == pytest.approx(1.0, abs=1e-5)
+    assert row["train/ratio_min"] == pytest.approx(1.0, abs=1e-5)
+    assert row["train/clip_frac"] == 0.0
+
+
+def test_eval_command_on_a_checkpoint(tmp_path, capsys):
+    cfg = _cfg(tmp_path, "ev", trainer={"iterations": 1})
+    assert main(["train", "--config", str(cfg)]) == 0
+    ckpt = tmp_path / "runs" / "ev" / "checkpoints" / "last"
+    out = tmp_path / "eval.json"
+    assert main(["eval", "--checkpoint", str(ckpt), "--episodes", "2", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["split"] == "test" and res["temperature"] == 0.4
+    assert res["overall"]["episodes"] == 2
+    assert "mean score" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("override,message", [
+    ("trainer.iteratons=3", "unknown config key 'trainer.iteratons'"),
+    ("action.mode=greedy", "not a valid choice"),
+    ("rollout.group_size=1", "group_size"),
+    ("env.tasks=[no-such-task]", "unknown tiny task"),
+    ("model.name_or_path=/nonexistent/model", "does not exist"),
+])
+def test_bad_config_fails_before_work_with_a_clear_error(tmp_path, capsys, override, message):
+    cfg = _cfg(tmp_path, "bad")
+    assert main(["train", "--config", str(cfg), override]) == 2
+    err = capsys.readouterr().err
+    assert message in err
+    assert not (tmp_path / "runs" / "bad" / "metrics.jsonl").exists()
+
+
+def test_missing_config_file(tmp_path, capsys):
+    assert main(["train", "--config", str(tmp_path / "nope.yaml")]) == 2
+    assert "does not exist" in capsys.readouterr().err
