@@ -138,28 +138,34 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from empo2.memory.store import SqliteMemoryStore
+    from empo2.memory.store import MemoryStore
 
     path = Path(args.run) / "memory.sqlite"
     if not path.is_file():
         print(f"error: {path} does not exist (was the run trained with empo2.p > 0?)", file=sys.stderr)
         return 2
-    store = SqliteMemoryStore(path, read_only=True)
+    store = MemoryStore(path, readonly=True)
     try:
         entries = store.entries(None)
     finally:
         store.close()
     if args.task:
         entries = [e for e in entries if args.task in e.bucket]
-    entries.sort(key=lambda e: (-e.score, -e.seq))
+    # per-step entries of one episode share their tip: show each (bucket, tip) once, best score
+    best: dict[tuple[str, str], Any] = {}
+    for e in entries:
+        k = (e.bucket, e.tip)
+        if k not in best or (e.score, e.seq) > (best[k].score, best[k].seq):
+            best[k] = e
+    entries = sorted(best.values(), key=lambda e: (-e.score, -e.seq))
     if args.top:
         entries = entries[:args.top]
     console = Console()
     t = Table(title=f"memory of {args.run}: {len(entries)} entries shown")
-    for c in ("bucket", "score", "iter", "step", "tip"):
+    for c in ("bucket", "score", "iter", "tip"):
         t.add_column(c, overflow="fold")
     for e in entries:
-        t.add_row(e.bucket, f"{e.score:.1f}", str(e.iteration), str(e.step), e.tip)
+        t.add_row(e.bucket, f"{e.score:.1f}", str(e.iteration), e.tip)
     console.print(t)
     return 0
 
@@ -226,11 +232,26 @@ def main(argv: list[str] | None = None) -> int:
     from empo2.policy.loading import ModelNotFoundError
     from empo2.trainer.checkpoint import CheckpointError
 
+    user_errors: tuple[type[BaseException], ...] = (
+        ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError, FileNotFoundError)
+    try:
+        from empo2.memory.embedder import EmbedderUnavailableError
+        from empo2.memory.store import MemoryStoreError
+
+        user_errors += (MemoryStoreError, EmbedderUnavailableError)
+    except ImportError:
+        pass
+    try:
+        from empo2.envs.webshop.data import DataFileError
+
+        user_errors += (DataFileError,)
+    except ImportError:
+        pass
     args = build_parser().parse_args(argv)
     _setup_logging(args.verbose)
     try:
         return int(args.fn(args) or 0)
-    except (ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError) as e:
+    except user_errors as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -124,7 +124,10 @@ class MemoryConfig:
         "state text that is embedded: the whole chat (authors; MiniLM truncates at 256 word pieces) or the recent turns", default="full_history")
     recent_turns: int = doc("turns in the key text when key_text=recent_window", default=2)
     entry_text: Literal["per_step", "per_episode"] = doc("authors' one entry per step, or one per episode", default="per_step")
-    threshold: float = doc("τ: retrieve entries with cosine ≥ τ", default=0.5)
+    threshold: float = doc("τ: retrieve entries whose cosine passes τ (see compare)", default=0.5)
+    compare: Literal["ge", "gt"] = doc("cosine ≥ τ (ours) or > τ (authors' code)", default="ge")
+    ties: Literal["newer_first", "older_first"] = doc(
+        "order of equal-score tips: newer first (ours) or insertion order (authors' stable sort)", default="newer_first")
     top_k: int = doc("k: at most this many tips per step", default=10)
     capacity: int = doc("entries per bucket; the oldest are evicted (FIFO)", default=1000)
     max_tip_tokens: int = doc("token budget of the tip block of one step (longer blocks are cut, counted)", default=512)
@@ -145,7 +148,7 @@ class IntrinsicConfig:
     enabled: bool = doc("compute r_int = 1/n", default=True)
     count: Literal["similar_states", "retrieved"] = doc(
         "n = similar past states + 1 (paper) or retrieved tips + 1 (authors' code)", default="similar_states")
-    threshold: float = doc("τ_novelty: cosine above which two states count as the same", default=0.9)
+    threshold: float = doc("τ_novelty: two states count as the same when their cosine is ≥ this", default=0.9)
     coef: float = doc("λ_int", default=0.1)
     in_advantage: bool = doc("add λ_int·Σ r_int to the return used for the advantage (authors' code: False)", default=False)
 

@@ -177,6 +177,9 @@ class Trainer:
             set_rng_state(extra["rng"])
             if self.hooks is not None:
                 self.hooks.load_state(extra.get("tensors") or {})
+                dropped = self.hooks.truncate_after(self.start_iteration - 1)
+                if dropped:
+                    log.info("resume: dropped %d memory entries written after the checkpoint", dropped)
         self.train_variations = {
             t: [v for v in self.setup.family.variations(t, cfg.env.train_split)
                 if not cfg.env.variations or v in cfg.env.variations]

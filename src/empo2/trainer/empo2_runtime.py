@@ -1,0 +1,189 @@
+"""EMPO² at run time (spec §3–5): retrieval into prompts, novelty, tip writing, memory entries.
+
+One object per run, plugged into the rollout engine as its ``StepHook`` and called by the
+trainer after each rollout:
+
+* ``before_turn`` (every turn, all live episodes at once): embed each episode's current state
+  text (``empo2.memory.key_text``: the chat so far without tips, plus the new observation), retrieve
+  up to k tips of the episode's bucket (task + variation) for memory-augmented rollouts, and compute
+  the intrinsic reward r_int = 1/n (n = similar states seen before + 1, or the authors' retrieved + 1).
+* ``after_rollout``: the current policy writes one tip per finished episode (batched, no gradient;
+  the tip tokens never enter the update), cleaned to one sentence; the episode's entries (one per
+  step with the authors' wording, or one per episode) are added to the SQLite memory of the run.
+
+The memory persists in ``<run>/memory.sqlite`` so a resumed run continues with the same memory; the
+novelty counter's state is saved in checkpoints.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from empo2.memory.embedder import load_embedder
+from empo2.memory.novelty import NoveltyCounter, intrinsic_from_retrieved
+from empo2.memory.store import MemoryStore, build_entries, open_run_memory
+from empo2.memory.text import TIP_INSTRUCTION, clean_tip, key_text
+from empo2.policy.sampling import row_generator, sample
+from empo2.records import Mode, Trajectory
+from empo2.rollout.engine import EpisodeState
+
+log = logging.getLogger(__name__)
+
+
+class Empo2Runtime:
+    """Memory, retrieval, novelty and tips of one run.
+
+    Args:
+        cfg: the run ``Config``.
+        setup: the run ``Setup`` (model, chat format, engine).
+        run_dir: folder holding ``memory.sqlite``.
+        read_only: open the memory without writing (evaluation/adaptation with another run's memory).
+
+    Raises:
+        EmbedderUnavailableError: the embedder cannot be loaded (message names the package).
+        MemoryStoreError: a corrupt or mismatched memory file (message names the file).
+    """
+
+    def __init__(self, cfg: Any, setup: Any, run_dir: Path, read_only: bool = False):
+        self.cfg = cfg
+        self.setup = setup
+        self.mcfg = cfg.empo2.memory
+        self.icfg = cfg.empo2.intrinsic
+        self.embedder = load_embedder(self.mcfg.embedder)
+        path = Path(run_dir) / "memory.sqlite"
+        if read_only:
+            if not path.is_file():
+                raise FileNotFoundError(f"{path} does not exist: that run has no memory (was empo2.p > 0?)")
+            self.store: MemoryStore = MemoryStore(path, readonly=True)
+        else:
+            self.store = open_run_memory(run_dir, self.embedder.dim, self.embedder.name, self.mcfg.capacity)
+        self.read_only = read_only
+        self.novelty = NoveltyCounter(self.icfg.threshold)
+        self._reset_counters()
+
+    def _reset_counters(self) -> None:
+        self.c = {"queries": 0, "hits": 0, "tips_shown": 0, "intrinsic_sum": 0.0, "intrinsic_n": 0}
+
+    # ------------------------------------------------------------------ StepHook
+    def step_hook(self) -> "Empo2Runtime":
+        """This object as the engine's ``StepHook``."""
+        self._reset_counters()
+        return self
+
+    def _state_text(self, st: EpisodeState) -> str:
+        msgs = list(st.chat.messages) + [("user", st.observation)]
+        return key_text(msgs, self.mcfg.key_text, self.mcfg.recent_turns)
+
+    def before_turn(self, states: list[EpisodeState]) -> None:
+        """Set ``state.tips`` and ``state.intrinsic`` for every live episode (batched embedding)."""
+        if not states:
+            return
+        embs = self.embedder.encode([self._state_text(st) for st in states])
+        for st, e in zip(states, embs):
+            st.tips = []
+            bucket = st.spec.task.bucket
+            n_retrieved = 0
+            if st.spec.mode is not Mode.PLAIN:
+                hits = self.store.query(bucket, e, self.mcfg.threshold, self.mcfg.top_k,
+                                        compare=self.mcfg.compare, ties=self.mcfg.ties)
+                st.tips = [h.text for h in hits]
+                n_retrieved = len(hits)
+                self.c["queries"] += 1
+                self.c["hits"] += int(n_retrieved > 0)
+                self.c["tips_shown"] += n_retrieved
+            st.info.setdefault("state_embedding", e)
+            st.info["last_embedding"] = e
+        if self.icfg.enabled:
+            if self.icfg.count == "similar_states":
+                r = self.novelty.observe_batch([st.spec.task.bucket for st in states], embs)
+                for st, ri in zip(states, r):
+                    st.intrinsic = float(ri)
+            else:  # authors: 1/(retrieved + 1) in tip modes, 0 in plain mode
+                for st in states:
+                    st.intrinsic = (intrinsic_from_retrieved(len(st.tips)) if st.spec.mode is not Mode.PLAIN else 0.0)
+            for st in states:
+                self.c["intrinsic_sum"] += st.intrinsic
+                self.c["intrinsic_n"] += 1
+
+    # ------------------------------------------------------------------ tips + memory
+    def _writes(self, t: Trajectory) -> bool:
+        if t.crashed or t.num_steps == 0:
+            return False
+        w = self.cfg.empo2.write_memory
+        return w == "always" or (w == "memory_modes" and t.mode is not Mode.PLAIN)
+
+    def write_tips(self, trajs: list[Trajectory], iteration: int) -> dict[str, float]:
+        """Sample one tip per finished trajectory (batched, no gradient) and store its entries."""
+        todo = [t for t in trajs if self._writes(t)]
+        out = {"memory/tips_written": 0.0, "memory/tips_malformed": 0.0, "memory/entries_added": 0.0}
+        if not todo or self.read_only:
+            return out
+        fmt = self.setup.fmt
+        tcfg = self.cfg.empo2.tips
+        prompts = []
+        for t in todo:
+            ids = t.token_ids(with_tips=True)
+            ids += fmt.open("user") + fmt.encode(TIP_INSTRUCTION) + fmt.close("user") + fmt.open("assistant")
+            budget = self.cfg.model.max_context - tcfg.max_new_tokens
+            prompts.append(ids[-budget:] if len(ids) > budget else ids)
+        gens = sample(self.setup.policy.model, prompts, max_new_tokens=tcfg.max_new_tokens,
+                      temperature=tcfg.temperature, eos_ids=fmt.eos_ids, newline_ids=fmt.newline_ids,
+                      stop_at_newline=True,
+                      generators=[row_generator(self.cfg.run.seed, iteration, t.task_index, t.rollout, 99991) for t in todo],
+                      pad_id=int(fmt.tokenizer.pad_token_id or 0))
+        words = []
+        finals = [" ".join(f"{r}: {c}" for r, c in t.info.get("messages", [])) for t in todo]
+        keys = self.embedder.encode([key_text(list(t.info.get("messages", [])), self.mcfg.key_text,
+                                              self.mcfg.recent_turns) for t in todo])
+        for t, g, key, final in zip(todo, gens, keys, finals):
+            tip = clean_tip(fmt.decode(g.ids))
+            if tip is None:
+                out["memory/tips_malformed"] += 1
+                continue
+            t.tip = tip
+            out["memory/tips_written"] += 1
+            words.append(len(tip.split()))
+            entries = build_entries(t.task.bucket, key, final[:2000], tip, max(t.final_score, 0.0) if
+                                    self.cfg.env.scienceworld.failure == "zero" else t.final_score,
+                                    iteration, [s.action for s in t.steps], self.mcfg.entry_text)
+            out["memory/entries_added"] += self.store.add(entries)
+        if words:
+            out["memory/tip_words_mean"] = float(np.mean(words))
+        return out
+
+    def after_rollout(self, trajs: list[Trajectory], iteration: int) -> dict[str, float]:
+        """Write tips/entries; return the ``memory/…`` metrics of this iteration."""
+        m = self.write_tips(trajs, iteration)
+        q = self.c["queries"]
+        m["memory/retrieval_hit_rate"] = self.c["hits"] / q if q else 0.0
+        m["memory/tips_per_step"] = self.c["tips_shown"] / q if q else 0.0
+        m["memory/intrinsic_mean"] = self.c["intrinsic_sum"] / self.c["intrinsic_n"] if self.c["intrinsic_n"] else 0.0
+        truncated = [x for t in trajs for x in t.info.get("tips_truncated", [])]
+        m["memory/tips_truncated"] = float(sum(truncated))
+        snap = self.store.snapshot()
+        m["memory/size"] = float(snap["entries"])
+        m["memory/buckets"] = float(len(snap["buckets"]))
+        for b, n in sorted(snap["buckets"].items())[:50]:
+            m[f"memory/size/{b}"] = float(n)
+        self._reset_counters()
+        return m
+
+    # ------------------------------------------------------------------ checkpointing
+    def state(self) -> dict[str, Any]:
+        """Novelty-counter state for the checkpoint (the memory itself lives in SQLite)."""
+        return {"novelty": self.novelty.state_dict()}
+
+    def load_state(self, tensors: dict[str, Any]) -> None:
+        if tensors and "novelty" in tensors:
+            self.novelty.load_state_dict(tensors["novelty"])
+
+    def truncate_after(self, iteration: int) -> int:
+        """Drop entries written after ``iteration`` (resuming from an older checkpoint)."""
+        return self.store.truncate(iteration) if not self.read_only else 0
+
+    def close(self) -> None:
+        self.store.close()

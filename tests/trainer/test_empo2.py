@@ -1,0 +1,144 @@
+"""EMPO² through the real loop on the tiny env: tips, memory, both update modes, resume, bad memory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from empo2.cli import main
+from empo2.config import load_config
+from empo2.envs.base import TaskSpec
+from empo2.envs.tiny.env import TinyFamily
+from empo2.policy.logprobs import target_logprobs
+from empo2.records import Mode, SegmentKind
+from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
+from empo2.rollout.pool import EnvPool
+from empo2.trainer.batch import build_sample
+
+BASE = {
+    "model": {"name_or_path": "tiny-random"},
+    "env": {"name": "tiny", "tasks": ["fetch-key"], "max_turns": 4, "num_workers": 4, "variations": [0]},
+    "action": {"mode": "constrained", "max_new_tokens": 6},
+    "rollout": {"tasks_per_iteration": 1, "group_size": 4},
+    "empo2": {"p": 1.0, "q": 0.5, "mode_granularity": "rollout", "memory": {"embedder": "hashing", "threshold": 0.0},
+              "tips": {"max_new_tokens": 10}},
+    "eval": {"episodes": 2, "before_after": False},
+    "trainer": {"iterations": 2, "lr": 0.0, "tensorboard": False},
+}
+
+
+def _cfg(tmp_path: Path, name: str, **sections) -> Path:
+    data = json.loads(json.dumps(BASE))
+    for k, v in sections.items():
+        for kk, vv in v.items():
+            data.setdefault(k, {})[kk] = vv
+    data["run"] = {"name": name, "dir": str(tmp_path / "runs"), "progress": False, "seed": 1}
+    p = tmp_path / f"{name}.yaml"
+    p.write_text(yaml.safe_dump(data))
+    return p
+
+
+def _rows(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_two_iterations_exercise_both_update_modes(tmp_path):
+    cfg = _cfg(tmp_path, "e")
+    assert main(["train", "--config", str(cfg)]) == 0
+    run = tmp_path / "runs" / "e"
+    rows = _rows(run)
+    assert rows[0]["memory/tips_written"] + rows[0]["memory/tips_malformed"] == 4
+    assert rows[0]["memory/size"] > 0
+    # iteration 2 retrieves iteration 1's tips (same bucket, τ = 0)
+    assert rows[1]["memory/retrieval_hit_rate"] > 0
+    assert rows[1]["memory/tips_per_step"] > 0
+    modes = {k for r in rows for k in r if k.startswith("rollout/mode/") and r[k]}
+    assert {"rollout/mode/off_policy", "rollout/mode/on_policy_tips"} <= modes
+    r2 = rows[1]
+    # lr = 0: on-policy ratios are exactly 1; off-policy ratios compare tip-free current to tipped behaviour
+    if r2.get("train/n_tokens/on"):
+        assert r2["train/ratio_max/on"] == pytest.approx(1.0, abs=1e-5)
+        assert r2["train/ratio_min/on"] == pytest.approx(1.0, abs=1e-5)
+    assert r2["train/n_tokens/off"] > 0
+    assert abs(r2["train/ratio_mean/off"] - 1.0) > 1e-4
+    for key in ("memory/intrinsic_mean", "train/clip_frac/off", "memory/tip_words_mean"):
+        assert any(key in r for r in rows), key
+    # tips are readable through the CLI
+    assert main(["memory", "show", str(run), "--top", "3"]) == 0
+    # trajectories record the tips shown at each step
+    lines = (run / "trajectories" / "iter-00001.jsonl").read_text().splitlines()
+    assert any(s["tips"] for line in lines for s in json.loads(line)["steps"])
+
+
+def test_off_policy_ratio_matches_a_direct_computation(tiny_policy, chat_format):
+    """Off-policy sample: ids without tips, behaviour log-probs from the tipped context."""
+
+    class Hook:
+        def before_turn(self, states):
+            for st in states:
+                st.tips = ["go east until you see the key, then take key"]
+
+    fam = TinyFamily()
+    with EnvPool(fam, 1) as pool:
+        eng = RolloutEngine(tiny_policy.model, chat_format, fam, pool)
+        (t,) = eng.run([EpisodeSpec(TaskSpec("tiny", "fetch-key", 0), 0, 0, 0, Mode.OFF_TIPS)],
+                       RolloutSettings(temperature=1.0, max_new_tokens=6, max_turns=3, action_mode="free",
+                                       correction="none", seed=0), hook=Hook())
+    assert any(s.kind is SegmentKind.TIP for s in t.segments)
+    smp = build_sample(t, [1.0] * t.num_steps, 0, 0, 4096)
+    assert smp.off_policy and smp.ids == t.token_ids(with_tips=False)
+    ids = torch.tensor([smp.ids])
+    cols = torch.tensor(smp.cols)
+    with torch.no_grad():
+        cur, _ = target_logprobs(tiny_policy.model, ids, torch.ones_like(ids), torch.zeros_like(cols), cols, temperature=1.0)
+        full = torch.tensor([t.token_ids(with_tips=True)])
+        # behaviour = the same tokens in the tipped sequence
+        tip_cols, pos = [], 0
+        for seg in t.segments:
+            if seg.kind is SegmentKind.ACTION:
+                tip_cols.extend(range(pos, pos + len(seg.ids)))
+            pos += len(seg.ids)
+        tc = torch.tensor(tip_cols)
+        beh, _ = target_logprobs(tiny_policy.model, full, torch.ones_like(full), torch.zeros_like(tc), tc, temperature=1.0)
+    assert torch.allclose(beh, torch.tensor(smp.logp_behavior), atol=1e-4)
+    assert not torch.allclose(cur, beh, atol=1e-4)  # the tips changed the context
+
+
+def test_resume_keeps_the_memory(tmp_path):
+    part = _cfg(tmp_path, "r", trainer={"iterations": 1})
+    assert main(["train", "--config", str(part)]) == 0
+    run = tmp_path / "runs" / "r"
+    size1 = _rows(run)[-1]["memory/size"]
+    assert main(["train", "--config", str(part), "--resume", "trainer.iterations=2"]) == 0
+    rows = _rows(run)
+    assert rows[-1]["iteration"] == 2
+    assert rows[-1]["memory/retrieval_hit_rate"] > 0  # the resumed run sees iteration 1's tips
+    assert rows[-1]["memory/size"] >= size1
+
+
+def test_corrupt_memory_file_gives_a_clear_error_and_is_not_overwritten(tmp_path, capsys):
+    part = _cfg(tmp_path, "c", trainer={"iterations": 1})
+    assert main(["train", "--config", str(part)]) == 0
+    mem = tmp_path / "runs" / "c" / "memory.sqlite"
+    for extra in ("-wal", "-shm"):
+        Path(str(mem) + extra).unlink(missing_ok=True)
+    mem.write_bytes(b"this is not a database" * 100)
+    before = mem.read_bytes()
+    assert main(["train", "--config", str(part), "--resume", "trainer.iterations=2"]) == 2
+    assert "memory.sqlite" in capsys.readouterr().err
+    assert mem.read_bytes() == before
+
+
+def test_grpo_config_is_empo2_config_with_p_zero():
+    root = Path(__file__).resolve().parents[2] / "configs"
+    a = yaml.safe_load((root / "sciworld_empo2.yaml").read_text())
+    b = yaml.safe_load((root / "sciworld_grpo.yaml").read_text())
+    a["empo2"]["p"] = 0.0
+    a["run"]["name"] = b["run"]["name"]
+    assert a == b
+    for name in ("sciworld_empo2.yaml", "sciworld_grpo.yaml", "sciworld_empo2_cpu.yaml", "sciworld_grpo_cpu.yaml"):
+        load_config(root / name)
