@@ -109,6 +109,54 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_adapt(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from empo2.config import Config
+    from empo2.configschema import from_dict, parse_overrides, set_dotted
+    from empo2.trainer.adapt import adapt, write_adapt
+    from empo2.trainer.checkpoint import checkpoint_config, load_state
+    from empo2.trainer.empo2_runtime import Empo2Runtime
+    from empo2.trainer.loop import build_setup
+
+    ckpt = Path(args.checkpoint)
+    load_state(ckpt)
+    data = checkpoint_config(ckpt)
+    data.setdefault("env", {})["tasks"] = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    data["env"]["variations"] = []
+    for k, v in parse_overrides(args.overrides):
+        set_dotted(data, k, v)
+    cfg: Config = from_dict(Config, data)
+    out_dir = Path(args.out) if args.out else ckpt.resolve().parent.parent / f"adapt-{'_'.join(cfg.env.tasks)}"
+    if (out_dir / "memory.sqlite").exists() and not args.keep_memory:
+        raise FileExistsError(f"{out_dir}/memory.sqlite exists; pass --keep-memory to continue it or --out NEW_DIR")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    episodes = args.episodes or cfg.eval.episodes
+    temperature = args.temperature if args.temperature is not None else cfg.eval.temperature
+    setup = build_setup(cfg, weights_dir=ckpt.resolve(), pool_size=min(cfg.env.num_workers, episodes))
+    console = Console()
+    runtime = Empo2Runtime(cfg, setup, out_dir)
+    try:
+        res = adapt(setup, runtime, args.trials, args.split, episodes, temperature,
+                    on_trial=lambda k, s: console.print(
+                        f"trial {k}/{args.trials}: score {s.score:.1f}  success {s.success_rate:.2f}  steps {s.steps:.1f}"))
+    finally:
+        runtime.close()
+        setup.close()
+    write_adapt(res, out_dir / "adapt.json")
+    t = Table(title=f"empo2 adapt {ckpt} on {', '.join(cfg.env.tasks)} ({args.split} variations, frozen weights, memory on)")
+    for c in ("trial", "episodes", "score [95% CI]", "success rate [95% CI]"):
+        t.add_column(c)
+    for k, s in enumerate(res.trials, 1):
+        t.add_row(str(k), str(s.episodes), f"{s.score:.1f} [{s.score_ci[0]:.1f}, {s.score_ci[1]:.1f}]",
+                  f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]")
+    console.print(t)
+    console.print(f"improvement trial 1 → {args.trials}: {res.improvement_pct():+.1f}%  "
+                  f"(weights unchanged: {res.weights_sha256_before == res.weights_sha256_after})  → {out_dir / 'adapt.json'}")
+    return 0
+
+
 def cmd_envs(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
@@ -200,6 +248,18 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("overrides", nargs="*", help="key=value overrides of the checkpoint's config")
     e.set_defaults(fn=cmd_eval)
 
+    a = sub.add_parser("adapt", help="adapt a trained policy to new tasks through memory only (frozen weights)")
+    a.add_argument("--checkpoint", required=True)
+    a.add_argument("--tasks", required=True, help="comma-separated task names or ids, e.g. 3-2,4-1")
+    a.add_argument("--trials", type=int, default=3)
+    a.add_argument("--split", choices=["train", "dev", "test"], default="test")
+    a.add_argument("--episodes", type=int, default=None, help="episodes per trial (default eval.episodes)")
+    a.add_argument("--temperature", type=float, default=None)
+    a.add_argument("--out", default=None, help="folder for the adaptation memory and adapt.json")
+    a.add_argument("--keep-memory", action="store_true", help="continue an existing adaptation memory")
+    a.add_argument("overrides", nargs="*", help="key=value overrides (e.g. empo2.memory.embedder=hashing)")
+    a.set_defaults(fn=cmd_adapt)
+
     v = sub.add_parser("envs", help="list environments and tasks")
     v.add_argument("env", nargs="?", default=None)
     v.set_defaults(fn=cmd_envs)
@@ -233,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     from empo2.trainer.checkpoint import CheckpointError
 
     user_errors: tuple[type[BaseException], ...] = (
-        ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError, FileNotFoundError)
+        ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError, FileNotFoundError, FileExistsError)
     try:
         from empo2.memory.embedder import EmbedderUnavailableError
         from empo2.memory.store import MemoryStoreError

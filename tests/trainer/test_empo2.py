@@ -133,12 +133,20 @@ def test_corrupt_memory_file_gives_a_clear_error_and_is_not_overwritten(tmp_path
     assert mem.read_bytes() == before
 
 
-def test_grpo_config_is_empo2_config_with_p_zero():
+@pytest.mark.parametrize("env,suffix", [("sciworld", ""), ("sciworld", "_cpu"), ("webshop", ""), ("webshop", "_cpu")])
+def test_grpo_config_is_empo2_config_with_p_zero(env, suffix):
     root = Path(__file__).resolve().parents[2] / "configs"
-    a = yaml.safe_load((root / "sciworld_empo2.yaml").read_text())
-    b = yaml.safe_load((root / "sciworld_grpo.yaml").read_text())
+    a = yaml.safe_load((root / f"{env}_empo2{suffix}.yaml").read_text())
+    b = yaml.safe_load((root / f"{env}_grpo{suffix}.yaml").read_text())
+    assert a["empo2"]["p"] > 0 and b["empo2"]["p"] == 0
     a["empo2"]["p"] = 0.0
     a["run"]["name"] = b["run"]["name"]
     assert a == b
-    for name in ("sciworld_empo2.yaml", "sciworld_grpo.yaml", "sciworld_empo2_cpu.yaml", "sciworld_grpo_cpu.yaml"):
+
+
+def test_every_shipped_config_loads():
+    root = Path(__file__).resolve().parents[2] / "configs"
+    names = sorted(p.name for p in root.glob("*.yaml"))
+    assert "quickstart.yaml" in names and len(names) >= 10
+    for name in names:
         load_config(root / name)
