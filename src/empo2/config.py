@@ -186,7 +186,8 @@ class EvalConfig:
 class TrainerConfig:
     """The training loop (``trainer``)."""
 
-    iterations: int = doc("training iterations", default=4)
+    iterations: int = doc("training iterations (0 = evaluate the base model only)", default=4)
+    update: bool = doc("take policy-gradient steps (False = memory-only, Reflexion-style baseline: frozen weights)", default=True)
     lr: float = doc("AdamW learning rate", default=1e-6)
     weight_decay: float = doc("AdamW weight decay", default=0.0)
     grad_clip: float = doc("global gradient-norm clip (0 = off)", default=1.0)

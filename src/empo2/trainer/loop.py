@@ -243,8 +243,11 @@ class Trainer:
             samples.append(build_sample(t, a, i, seq_off, c.model.max_context))
             seq_off += t.num_steps
         t0 = time.perf_counter()
-        with self.progress.task(f"iteration {it + 1}/{c.trainer.iterations}: update", total=None):
-            train = self.learner.update(samples)
+        if c.trainer.update:
+            with self.progress.task(f"iteration {it + 1}/{c.trainer.iterations}: update", total=None):
+                train = self.learner.update(samples)
+        else:  # memory-only baseline: weights stay frozen
+            train = {"train/skipped": 1.0}
         timings["time/update"] = time.perf_counter() - t0
         train["train/cut_steps"] = float(sum(s.cut_steps for s in samples))
         metrics.update(rollout_metrics(trajs))
@@ -286,8 +289,11 @@ class Trainer:
         c = self.cfg
         out: dict[str, Any] = {"before": None, "after": None, "metrics": []}
         try:
-            if c.eval.before_after and self.start_iteration == 0 and c.trainer.iterations > 0:
+            if c.eval.before_after and self.start_iteration == 0:
                 out["before"] = self.run_eval("before", 0)
+                if c.trainer.iterations == 0:  # base-model baseline: "after" = "before"
+                    out["after"] = out["before"]
+                    write_eval(out["after"], self.run_dir / "eval_after.json")
             for it in range(self.start_iteration, c.trainer.iterations):
                 m = self.iteration(it)
                 if c.eval.every and (it + 1) % c.eval.every == 0 and it + 1 < c.trainer.iterations:
