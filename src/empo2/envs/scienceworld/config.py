@@ -21,7 +21,15 @@ class SciWorldConfig:
         "how a failed episode (score −100) enters the return: 'zero' clamps the normalised return to 0,"
         " 'keep' keeps −1 (authors' code)", default="zero")
     thin_step: bool = doc("skip rebuilding the full valid-action list on every step (4–8× faster)", default=True)
+    deterministic: bool = doc(
+        "run the JVM with constant identity hash codes (-XX:hashCode=2) so episodes repeat exactly; the"
+        " stock JVM varies object order, electrical timing and temperatures between episodes", default=True)
+    call_timeout_s: float = doc(
+        "longest a single simulator call may take before the JVM counts as hung (EnvError); 0 = no limit",
+        default=300.0)
 
     def __post_init__(self) -> None:
         if self.env_step_limit <= 0:
             raise ConfigError("env.scienceworld.env_step_limit must be > 0")
+        if self.call_timeout_s < 0:
+            raise ConfigError("env.scienceworld.call_timeout_s must be >= 0 (0 = no limit)")

@@ -1,0 +1,270 @@
+"""The 30 ScienceWorld tasks: names, standard ids, and train/dev/test variation splits.
+
+* Names and standard ids come from ``scienceworld/tasks.json`` inside the installed package
+  (the file ``scienceworld.constants`` reads), so they always match the simulator.
+* A task can be named by its canonical name (``power-component``), its standard id (``3-1``),
+  its paper name (``Electricity Create a circuit``) or a legacy ``task-3-power-component`` name
+  (the ``task-<n>-`` prefix is dropped, as ``scienceworld.utils.infer_task`` does). Matching
+  ignores case, and ``_``/spaces count as ``-``.
+* ``agl_index`` is the position in the alphabetical name list, the ``task_num`` of agl-envs and
+  the EMPO² recipe (power-component = 25; spec §1.6).
+* Variation splits come from the simulator's ``get_variations_train/dev/test`` (spec §1.5). They
+  need a JVM, so they are cached in ``variations.json`` next to this file; regenerate it with
+  ``python -m empo2.envs.scienceworld.tasks --regenerate`` (about 30 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import functools
+import importlib.metadata
+import importlib.resources
+import json
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from empo2.envs.base import TaskInfo, UnknownTaskError
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("train", "dev", "test")
+VARIATIONS_PATH = Path(__file__).with_name("variations.json")
+_LEGACY_PREFIX = re.compile(r"^task-[0-9ab]+-")
+
+
+@dataclass(frozen=True)
+class SciTask:
+    """One ScienceWorld task.
+
+    Attributes:
+        name: canonical name, e.g. ``"power-component"`` (what the simulator's ``load`` takes).
+        id: standard id, e.g. ``"3-1"``.
+        topic: topic from ``tasks.json``, e.g. ``"Electricity"``.
+        title: title from ``tasks.json``, e.g. ``"Create a circuit"``.
+        agl_index: position in the alphabetical name list (agl-envs / EMPO² ``task_num``).
+    """
+
+    name: str
+    id: str
+    topic: str
+    title: str
+    agl_index: int
+
+    @property
+    def paper_name(self) -> str:
+        """``"<topic> <title>"``, the name ``scienceworld.constants.NAME2ID`` accepts."""
+        return f"{self.topic} {self.title}"
+
+    @property
+    def legacy_name(self) -> str:
+        """``"task-<topic number>-<name>"``, e.g. ``"task-3-power-component"``."""
+        return f"task-{self.id.split('-')[0]}-{self.name}"
+
+
+def _norm(text: str) -> str:
+    """Case-folded key with ``_`` and whitespace runs turned into ``-``."""
+    return re.sub(r"[\s_]+", "-", text.strip().lower()).replace("mendellian", "mendelian")
+
+
+@functools.cache
+def all_tasks() -> tuple[SciTask, ...]:
+    """All tasks in standard-id order (1-1, 1-2, …, 10-2).
+
+    Source: ``scienceworld/tasks.json`` of the installed package.
+    """
+    raw = json.loads(importlib.resources.files("scienceworld").joinpath("tasks.json").read_text())
+    alpha = sorted(row["task_name"] for row in raw)
+    tasks = [SciTask(name=row["task_name"], id=row["task_id"], topic=row["topic"], title=row["task"],
+                     agl_index=alpha.index(row["task_name"])) for row in raw]
+    return tuple(sorted(tasks, key=lambda t: tuple(int(p) for p in t.id.split("-"))))
+
+
+@functools.cache
+def _aliases() -> dict[str, str]:
+    """Normalised alias → canonical name, for every accepted spelling."""
+    out: dict[str, str] = {}
+    for t in all_tasks():
+        for alias in (t.name, t.id, t.paper_name, t.legacy_name):
+            out[_norm(alias)] = t.name
+    return out
+
+
+def resolve_task(name_or_id: str) -> str:
+    """The canonical task name for a name, standard id, paper name or ``task-N-`` name.
+
+    Args:
+        name_or_id: e.g. ``"power-component"``, ``"3-1"``, ``"Power_Component"``,
+            ``"task-3-power-component"``.
+
+    Returns:
+        The canonical name, e.g. ``"power-component"``.
+
+    Raises:
+        UnknownTaskError: no task matches; the message lists close matches (difflib).
+    """
+    aliases = _aliases()
+    key = _norm(str(name_or_id))
+    if key in aliases:
+        return aliases[key]
+    stripped = _LEGACY_PREFIX.sub("", key)
+    if stripped in aliases:
+        return aliases[stripped]
+    by_id = {t.name: t.id for t in all_tasks()}
+    close = difflib.get_close_matches(stripped, list(aliases), n=8, cutoff=0.6)
+    names = list(dict.fromkeys(aliases[c] for c in close))[:4]
+    hint = (" Did you mean " + ", ".join(f"{n!r} ({by_id[n]})" for n in names) + "?") if names else ""
+    raise UnknownTaskError(
+        f"unknown ScienceWorld task {name_or_id!r}.{hint} Tasks are named like 'power-component' or by"
+        f" standard id like '3-1' ({len(by_id)} tasks; list them with `empo2 envs`).")
+
+
+def get_task(name_or_id: str) -> SciTask:
+    """The ``SciTask`` for any accepted spelling (see ``resolve_task``; same errors)."""
+    name = resolve_task(name_or_id)
+    return next(t for t in all_tasks() if t.name == name)
+
+
+# ------------------------------------------------------------------------------------------
+# Variation splits (cached from the simulator)
+
+
+def _to_runs(indices: list[int]) -> list[list[int]]:
+    """Sorted ints → ``[[start, stop), …]`` runs (the splits are contiguous, so one run each)."""
+    runs: list[list[int]] = []
+    for i in sorted(indices):
+        if runs and runs[-1][1] == i:
+            runs[-1][1] = i + 1
+        else:
+            runs.append([i, i + 1])
+    return runs
+
+
+def _from_runs(runs: list[list[int]]) -> list[int]:
+    return [i for start, stop in runs for i in range(start, stop)]
+
+
+@functools.cache
+def _variation_table(path: str) -> dict[str, Any]:
+    data = json.loads(Path(path).read_text())
+    installed = _installed_version()
+    if data.get("scienceworld_version") != installed:
+        logger.warning("%s was generated with scienceworld %s but %s is installed; regenerate it with"
+                       " `python -m empo2.envs.scienceworld.tasks --regenerate`",
+                       path, data.get("scienceworld_version"), installed)
+    return data
+
+
+def _installed_version() -> str:
+    try:
+        return importlib.metadata.version("scienceworld")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+        return "unknown"
+
+
+def variations(task: str, split: str) -> list[int]:
+    """Variation indices of ``task`` in ``split``, as the simulator defines them.
+
+    Args:
+        task: any accepted task spelling (see ``resolve_task``).
+        split: ``"train"``, ``"dev"`` or ``"test"``.
+
+    Returns:
+        Sorted variation indices (contiguous; train first, then dev, then test).
+
+    Raises:
+        UnknownTaskError: unknown task. ValueError: unknown split.
+
+    Source: ``variations.json`` (cached ``get_variations_train/dev/test``).
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose one of {list(SPLITS)}")
+    name = resolve_task(task)
+    return _from_runs(_variation_table(str(VARIATIONS_PATH))["tasks"][name][split])
+
+
+def num_variations(task: str) -> int:
+    """``get_max_variations(task)``: number of variations (train + dev + test)."""
+    return int(_variation_table(str(VARIATIONS_PATH))["tasks"][resolve_task(task)]["max_variations"])
+
+
+def task_infos() -> list[TaskInfo]:
+    """One ``TaskInfo`` row per task (standard-id order), with split sizes."""
+    return [TaskInfo(env="scienceworld", name=t.name, id=t.id, n_train=len(variations(t.name, "train")),
+                     n_dev=len(variations(t.name, "dev")), n_test=len(variations(t.name, "test")))
+            for t in all_tasks()]
+
+
+def query_variation_table(env: Any) -> dict[str, Any]:
+    """Ask a running simulator for every task's splits (the content of ``variations.json``).
+
+    Args:
+        env: a ``SciWorldEnv`` (its underlying ``ScienceWorldEnv`` is used).
+
+    Returns:
+        ``{"scienceworld_version", "source", "tasks": {name: {"max_variations", "train", "dev",
+        "test"}}}`` where each split is a list of ``[start, stop)`` runs.
+
+    Raises:
+        RuntimeError: a split is not what the docs promise (splits overlap or miss variations).
+    """
+    sw = env.backend
+    table: dict[str, Any] = {}
+    for t in all_tasks():
+        sw.load(t.name, 0, "", generateGoldPath=False)
+        splits = {"train": sw.get_variations_train(), "dev": sw.get_variations_dev(),
+                  "test": sw.get_variations_test()}
+        total = int(sw.get_max_variations(t.name))
+        union = sorted(i for s in splits.values() for i in s)
+        if union != list(range(total)):
+            raise RuntimeError(f"{t.name}: splits do not partition range({total})")
+        table[t.name] = {"max_variations": total, **{k: _to_runs(v) for k, v in splits.items()}}
+    return {"scienceworld_version": _installed_version(),
+            "source": "ScienceWorldEnv.get_variations_train/dev/test() after load(task, 0, '')",
+            "tasks": table}
+
+
+def _dump(table: dict[str, Any]) -> str:
+    """JSON text with one task per line (small, diff-friendly)."""
+    head = {k: v for k, v in table.items() if k != "tasks"}
+    rows = ",\n".join(f"  {json.dumps(name)}: {json.dumps(row, sort_keys=True)}"
+                      for name, row in sorted(table["tasks"].items()))
+    text = json.dumps(head, indent=1)[:-2] + ',\n "tasks": {\n' + rows + "\n }\n}\n"
+    json.loads(text)  # self-check
+    return text
+
+
+def regenerate(path: Path = VARIATIONS_PATH) -> dict[str, Any]:
+    """Start a JVM, query every task's splits and write them to ``path`` (``variations.json``)."""
+    from empo2.envs.scienceworld.env import SciWorldEnv  # local: env.py imports this module
+
+    env = SciWorldEnv()
+    try:
+        table = query_variation_table(env)
+    finally:
+        env.close()
+    path.write_text(_dump(table))
+    _variation_table.cache_clear()
+    logger.info("wrote %s (%d tasks)", path, len(table["tasks"]))
+    return table
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m empo2.envs.scienceworld.tasks [--regenerate]``: list tasks or rebuild the cache."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--regenerate", action="store_true", help="rebuild variations.json with a JVM")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.regenerate:
+        regenerate()
+    for info in task_infos():
+        t = get_task(info.name)
+        logger.info("%-5s %2d %-50s %4d/%d/%d", info.id, t.agl_index, info.name, info.n_train, info.n_dev,
+                    info.n_test)
+
+
+if __name__ == "__main__":
+    main()
