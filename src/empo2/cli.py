@@ -277,12 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
     ck = csub.add_parser("keys", help="list every config key with its default and meaning")
     ck.set_defaults(fn=cmd_config_keys)
 
-    try:
-        from empo2.envs.webshop.cli import add_cli
+    from empo2.envs.webshop.cli import add_cli as add_webshop_cli
+    from empo2.report import add_cli as add_report_cli
 
-        add_cli(sub)
-    except ImportError:
-        pass
+    add_webshop_cli(sub)
+    add_report_cli(sub)
     return p
 
 

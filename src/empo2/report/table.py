@@ -1,0 +1,215 @@
+"""The comparison table: one summary per run, rendered as Markdown (``report.md``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from empo2.report.runs import RunData, cumulative_env_steps, eval_envs, final_eval, finite, series, training_rows
+
+
+@dataclass
+class RunSummary:
+    """One row of the comparison table (``None`` = not available).
+
+    Attributes:
+        name: run display name.
+        algorithm: ``Algorithm`` label value.
+        env: environment family; ``tasks``: task names.
+        iterations_done: training iterations logged; ``iterations_planned``: ``trainer.iterations``.
+        env_steps: environment steps taken in training (sum of ``rollout/env_steps``).
+        eval_tag: which evaluation the eval columns come from (``after``, ``iter4``, ``before``,
+            ``metrics`` when only ``metrics.jsonl`` rows exist — no CI then).
+        eval_episodes: episodes in that evaluation.
+        eval_score, eval_score_ci: mean score (0..100) and its 95% CI.
+        eval_success, eval_success_ci: success rate (0..1) and its 95% CI.
+        eval_score_before: score of ``eval_before.json``, for the before → after comparison.
+        best_train_score, best_train_iteration: highest ``rollout/score_mean`` and where.
+        train_time_s: sum of ``time/iteration`` (seconds; excludes evaluation).
+    """
+
+    name: str
+    algorithm: str
+    env: str
+    tasks: list[str]
+    iterations_done: int
+    iterations_planned: int | None
+    env_steps: float | None
+    eval_tag: str | None = None
+    eval_episodes: int | None = None
+    eval_score: float | None = None
+    eval_score_ci: tuple[float, float] | None = None
+    eval_success: float | None = None
+    eval_success_ci: tuple[float, float] | None = None
+    eval_score_before: float | None = None
+    best_train_score: float | None = None
+    best_train_iteration: int | None = None
+    train_time_s: float | None = None
+
+
+def _ci(v: Any) -> tuple[float, float] | None:
+    if isinstance(v, (list, tuple)) and len(v) == 2:
+        lo, hi = finite(v[0]), finite(v[1])
+        if lo is not None and hi is not None:
+            return lo, hi
+    return None
+
+
+def _apply_eval(s: RunSummary, run: RunData) -> None:
+    """Fill the eval fields from the final eval file, else from the last eval metrics row."""
+    fe = final_eval(run)
+    if fe is not None:
+        tag, res = fe
+        o = res.get("overall") or {}
+        s.eval_tag, s.eval_episodes = tag, o.get("episodes")
+        s.eval_score, s.eval_score_ci = finite(o.get("score")), _ci(o.get("score_ci"))
+        s.eval_success, s.eval_success_ci = finite(o.get("success_rate")), _ci(o.get("success_ci"))
+    else:
+        for env in eval_envs(run.rows):
+            its, ys = series(run.rows, f"eval/{env}/score")
+            if its:
+                s.eval_tag = "metrics"
+                s.eval_score = ys[-1]
+                _, rs = series([r for r in run.rows if r.get("iteration") == its[-1]], f"eval/{env}/success_rate")
+                s.eval_success = rs[-1] if rs else None
+                break
+    before = run.evals.get("before")
+    if before is not None and s.eval_tag != "before":
+        s.eval_score_before = finite((before.get("overall") or {}).get("score"))
+
+
+def summarise_run(run: RunData) -> RunSummary:
+    """The comparison-table row of one run (pure: reads only ``run``)."""
+    cfg_env = run.config.get("env") or {}
+    train = training_rows(run.rows)
+    steps = cumulative_env_steps(run.rows)
+    planned = (run.config.get("trainer") or {}).get("iterations")
+    s = RunSummary(name=run.name, algorithm=run.algorithm.value, env=str(cfg_env.get("name", "?")),
+                   tasks=[str(t) for t in cfg_env.get("tasks") or []], iterations_done=len(train),
+                   iterations_planned=int(planned) if planned is not None else None,
+                   env_steps=max(steps.values()) if steps else None)
+    its, scores = series(train, "rollout/score_mean")
+    if scores:
+        best = max(range(len(scores)), key=lambda i: scores[i])
+        s.best_train_score, s.best_train_iteration = scores[best], its[best]
+    times = series(train, "time/iteration")[1]
+    s.train_time_s = sum(times) if times else None
+    _apply_eval(s, run)
+    return s
+
+
+# --------------------------------------------------------------------------- formatting
+
+DASH = "—"
+
+
+def md_escape(text: str) -> str:
+    """Escape text for a Markdown table cell (pipes, newlines, HTML-significant characters)."""
+    return (text.replace("\\", "\\\\").replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+            .replace("\r", " ").replace("\n", " "))
+
+
+def fmt_value_ci(v: float | None, ci: tuple[float, float] | None, digits: int) -> str:
+    """``"18.8 [0.0, 98.2]"``; just the value without a CI, ``—`` without a value."""
+    if v is None or not math.isfinite(v):
+        return DASH
+    if ci is None:
+        return f"{v:.{digits}f}"
+    return f"{v:.{digits}f} [{ci[0]:.{digits}f}, {ci[1]:.{digits}f}]"
+
+
+def fmt_duration(seconds: float | None) -> str:
+    """``"12.3 s"``, ``"4 min 05 s"``, ``"2 h 03 min"``; ``—`` for ``None``."""
+    if seconds is None:
+        return DASH
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    m, s = divmod(int(round(seconds)), 60)
+    if m < 60:
+        return f"{m} min {s:02d} s"
+    h, m = divmod(m, 60)
+    return f"{h} h {m:02d} min"
+
+
+def _row_cells(s: RunSummary) -> list[str]:
+    tasks = ", ".join(s.tasks) if s.tasks else DASH
+    its = f"{s.iterations_done}" + (f"/{s.iterations_planned}" if s.iterations_planned is not None else "")
+    score = fmt_value_ci(s.eval_score, s.eval_score_ci, 1)
+    if s.eval_score_before is not None and s.eval_score is not None:
+        score += f" (before {s.eval_score_before:.1f})"
+    source = DASH if s.eval_tag is None else s.eval_tag + (f", n={s.eval_episodes}" if s.eval_episodes else "")
+    best = DASH if s.best_train_score is None else f"{s.best_train_score:.1f} (it {s.best_train_iteration})"
+    steps = DASH if s.env_steps is None else f"{s.env_steps:,.0f}"
+    return [md_escape(s.name), s.algorithm, md_escape(f"{s.env}: {tasks}"), its, steps, score,
+            fmt_value_ci(s.eval_success, s.eval_success_ci, 2), md_escape(source), best,
+            fmt_duration(s.train_time_s)]
+
+
+COLUMNS = ["Run", "Algorithm", "Env: tasks", "Iterations", "Env steps", "Eval score [95% CI]",
+           "Eval success [95% CI]", "Eval (episodes)", "Best train score", "Train time"]
+
+
+def comparison_table(summaries: list[RunSummary]) -> str:
+    """The Markdown comparison table, one line per run."""
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
+    lines += ["| " + " | ".join(_row_cells(s)) + " |" for s in summaries]
+    return "\n".join(lines)
+
+
+def per_task_table(runs: list[RunData]) -> str | None:
+    """Markdown table of each run's final evaluation per task, or ``None`` if no run has one."""
+    lines: list[str] = []
+    for run in runs:
+        fe = final_eval(run)
+        if fe is None:
+            continue
+        tag, res = fe
+        for task, t in sorted((res.get("per_task") or {}).items()):
+            lines.append("| " + " | ".join([
+                md_escape(run.name), md_escape(tag), md_escape(str(res.get("split", DASH))), md_escape(task),
+                str(t.get("episodes", DASH)), fmt_value_ci(finite(t.get("score")), _ci(t.get("score_ci")), 1),
+                fmt_value_ci(finite(t.get("success_rate")), _ci(t.get("success_ci")), 2),
+                fmt_value_ci(finite(t.get("failure_rate")), None, 2),
+                fmt_value_ci(finite(t.get("steps")), _ci(t.get("steps_ci")), 1)]) + " |")
+    if not lines:
+        return None
+    head = ["Run", "Eval", "Split", "Task", "Episodes", "Score [95% CI]", "Success [95% CI]", "Failure rate",
+            "Steps [95% CI]"]
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|", *lines])
+
+
+FIGURE_TITLES = {"learning_curves": "Learning curves", "diagnostics": "Training diagnostics"}
+
+
+def markdown_report(runs: list[RunData], figures: list[Path], viewer: Path | None, out: Path) -> str:
+    """The whole ``report.md``: comparison table, figures (relative links), per-task evaluation.
+
+    Args:
+        runs: the runs, in table order.
+        figures: PNG paths (inside ``out``) to embed.
+        viewer: the trajectory viewer's path (inside ``out``), or ``None``.
+        out: the report folder (links are made relative to it).
+    """
+    parts = ["# Run comparison", "",
+             "Runs: " + ", ".join(f"`{md_escape(r.name)}` ({md_escape(str(r.path))})" for r in runs), "",
+             comparison_table([summarise_run(r) for r in runs]), "",
+             "Scores are on the 0–100 scale (a failed episode counts as 0); success rates are 0–1. "
+             "Eval columns come from `eval_after.json`, else the latest `eval_iterK.json`, else "
+             "`eval_before.json` (95% CI: Student t for the score, Wilson for the success rate); "
+             "'metrics' means only `metrics.jsonl` eval rows were found (no CI). "
+             "Best train score is the highest per-iteration mean of training rollouts. "
+             "Train time sums `time/iteration` (evaluation excluded).", ""]
+    for f in figures:
+        title = FIGURE_TITLES.get(f.stem, f.stem.replace("_", " ").capitalize())
+        parts += [f"## {title}", "", f"![{f.stem}]({f.relative_to(out).as_posix()})", ""]
+    tasks = per_task_table(runs)
+    if tasks is not None:
+        parts += ["## Final evaluation per task", "", tasks, ""]
+    if viewer is not None:
+        parts += ["## Trajectories", "",
+                  f"Open [{viewer.name}]({viewer.relative_to(out).as_posix()}) in a browser (a static page, no "
+                  "server) to step through training episodes: observation, retrieved tips, model output, "
+                  "executed action, reward.", ""]
+    return "\n".join(parts)

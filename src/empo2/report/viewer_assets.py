@@ -1,0 +1,229 @@
+"""Inline CSS and JavaScript of the trajectory viewer (kept as strings so the page is one file).
+
+The script reads the JSON block ``#viewer-data`` and builds the page with ``textContent`` only:
+no data string is ever parsed as HTML. State (run, iteration, episode) lives in the URL hash
+(``#run=0&it=1&ep=2``) so a view can be linked; ``j`` / ``k`` step through episodes.
+"""
+
+CSS = r"""
+:root { --bg:#f5f6f8; --card:#fff; --line:#dde1e6; --ink:#1f2933; --mute:#66707a; --accent:#2563eb;
+        --ok:#15803d; --okbg:#dcfce7; --bad:#b91c1c; --badbg:#fee2e2; --warn:#92400e; --warnbg:#fef3c7;
+        --tipbg:#f3e8ff; --tip:#6b21a8; }
+* { box-sizing: border-box; }
+body { margin:0; font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif;
+       background:var(--bg); color:var(--ink); }
+header { display:flex; align-items:center; gap:18px; flex-wrap:wrap; padding:10px 18px; background:#1f2937;
+         color:#f9fafb; position:sticky; top:0; z-index:2; }
+header h1 { font-size:16px; margin:0 12px 0 0; font-weight:600; }
+header label { font-size:13px; color:#d1d5db; }
+header select { margin-left:6px; font:inherit; padding:3px 6px; border-radius:5px; border:1px solid #4b5563;
+                background:#111827; color:#f9fafb; max-width:340px; }
+header .hint { margin-left:auto; font-size:12px; color:#9ca3af; }
+.note { padding:6px 18px; font-size:12.5px; color:var(--warn); background:var(--warnbg);
+        border-bottom:1px solid var(--line); }
+.note:empty { display:none; }
+#layout { display:grid; grid-template-columns:300px 1fr; min-height:calc(100vh - 52px); }
+nav { border-right:1px solid var(--line); background:#fbfbfc; overflow-y:auto; max-height:calc(100vh - 52px);
+      position:sticky; top:52px; }
+nav .summary { padding:10px 14px; font-size:12.5px; color:var(--mute); border-bottom:1px solid var(--line); }
+nav button { display:block; width:100%; text-align:left; border:0; border-bottom:1px solid var(--line);
+             background:none; padding:8px 14px; font:inherit; cursor:pointer; color:inherit; }
+nav button:hover { background:#eef2ff; }
+nav button.active { background:#e0e7ff; box-shadow:inset 3px 0 0 var(--accent); }
+nav .ep-id { font-family:ui-monospace,SFMono-Regular,Menlo,"DejaVu Sans Mono",monospace; font-size:12.5px; }
+nav .ep-meta { font-size:12px; color:var(--mute); }
+nav .ep-meta .badge { font-size:11px; padding:0 6px; margin-left:2px; }
+main { padding:16px 24px 40px; max-width:1100px; }
+main h2 { margin:0 0 6px; font-size:18px; font-family:ui-monospace,SFMono-Regular,Menlo,"DejaVu Sans Mono",monospace; }
+.badges { display:flex; flex-wrap:wrap; gap:6px; margin:4px 0 12px; }
+.badge { display:inline-block; padding:1px 8px; border-radius:999px; font-size:12px; background:#e5e7eb; color:#374151;
+         white-space:nowrap; }
+.badge.ok { background:var(--okbg); color:var(--ok); } .badge.bad { background:var(--badbg); color:var(--bad); }
+.badge.warn { background:var(--warnbg); color:var(--warn); } .badge.tip { background:var(--tipbg); color:var(--tip); }
+.badge.info { background:#dbeafe; color:#1e40af; }
+.box { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:10px 14px; margin:8px 0 14px; }
+.label { font-size:11.5px; text-transform:uppercase; letter-spacing:.04em; color:var(--mute); margin:8px 0 3px; }
+pre { margin:0; white-space:pre-wrap; word-break:break-word;
+      font:12.5px/1.45 ui-monospace,SFMono-Regular,Menlo,"DejaVu Sans Mono",monospace; }
+.step { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:10px 14px; margin:10px 0; }
+.step-head { display:flex; align-items:center; gap:8px; flex-wrap:wrap; }
+.step-no { font-weight:600; margin-right:4px; }
+.obs { background:#f8fafc; border:1px solid #edf0f3; border-radius:6px; padding:8px 10px; }
+.tips { margin:0; padding-left:20px; } .tips li { margin:3px 0; }
+.tips pre { background:var(--tipbg); color:#3b0764; border-radius:5px; padding:4px 8px; }
+.act { display:grid; grid-template-columns:1fr 1fr; gap:12px; }
+.act.same { grid-template-columns:1fr; }
+.act pre { background:#eff6ff; border:1px solid #dbeafe; border-radius:6px; padding:6px 10px; }
+.act pre.exec { background:#ecfdf5; border-color:#bbf7d0; font-weight:600; }
+.tipbox { background:var(--tipbg); border:1px solid #e9d5ff; }
+.empty { color:var(--mute); font-style:italic; }
+"""
+
+JS = r"""
+(function () {
+  "use strict";
+  var DATA = JSON.parse(document.getElementById("viewer-data").textContent);
+  var MODES = {plain: "plain · no tips", on_policy_tips: "tips · on-policy update",
+               off_policy: "tips · off-policy update"};
+  var state = {run: 0, it: 0, ep: 0};
+  var $ = function (id) { return document.getElementById(id); };
+
+  function el(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+  function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
+  function num(v, d) {
+    if (typeof v !== "number") return "—";
+    return Number.isInteger(v) ? String(v) : v.toFixed(d === undefined ? 1 : d);
+  }
+  function signed(v) { return typeof v === "number" && v > 0 ? "+" + num(v) : num(v); }
+  function badge(parent, text, kind, title) {
+    var b = el("span", "badge" + (kind ? " " + kind : ""), text);
+    if (title) b.title = title;
+    parent.appendChild(b);
+    return b;
+  }
+  function runs() { return DATA.runs || []; }
+  function curRun() { return runs()[state.run]; }
+  function curIt() { var r = curRun(); return r ? r.iterations[state.it] : undefined; }
+  function curEp() { var i = curIt(); return i ? i.episodes[state.ep] : undefined; }
+  function clamp(v, n) { v = parseInt(v, 10); return isNaN(v) || v < 0 ? 0 : Math.min(v, Math.max(n - 1, 0)); }
+
+  function readHash() {
+    var h = {};
+    location.hash.replace(/^#/, "").split("&").forEach(function (kv) {
+      var p = kv.split("="); if (p.length === 2) h[p[0]] = p[1];
+    });
+    state.run = clamp(h.run, runs().length);
+    var r = curRun();
+    state.it = r ? clamp(h.it === undefined ? r.iterations.length - 1 : h.it, r.iterations.length) : 0;
+    var i = curIt();
+    state.ep = i ? clamp(h.ep, i.episodes.length) : 0;
+  }
+  function writeHash() {
+    var h = "#run=" + state.run + "&it=" + state.it + "&ep=" + state.ep;
+    if (location.hash !== h) history.replaceState(null, "", h);
+  }
+
+  function fillSelects() {
+    var rs = $("run"), is = $("iteration");
+    clear(rs); clear(is);
+    runs().forEach(function (r, k) {
+      var o = el("option", null, r.name + " · " + r.algorithm); o.value = k; rs.appendChild(o);
+    });
+    rs.value = state.run;
+    var r = curRun();
+    if (r) r.iterations.forEach(function (it, k) {
+      var o = el("option", null, "iteration " + (it.index + 1) + " of " + r.total_iterations + "  (" + it.file + ")");
+      o.value = k; is.appendChild(o);
+    });
+    is.value = state.it;
+    $("note").textContent = r && r.note ? r.path + ": " + r.note + "." : "";
+  }
+
+  function renderList() {
+    var nav = $("episodes"), it = curIt();
+    clear(nav);
+    if (!it) return;
+    var eps = it.episodes, scores = 0, wins = 0;
+    eps.forEach(function (e) { scores += Math.max(e.score || 0, 0); wins += e.success ? 1 : 0; });
+    nav.appendChild(el("div", "summary", eps.length + " of " + it.total_episodes + " episodes shown · mean score " +
+      num(eps.length ? scores / eps.length : NaN) + " · success " + wins + "/" + eps.length));
+    eps.forEach(function (e, k) {
+      var b = el("button", k === state.ep ? "active" : null);
+      b.appendChild(el("div", "ep-id", e.id));
+      var meta = el("div", "ep-meta", e.task + " v" + e.variation + " · " + e.mode + " ");
+      badge(meta, (e.success ? "✓ " : "") + num(e.score), e.success ? "ok" : e.score > 0 ? "info" : "bad");
+      if (e.crashed) badge(meta, "crashed", "bad");
+      b.appendChild(meta);
+      b.addEventListener("click", function () { state.ep = k; update(); });
+      nav.appendChild(b);
+    });
+  }
+
+  function renderStep(s, k) {
+    var card = el("section", "step");
+    var head = el("div", "step-head");
+    head.appendChild(el("span", "step-no", "Step " + (k + 1)));
+    if (s.valid === false) badge(head, "invalid action", "bad", "the environment rejected the action");
+    else if (s.valid === true) badge(head, "valid", "ok");
+    if (s.corrected) badge(head, "corrected", "warn", "the model text was corrected to a valid action");
+    badge(head, "reward " + signed(s.reward), s.reward > 0 ? "ok" : s.reward < 0 ? "bad" : null);
+    badge(head, "score " + num(s.score), "info");
+    if (typeof s.intrinsic === "number" && s.intrinsic !== 0) badge(head, "r_int " + num(s.intrinsic, 3), "tip");
+    card.appendChild(head);
+    card.appendChild(el("div", "label", "Observation"));
+    card.appendChild(el("pre", "obs", s.observation));
+    if (s.tips && s.tips.length) {
+      card.appendChild(el("div", "label", "Retrieved tips (" + s.tips.length + ")"));
+      var ol = el("ol", "tips");
+      s.tips.forEach(function (t) { var li = el("li"); li.appendChild(el("pre", null, t)); ol.appendChild(li); });
+      card.appendChild(ol);
+    }
+    var same = s.raw === s.action, act = el("div", same ? "act same" : "act");
+    var c1 = el("div"), c2 = el("div");
+    if (same) {
+      c1.appendChild(el("div", "label", "Action (model output = executed action)"));
+      c1.appendChild(el("pre", "exec action", s.action));
+      act.appendChild(c1);
+    } else {
+      c1.appendChild(el("div", "label", "Model output (raw)"));
+      c1.appendChild(el("pre", "raw", s.raw));
+      c2.appendChild(el("div", "label", "Executed action"));
+      c2.appendChild(el("pre", "exec action", s.action));
+      act.appendChild(c1); act.appendChild(c2);
+    }
+    card.appendChild(act);
+    return card;
+  }
+
+  function renderEpisode() {
+    var main = $("episode"), e = curEp();
+    clear(main);
+    if (!e) { main.appendChild(el("p", "empty", "No trajectories in this run.")); return; }
+    main.appendChild(el("h2", null, e.id));
+    var b = el("div", "badges");
+    badge(b, e.task + " · variation " + e.variation, "info");
+    badge(b, MODES[e.mode] || e.mode, e.mode === "plain" ? null : "tip");
+    badge(b, "final score " + num(e.score), e.score > 0 ? "ok" : e.score < 0 ? "bad" : null);
+    badge(b, e.success ? "success" : "no success", e.success ? "ok" : "bad");
+    if (e.crashed) badge(b, "environment crashed", "bad");
+    badge(b, e.steps.length + " steps");
+    main.appendChild(b);
+    main.appendChild(el("div", "label", "Task"));
+    main.appendChild(el("div", "box task", e.task_description || "(no task description recorded)"));
+    var steps = el("div", "steps");
+    e.steps.forEach(function (s, k) { steps.appendChild(renderStep(s, k)); });
+    main.appendChild(steps);
+    main.appendChild(el("div", "label", "Tip written after this episode"));
+    var tb = el("div", "box tipbox");
+    if (e.tip) tb.appendChild(el("pre", "tip", e.tip)); else tb.appendChild(el("span", "empty", "(no tip)"));
+    main.appendChild(tb);
+  }
+
+  function update() { writeHash(); fillSelects(); renderList(); renderEpisode(); }
+
+  $("run").addEventListener("change", function (ev) {
+    state.run = clamp(ev.target.value, runs().length);
+    var r = curRun(); state.it = r ? Math.max(r.iterations.length - 1, 0) : 0; state.ep = 0; update();
+  });
+  $("iteration").addEventListener("change", function (ev) {
+    var r = curRun(); state.it = clamp(ev.target.value, r ? r.iterations.length : 0); state.ep = 0; update();
+  });
+  document.addEventListener("keydown", function (ev) {
+    var it = curIt();
+    if (!it || ev.target.tagName === "SELECT") return;
+    if (ev.key === "j") state.ep = Math.min(state.ep + 1, it.episodes.length - 1);
+    else if (ev.key === "k") state.ep = Math.max(state.ep - 1, 0);
+    else return;
+    update(); window.scrollTo(0, 0);
+  });
+  window.addEventListener("hashchange", function () { readHash(); fillSelects(); renderList(); renderEpisode(); });
+  readHash();
+  update();
+  document.body.setAttribute("data-rendered", "1");
+})();
+"""

@@ -1,0 +1,67 @@
+"""The trajectory viewer in a real headless Chromium: the script runs, renders steps, escapes text.
+
+Chromium comes from ``.ci/install-chromium.sh`` (Debian's ``chromium`` package). If it is absent,
+the test runs that script once; it skips only if Chromium is absent and cannot be installed.
+"""
+
+from __future__ import annotations
+
+import html as html_lib
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.report.report_helpers import HOSTILE
+
+REPO = Path(__file__).resolve().parents[2]
+INSTALL = REPO / ".ci" / "install-chromium.sh"
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Path of a Chromium binary, installing Debian's package if needed (else skip with the reason)."""
+    found = shutil.which("chromium") or shutil.which("chromium-browser")
+    if found:
+        return found
+    try:
+        proc = subprocess.run(["bash", str(INSTALL)], capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        pytest.skip(f"chromium is not installed and {INSTALL} could not install it: {e}")
+    found = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+    if proc.returncode != 0 or not found:
+        tail = (proc.stdout + proc.stderr).strip().splitlines()[-3:]
+        pytest.skip(f"chromium is not installed and {INSTALL} could not install it (exit {proc.returncode}): "
+                    + " / ".join(tail))
+    return found
+
+
+def _chromium(binary: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+           "--disable-background-networking", "--disable-component-update", "--disable-sync",
+           f"--user-data-dir={profile}", "--window-size=1280,900", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+
+
+def test_viewer_renders_in_chromium(built_report, chromium, tmp_path):
+    # run 1 = the synthetic EMPO² run; iteration 0, episode 1 has tips and hostile text
+    url = built_report.viewer.resolve().as_uri() + "#run=1&it=0&ep=1"
+    dom = _chromium(chromium, tmp_path / "profile", "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    html = dom.stdout
+    assert 'data-rendered="1"' in html, "the viewer script did not finish"
+    assert len(re.findall(r'<section class="step">', html)) == 3  # the episode's 3 steps
+    assert html.count('<li><pre>') == 2 * 3  # 2 retrieved tips at each of the 3 steps
+    assert "it0-t0-r1" in html and "Take the key." in html
+    # hostile text is shown as text: escaped in the serialised DOM, never parsed into elements
+    # (the DOM serialiser escapes <, > and & in text nodes, and leaves quotes as they are)
+    assert html_lib.escape(HOSTILE, quote=False) in html and "<b>x</b>" not in html
+    assert html.count("&lt;tip&gt;") >= 3
+
+    shot = built_report.out / "viewer_screenshot.png"
+    res = _chromium(chromium, tmp_path / "profile2", f"--screenshot={shot}", url)
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a rendered page, not a blank one

@@ -1,0 +1,80 @@
+"""Pure helpers of ``empo2.report.runs``: labels, series, cumulative steps, eval choice, folders."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from empo2.report.runs import (Algorithm, ReportError, algorithm_of, cumulative_env_steps, eval_envs, expand_runs,
+                               final_eval, load_run, moving_average, series, unique_names)
+
+
+@pytest.mark.parametrize("cfg, label", [
+    ({}, Algorithm.GRPO),
+    ({"algo": {"advantage": "gigpo"}}, Algorithm.GIGPO),
+    ({"empo2": {"p": 0.5}, "algo": {"advantage": "gigpo"}}, Algorithm.EMPO2),  # EMPO² wins over GiGPO
+    ({"empo2": {"p": 0.0}, "trainer": {"iterations": 0}}, Algorithm.BASE),
+    ({"trainer": {"iterations": 5, "lr": 0.0}}, Algorithm.BASE),
+    ({"empo2": {"p": 1.0}, "trainer": {"iterations": 3, "lr": 0}}, Algorithm.MEMORY_ONLY),
+])
+def test_algorithm_labels(cfg, label):
+    assert algorithm_of(cfg) is label
+
+
+def test_series_skips_missing_none_and_nan():
+    rows = [{"iteration": 1, "k": 1.0}, {"iteration": 2}, {"iteration": 3, "k": None},
+            {"iteration": 4, "k": float("nan")}, {"iteration": 5, "k": 2}, {"iteration": 6, "k": True}]
+    assert series(rows, "k") == ([1, 5], [1.0, 2.0])
+
+
+def test_cumulative_env_steps_counts_training_rows_only():
+    rows = [{"iteration": 0, "eval/tiny/score": 1.0},
+            {"iteration": 1, "rollout/env_steps": 10.0},
+            {"iteration": 2, "rollout/env_steps": None},  # adds 0
+            {"iteration": 3, "rollout/env_steps": 5.0}]
+    assert cumulative_env_steps(rows) == {0: 0.0, 1: 10.0, 2: 10.0, 3: 15.0}
+    assert cumulative_env_steps([{"iteration": 1, "rollout/score_mean": 1.0}]) == {}
+
+
+def test_moving_average_hand_values():
+    assert moving_average([1.0, 2.0, 3.0, 4.0], 2) == [1.0, 1.5, 2.5, 3.5]
+    assert moving_average([3.0], 5) == [3.0]
+    with pytest.raises(ValueError):
+        moving_average([1.0], 0)
+
+
+def test_eval_envs():
+    rows = [{"eval/tiny/score": 1.0, "eval/tiny/steps": 2.0}, {"eval/webshop/score": None, "eval/x": 1.0}]
+    assert eval_envs(rows) == ["tiny", "webshop"]
+
+
+def test_final_eval_prefers_after_then_latest_iter_then_before(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("")
+    for tag in ("before", "iter2", "iter10"):
+        (run / f"eval_{tag}.json").write_text(json.dumps({"overall": {"score": 1.0}, "tag": tag}))
+    assert final_eval(load_run(run))[0] == "iter10"  # numeric, not lexicographic
+    (run / "eval_after.json").write_text(json.dumps({"overall": {}, "tag": "after"}))
+    assert final_eval(load_run(run))[0] == "after"
+    (run / "eval_broken.json").write_text("{")  # not an eval file name: ignored
+    (run / "eval_after.json").write_text('{"overall": ')  # cut by a crash: left out
+    assert final_eval(load_run(run))[0] == "iter10"
+
+
+def test_expand_runs_accepts_a_folder_of_runs(tmp_path):
+    for n in ("b", "a"):
+        (tmp_path / "runs" / n).mkdir(parents=True)
+        (tmp_path / "runs" / n / "metrics.jsonl").write_text("")
+    (tmp_path / "runs" / "not-a-run").mkdir()
+    assert [p.name for p in expand_runs([tmp_path / "runs"])] == ["a", "b"]
+    with pytest.raises(ReportError, match="does not exist"):
+        expand_runs([tmp_path / "nope"])
+    with pytest.raises(ReportError, match="not a run folder"):
+        expand_runs([tmp_path / "runs" / "not-a-run"])
+
+
+def test_unique_names(tmp_path):
+    paths = [tmp_path / "x" / "a", tmp_path / "y" / "a", tmp_path / "x" / "b"]
+    assert unique_names(paths) == ["x/a", "y/a", "b"]
