@@ -84,6 +84,10 @@ class RolloutConfig:
     temperature: float = doc("sampling temperature (behaviour log-probs use the same scaling)", default=1.0)
     top_k: int = doc("0 = no top-k truncation (keep 0 for exact importance ratios)", default=0)
     generation_batch_size: int = doc("largest batch in one generation call (0 = all live episodes)", default=0)
+    kv_cache: bool = doc(
+        "keep each episode's KV cache between turns and prefill only the new tokens (same samples and"
+        " log-probs as re-prefilling the whole chat, several times faster on CPU; off = re-prefill every turn)",
+        default=True)
 
 
 @dataclass

@@ -7,7 +7,12 @@ pooled environment each):
 1. an optional ``StepHook`` (EMPO² memory) retrieves tips / novelty for every live state, batched;
 2. the user turn (observation + optional ``<tip>`` segment) is appended as token segments;
 3. one ``sample`` call generates the next action of every live episode (token ids + behaviour
-   log-probs; in ``action.mode: constrained`` restricted by a trie over the admissible actions);
+   log-probs; in ``action.mode: constrained`` restricted by a trie over the admissible actions).
+   With ``RolloutSettings.kv_cache`` (default) each episode keeps its KV cache between turns
+   (``policy.kvcache``) and ``sample_with_cache`` prefills only the ids added since its previous
+   turn; the caches are dropped when the episode ends. Their total size is capped by
+   ``kv_cache_max_bytes``: episodes past the cap keep no cache and are re-prefilled each turn.
+   Models without a sliceable cache (fakes, sliding-window models) fall back to ``sample``;
 4. the text is parsed (``agent.parse``), optionally corrected, and the environments step in threads.
 
 An environment that raises ``EnvError`` marks its episode ``crashed`` (excluded from the update,
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
@@ -25,7 +31,8 @@ from empo2.agent.parse import correct_action, parse_action
 from empo2.agent.prompts import EpisodeChat, first_user_text, later_user_text, tip_block
 from empo2.envs.base import EnvError, EnvFamily, Observation, StepResult, TaskSpec
 from empo2.policy.chat import ChatFormat
-from empo2.policy.sampling import Generation, row_generator, sample
+from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
+from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
 from empo2.policy.trie import TokenTrie
 from empo2.records import Mode, StepRecord, Trajectory
 from empo2.rollout.pool import EnvPool
@@ -109,6 +116,15 @@ class RolloutSettings:
     few_shot: bool = True
     need_anchor: bool = False
     lowercase_actions: bool = True
+    kv_cache: bool = True
+    """Keep each episode's KV cache between turns and prefill only its new ids (same samples and
+    log-probs as re-prefilling, up to float rounding; falls back to re-prefill for models whose cache
+    cannot be sliced)."""
+    kv_cache_max_bytes: int = 2 * 1024 ** 3
+    """Cap on the bytes of all kept episode caches (0 = no cap). Episodes past the cap (in live
+    order) are re-prefilled each turn instead. SmolLM2-135M fp32 uses 46 KiB per cached token
+    (30 layers × 2 × 3 KV heads × 64 × 4 B), so 2 GiB ≈ 45k tokens. The batch cache of one
+    generation call (≈ the sum of that call's caches plus the decoded tokens) comes on top, briefly."""
 
 
 class RolloutEngine:
@@ -128,6 +144,9 @@ class RolloutEngine:
         self.pool = pool
         self.end_id = min(fmt.eos_ids) if fmt.eos_ids else int(fmt.tokenizer.eos_token_id)
         self.timings: dict[str, float] = {}
+        # per live episode (keyed by id(state), weakly tied to the state): its KV cache
+        self._kv: dict[int, tuple[weakref.ref, EpisodeKV]] = {}
+        self._kv_supported = True
 
     # ------------------------------------------------------------------ public
     def run(self, episodes: list[EpisodeSpec], settings: RolloutSettings, iteration: int = 0,
@@ -288,17 +307,77 @@ class RolloutEngine:
                 seqs = [self.fmt.encode(a) for a in (adm or [])]
                 tries.append(TokenTrie(seqs, self.end_id) if any(seqs) else None)
         prompts = [st.chat.prompt_ids() for st in live]
-        gens_ = [row_generator(s.seed, iteration, st.spec.task_index, st.spec.rollout, st.turn) for st in live]
         bs = s.generation_batch_size or len(live)
-        out: list[Generation] = []
-        for b in range(0, len(live), bs):
-            out.extend(sample(
-                self.model, prompts[b:b + bs], max_new_tokens=s.max_new_tokens, temperature=s.temperature,
-                eos_ids=self.fmt.eos_ids, newline_ids=self.fmt.newline_ids, stop_at_newline=True,
-                generators=gens_[b:b + bs], tries=tries[b:b + bs] if tries is not None else None,
-                pad_id=int(self.fmt.tokenizer.pad_token_id or 0), top_k=s.top_k))
+        kw = dict(max_new_tokens=s.max_new_tokens, temperature=s.temperature, eos_ids=self.fmt.eos_ids,
+                  newline_ids=self.fmt.newline_ids, stop_at_newline=True,
+                  pad_id=int(self.fmt.tokenizer.pad_token_id or 0), top_k=s.top_k)
+        out: list[Generation] | None = None
+        if s.kv_cache and self._kv_supported:
+            out = self._generate_cached(live, prompts, tries, bs, kw, s, iteration)
+        if out is None:
+            self._kv.clear()
+            gens_ = self._row_generators(live, s, iteration)
+            out = []
+            for b in range(0, len(live), bs):
+                out.extend(sample(self.model, prompts[b:b + bs], generators=gens_[b:b + bs],
+                                  tries=tries[b:b + bs] if tries is not None else None, **kw))
         self.timings["generation"] += time.perf_counter() - t0
         return out
+
+    @staticmethod
+    def _row_generators(live: list[EpisodeState], s: RolloutSettings, iteration: int) -> list[Any]:
+        return [row_generator(s.seed, iteration, st.spec.task_index, st.spec.rollout, st.turn) for st in live]
+
+    def _generate_cached(self, live: list[EpisodeState], prompts: list[list[int]],
+                         tries: list[TokenTrie | None] | None, bs: int, kw: dict[str, Any], s: RolloutSettings,
+                         iteration: int) -> list[Generation] | None:
+        """``sample_with_cache`` over the live episodes' kept caches; None if the model cannot."""
+        keep = {id(st) for st in live}
+        for k in list(self._kv.keys()):  # episodes that ended since the last turn
+            if k not in keep:
+                self._kv.pop(k, None)
+        ekvs = [self._episode_kv(st) for st in live]
+        gens_ = self._row_generators(live, s, iteration)
+        out: list[Generation] = []
+        try:
+            for b in range(0, len(live), bs):
+                out.extend(sample_with_cache(self.model, ekvs[b:b + bs], prompts[b:b + bs], generators=gens_[b:b + bs],
+                                             tries=tries[b:b + bs] if tries is not None else None, **kw))
+        except KVCacheUnsupported as e:  # raised by the first prefill, before any sampling
+            log.info("KV cache reuse unavailable for this model (%s); re-prefilling every turn", e)
+            self._kv_supported = False
+            return None
+        self._cap_kv(ekvs, s.kv_cache_max_bytes)
+        return out
+
+    def _episode_kv(self, st: EpisodeState) -> EpisodeKV:
+        """The kept cache of ``st`` (a new empty one the first time); freed when ``st`` is collected."""
+        key = id(st)
+        entry = self._kv.get(key)
+        if entry is not None and entry[0]() is st:
+            return entry[1]
+        table = self._kv
+
+        def _gone(ref: weakref.ref, key: int = key, table: dict = table) -> None:
+            e = table.get(key)
+            if e is not None and e[0] is ref:
+                del table[key]
+
+        ekv = EpisodeKV()
+        self._kv[key] = (weakref.ref(st, _gone), ekv)
+        return ekv
+
+    @staticmethod
+    def _cap_kv(ekvs: list[EpisodeKV], max_bytes: int) -> None:
+        """Keep caches in live order while their total fits ``max_bytes``; clear the rest."""
+        if max_bytes <= 0:
+            return
+        total = 0
+        for e in ekvs:
+            total += e.nbytes
+            if total > max_bytes:
+                total -= e.nbytes
+                e.clear()
 
     def _trajectory(self, st: EpisodeState, iteration: int) -> Trajectory:
         sp = st.spec

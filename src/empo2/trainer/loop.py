@@ -111,7 +111,8 @@ class Setup:
             action_mode=c.action.mode, correction=c.action.correction, max_context=c.model.max_context,
             max_tip_tokens=c.empo2.memory.max_tip_tokens, generation_batch_size=c.rollout.generation_batch_size,
             top_k=c.rollout.top_k, seed=c.run.seed, few_shot=c.action.few_shot,
-            need_anchor=c.algo.advantage == "gigpo", lowercase_actions=c.env.name == "scienceworld")
+            need_anchor=c.algo.advantage == "gigpo", lowercase_actions=c.env.name == "scienceworld",
+            kv_cache=c.rollout.kv_cache)
 
     def close(self) -> None:
         self.pool.close()

@@ -1,0 +1,293 @@
+"""Per-episode KV caches kept across turns (DESIGN.md, "Cost model").
+
+An episode's chat is append-only (``agent.prompts.EpisodeChat``), so the keys/values the model
+computed for turn ``t``'s prompt stay valid for turn ``t+1``: only the new ids (the closing
+markup of the previous action, the new user turn, and possibly the previous action's last
+sampled token, which was never fed) need a forward pass. This module holds the bookkeeping:
+
+- ``EpisodeKV``: one episode's cache tensors and the ids they cover (always a prefix of the
+  episode's prompt ids, checked against the prompt before every use);
+- ``extend``: batch-1 prefill of an episode's new ids on top of its cache;
+- ``stack``: several episodes' caches as one left-padded batch cache + attention mask, for
+  batched decoding;
+- ``split``: the batch cache back into per-episode caches, keeping exactly the entries of tokens
+  that were really fed for that row (a row's padding and the pad tokens fed after the row
+  finished are dropped).
+
+Layout conventions: a layer's keys/values are ``[batch, kv_heads, seq, head_dim]`` tensors of
+the model's dtype on the model's device (the transformers layout). Attention masks are ``long``
+``[batch, seq]``, 1 = a real token that may be attended to, 0 = left padding.
+
+Versions: works with the transformers ``Cache`` API (``DynamicCache`` built with ``update``;
+layers read through ``cache.layers[i].keys/.values`` on transformers ≥ 4.56, or
+``cache.key_cache``/``value_cache`` on older 4.x), and with the forward argument named ``cache``
+(transformers ≥ 5.2x) or ``past_key_values``. Only full-attention caches are supported: a model
+whose cache has sliding-window, linear-attention or quantized layers (or that returns no cache,
+like the fakes in tests) raises ``KVCacheUnsupported`` on the first ``extend``; callers fall back
+to re-prefilling (``sampling.sample``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+
+class KVCacheUnsupported(TypeError):
+    """The model returns no cache, or a cache this module cannot slice (sliding window, quantized…)."""
+
+
+Layer = tuple[torch.Tensor, torch.Tensor]
+
+
+@dataclass
+class EpisodeKV:
+    """The KV cache of one episode's prompt prefix.
+
+    Attributes:
+        layers: per model layer, ``(keys, values)``, each ``[1, kv_heads, length, head_dim]``
+            (model dtype, model device); empty list when nothing is cached. Tensors are never
+            modified in place (extending concatenates into new tensors), so two records may share
+            them (``fork``).
+        ids: the token ids the cache covers, in order (``length`` of them). They must be a prefix
+            of the episode's current prompt ids; ``sync`` enforces that before each use.
+    """
+
+    layers: list[Layer] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+
+    @property
+    def length(self) -> int:
+        """Number of cached tokens (= ``len(ids)`` = the seq dim of every layer tensor)."""
+        return len(self.ids)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the cache tensors (shared tensors counted in each record)."""
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in self.layers)
+
+    def clear(self) -> None:
+        """Forget everything (frees the tensors unless another record shares them)."""
+        self.layers, self.ids = [], []
+
+    def crop(self, n: int) -> None:
+        """Keep only the first ``n`` cached tokens (0 ≤ n; n ≥ length is a no-op).
+
+        Causal attention makes the entries of the first ``n`` tokens depend on those tokens only,
+        so a cropped cache is exactly the cache of the shorter prefix.
+        """
+        if n >= self.length:
+            return
+        if n <= 0:
+            self.clear()
+            return
+        self.layers = [(k[:, :, :n].clone(), v[:, :, :n].clone()) for k, v in self.layers]
+        self.ids = self.ids[:n]
+
+    def fork(self) -> EpisodeKV:
+        """A new record sharing this one's tensors (no copy; safe since tensors are never mutated)."""
+        return EpisodeKV(list(self.layers), list(self.ids))
+
+    def sync(self, prompt: list[int]) -> int:
+        """Make the cache a strict prefix of ``prompt`` so at least one prompt id remains to feed.
+
+        Crops to the longest common prefix of ``ids`` and ``prompt``, capped at ``len(prompt) - 1``
+        (the last prompt token must be fed to get the next-token logits).
+
+        Returns:
+            the number of cached tokens kept; ``prompt[kept:]`` are the ids still to prefill.
+
+        Raises:
+            ValueError: empty prompt.
+        """
+        if not prompt:
+            raise ValueError("empty prompt")
+        n = min(self.length, len(prompt) - 1)
+        i = 0
+        ids = self.ids
+        if ids[:n] != prompt[:n]:  # rare: find where they diverge
+            while i < n and ids[i] == prompt[i]:
+                i += 1
+            n = i
+        self.crop(n)
+        return self.length
+
+
+# ---------------------------------------------------------------------------- transformers glue
+def cache_layers(cache: Any) -> list[Layer]:
+    """``(keys, values)`` per layer of a transformers cache (``[batch, kv_heads, seq, head_dim]``).
+
+    Raises:
+        KVCacheUnsupported: ``cache`` is None or not a plain full-attention dynamic cache.
+    """
+    if cache is None:
+        raise KVCacheUnsupported("the model returned no KV cache")
+    if hasattr(cache, "layers"):  # transformers >= 4.56
+        out = []
+        for layer in cache.layers:
+            if getattr(layer, "is_sliding", False) or type(layer).__name__ != "DynamicLayer":
+                raise KVCacheUnsupported(f"cache layer type {type(layer).__name__} is not supported")
+            k, v = getattr(layer, "keys", None), getattr(layer, "values", None)
+            if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor):
+                raise KVCacheUnsupported("cache layer without key/value tensors")
+            out.append((k, v))
+        return out
+    if hasattr(cache, "key_cache") and hasattr(cache, "value_cache"):  # transformers 4.36–4.55
+        if type(cache).__name__ != "DynamicCache":
+            raise KVCacheUnsupported(f"cache type {type(cache).__name__} is not supported")
+        return list(zip(cache.key_cache, cache.value_cache))
+    if isinstance(cache, (tuple, list)):  # legacy tuple-of-tuples
+        return [(k, v) for k, v, *_ in cache]
+    raise KVCacheUnsupported(f"unknown cache type {type(cache).__name__}")
+
+
+def make_cache(layers: list[Layer]) -> Any:
+    """A transformers ``DynamicCache`` holding ``layers`` (copies them; None for no layers)."""
+    if not layers:
+        return None
+    from transformers import DynamicCache
+
+    c = DynamicCache()
+    for i, (k, v) in enumerate(layers):
+        c.update(k, v, i)
+    return c
+
+
+def _device(model: Any) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.inference_mode()
+def extend(model: Any, ekv: EpisodeKV, new_ids: list[int]) -> torch.Tensor:
+    """Prefill ``new_ids`` on top of ``ekv`` (batch 1) and append their entries to it.
+
+    Position ids continue from ``ekv.length`` (``ekv.length … ekv.length + n - 1``); the attention
+    mask is all ones (nothing is padded in a single episode's cache).
+
+    Args:
+        model: a Hugging Face causal LM (or peft model) with a full-attention KV cache.
+        ekv: the episode's cache; updated in place (new tensors, ``ids`` extended).
+        new_ids: ``n ≥ 1`` ids to feed.
+
+    Returns:
+        float32 logits ``[vocab]`` of the next token after the last new id.
+
+    Raises:
+        ValueError: ``new_ids`` is empty.
+        KVCacheUnsupported: the model returned no (or an unsupported) cache; ``ekv`` is unchanged.
+    """
+    from empo2.policy.sampling import _cache_kwarg, _out_cache
+
+    if not new_ids:
+        raise ValueError("extend needs at least one new id")
+    dev = _device(model)
+    n, l0 = len(new_ids), ekv.length
+    ids = torch.tensor([new_ids], dtype=torch.long, device=dev)
+    pos = torch.arange(l0, l0 + n, dtype=torch.long, device=dev).view(1, n)
+    mask = torch.ones((1, l0 + n), dtype=torch.long, device=dev)
+    kw = {_cache_kwarg(model): make_cache(ekv.layers)} if ekv.layers else {}
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **kw)
+    layers = cache_layers(_out_cache(out))
+    if not layers or layers[0][0].shape[-2] != l0 + n:
+        raise KVCacheUnsupported("the returned cache does not cover the fed tokens")
+    ekv.layers = layers
+    ekv.ids = ekv.ids + list(new_ids)
+    return out.logits[0, -1, :].float()
+
+
+def stack(ekvs: list[EpisodeKV]) -> tuple[Any, torch.Tensor]:
+    """Stack episode caches into one left-padded batch cache for batched decoding.
+
+    Row ``r`` occupies the last ``ekvs[r].length`` positions of every layer; the padding in front
+    holds zeros and is masked out.
+
+    Args:
+        ekvs: B ≥ 1 non-empty records with the same number of layers.
+
+    Returns:
+        ``(cache, mask)``: a ``DynamicCache`` with ``[B, kv_heads, Lmax, head_dim]`` tensors per
+        layer (``Lmax`` = the longest record), and a ``long`` mask ``[B, Lmax]`` (1 = real token,
+        0 = left padding) on the cache's device.
+
+    Raises:
+        ValueError: no records, an empty record, or records with different layer counts.
+    """
+    if not ekvs or any(e.length == 0 for e in ekvs):
+        raise ValueError("stack needs at least one record and every record non-empty")
+    n_layers = len(ekvs[0].layers)
+    if any(len(e.layers) != n_layers for e in ekvs):
+        raise ValueError("records with different layer counts")
+    B, L = len(ekvs), max(e.length for e in ekvs)
+    k0 = ekvs[0].layers[0][0]
+    mask = torch.zeros((B, L), dtype=torch.long, device=k0.device)
+    for r, e in enumerate(ekvs):
+        mask[r, L - e.length:] = 1
+    layers: list[Layer] = []
+    for i in range(n_layers):
+        ks, vs = [e.layers[i][0] for e in ekvs], [e.layers[i][1] for e in ekvs]
+        if all(t.shape[-2] == L for t in ks):
+            layers.append((torch.cat(ks, 0), torch.cat(vs, 0)))
+            continue
+        K = ks[0].new_zeros((B, ks[0].shape[1], L, ks[0].shape[3]))
+        V = vs[0].new_zeros((B, vs[0].shape[1], L, vs[0].shape[3]))
+        for r, (k, v) in enumerate(zip(ks, vs)):
+            K[r, :, L - k.shape[-2]:] = k[0]
+            V[r, :, L - v.shape[-2]:] = v[0]
+        layers.append((K, V))
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    for i, (k, v) in enumerate(layers):
+        cache.update(k, v, i)
+    return cache, mask
+
+
+def split(cache: Any, ekvs: list[EpisodeKV], prompt_len: int, fed: list[list[int]]) -> None:
+    """Write a decoded batch cache back into the per-episode records (in place).
+
+    The batch cache is what ``stack`` made (``prompt_len`` = its ``Lmax``) followed by the entries
+    of ``F`` decode steps (one token per row per step). Row ``r`` keeps its own prompt entries and
+    the entries of ``fed[r]`` — the ids that were really fed for that row, in order (its first
+    ``len(fed[r]) ≤ F`` decode steps). Everything else (left padding, pad tokens fed after the
+    row finished) is dropped. Each row's tensors are copied out (contiguous, ``[1, H, T, D]``) and
+    the batch tensors are released layer by layer, so peak memory stays near one batch copy.
+
+    Args:
+        cache: the batch cache after decoding (``[B, kv_heads, prompt_len + F, head_dim]`` per layer).
+        ekvs: the B records given to ``stack`` (their ``length`` is the row's prompt length).
+        prompt_len: ``Lmax`` of the stacked cache.
+        fed: per row, the decoded ids whose entries are in the cache.
+
+    Raises:
+        ValueError: a row claims more fed ids than there are decode entries, or B mismatches.
+    """
+    layers = cache_layers(cache)
+    total = layers[0][0].shape[-2] if layers else 0
+    if len(fed) != len(ekvs) or (layers and layers[0][0].shape[0] != len(ekvs)):
+        raise ValueError("batch size mismatch between cache, records and fed ids")
+    if any(prompt_len + len(f) > total for f in fed):
+        raise ValueError("a row claims more fed ids than the cache holds")
+    new: list[list[Layer]] = [[] for _ in ekvs]
+    for i in range(len(layers)):
+        K, V = layers[i]
+        layers[i] = None  # type: ignore[call-overload]
+        for r, e in enumerate(ekvs):
+            a, b = prompt_len - e.length, prompt_len + len(fed[r])
+            new[r].append((K[r:r + 1, :, a:b].clone(), V[r:r + 1, :, a:b].clone()))
+        _drop_layer(cache, i)
+        del K, V
+    layers.clear()
+    for r, e in enumerate(ekvs):
+        e.layers = new[r]
+        e.ids = e.ids + list(fed[r])
+
+
+def _drop_layer(cache: Any, i: int) -> None:
+    """Release a batch cache layer's tensors early (best effort, any cache flavour)."""
+    if hasattr(cache, "layers") and i < len(cache.layers):
+        layer = cache.layers[i]
+        layer.keys = layer.values = None
+    elif hasattr(cache, "key_cache") and i < len(cache.key_cache):
+        cache.key_cache[i] = cache.value_cache[i] = None  # type: ignore[index]
