@@ -150,3 +150,19 @@ def test_every_shipped_config_loads():
     assert "quickstart.yaml" in names and len(names) >= 10
     for name in names:
         load_config(root / name)
+
+
+def test_eval_with_memory_uses_the_runs_tips(tmp_path):
+    cfg = _cfg(tmp_path, "m", trainer={"iterations": 1})
+    assert main(["train", "--config", str(cfg)]) == 0
+    run = tmp_path / "runs" / "m"
+    ckpt = run / "checkpoints" / "last"
+    out = tmp_path / "ev.json"
+    assert main(["eval", "--checkpoint", str(ckpt), "--episodes", "2", "--split", "train",
+                 "--with-memory", str(run), "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["overall"]["episodes"] == 2
+    by_var = {e["variation"]: e["tips_shown"] for e in res["episodes"]}
+    assert by_var[0] > 0  # the bucket the run trained on has tips
+    # missing memory → clear error
+    assert main(["eval", "--checkpoint", str(ckpt), "--with-memory", str(tmp_path / "nope")]) == 2

@@ -96,6 +96,7 @@ def evaluate(engine: RolloutEngine, family: EnvFamily, tasks: list[str], split: 
                      per_task={k: summarise(v) for k, v in per.items()},
                      episodes=[{"task": t.task.task, "variation": t.task.variation, "score": t.final_score,
                                 "success": t.success, "steps": t.num_steps, "crashed": t.crashed,
+                                "tips_shown": sum(len(s.tips) for s in t.steps),
                                 "actions": [s.action for s in t.steps]} for t in trajs])
     return res, trajs
 
