@@ -24,7 +24,8 @@ def _setup_logging(verbose: bool) -> None:
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
                         handlers=[RichHandler(show_path=False, rich_tracebacks=False)])
-    for noisy in ("transformers", "httpx", "urllib3", "sentence_transformers", "py4j", "filelock", "bm25s"):
+    for noisy in ("transformers", "httpx", "urllib3", "sentence_transformers", "py4j", "filelock", "bm25s",
+                  "scienceworld"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         import transformers
