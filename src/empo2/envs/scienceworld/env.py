@@ -304,15 +304,25 @@ class SciWorldEnv:
             if self._broken or (self._handle is not None and not self._handle.alive):
                 self.restart()
             self._task = None
-            with self._guard(f"reset({name}, {variation})"):
-                self._load(name, variation, simpl, gold=False)
-                obs, score, done, moves = self._raw_step("look around")
-                desc = _TASK_DESC_HEADER.sub("", str(self._sw().server.freeActionTaskDesc())).strip()
+            try:
+                obs, score, done, moves, desc = self._reset_once(name, variation, simpl)
+            except EnvError:
+                # the JVM may have died just before the liveness check above (e.g. killed while
+                # idle between episodes): restart once and retry
+                self.restart()
+                obs, score, done, moves, desc = self._reset_once(name, variation, simpl)
             self._task = task
             self._score, self._done = score, done
             return Observation(text=obs, task_description=desc, score=float(score),
                                info={"moves": moves, "task": name, "variation": variation,
                                      "simplifications": simpl})
+
+    def _reset_once(self, name: str, variation: int, simpl: str) -> tuple[str, int, bool, int, str]:
+        with self._guard(f"reset({name}, {variation})"):
+            self._load(name, variation, simpl, gold=False)
+            obs, score, done, moves = self._raw_step("look around")
+            desc = _TASK_DESC_HEADER.sub("", str(self._sw().server.freeActionTaskDesc())).strip()
+        return obs, score, done, moves, desc
 
     def _raw_step(self, action: str) -> tuple[str, int, bool, int]:
         """One simulator input → (observation, score, done, moves); caches ``info['valid']``
