@@ -11,6 +11,7 @@ import yaml
 from safetensors.torch import load_file
 
 from empo2.cli import main
+from tests.runcfg import write_config
 
 BASE = {
     "model": {"name_or_path": "tiny-random"},
@@ -23,13 +24,7 @@ BASE = {
 
 
 def _cfg(tmp_path: Path, name: str, **sections) -> Path:
-    data = json.loads(json.dumps(BASE))
-    for k, v in sections.items():
-        data.setdefault(k, {}).update(v)
-    data["run"] = {"name": name, "dir": str(tmp_path / "runs"), "progress": False}
-    p = tmp_path / f"{name}.yaml"
-    p.write_text(yaml.safe_dump(data))
-    return p
+    return write_config(tmp_path, BASE, name, **sections)
 
 
 def _weights(run: Path) -> dict[str, torch.Tensor]:

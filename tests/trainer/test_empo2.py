@@ -10,6 +10,7 @@ import torch
 import yaml
 
 from empo2.cli import main
+from tests.runcfg import write_config
 from empo2.config import load_config
 from empo2.envs.base import TaskSpec
 from empo2.envs.tiny.env import TinyFamily
@@ -32,14 +33,7 @@ BASE = {
 
 
 def _cfg(tmp_path: Path, name: str, **sections) -> Path:
-    data = json.loads(json.dumps(BASE))
-    for k, v in sections.items():
-        for kk, vv in v.items():
-            data.setdefault(k, {})[kk] = vv
-    data["run"] = {"name": name, "dir": str(tmp_path / "runs"), "progress": False, "seed": 1}
-    p = tmp_path / f"{name}.yaml"
-    p.write_text(yaml.safe_dump(data))
-    return p
+    return write_config(tmp_path, BASE, name, seed=1, **sections)
 
 
 def _rows(run: Path) -> list[dict]:

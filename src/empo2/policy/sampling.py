@@ -101,12 +101,7 @@ def sample(
     B = len(prompts)
     if B == 0:
         return []
-    if temperature <= 0:
-        raise ValueError("temperature must be > 0 (behaviour log-probs need a sampling distribution)")
-    if generators is not None and len(generators) != B:
-        raise ValueError(f"{len(generators)} generators for {B} prompts")
-    if tries is not None and len(tries) != B:
-        raise ValueError(f"{len(tries)} tries for {B} prompts")
+    _check_args(B, temperature, generators, tries)
     device = next(model.parameters()).device
     ids, mask = _left_pad(prompts, pad_id, device)
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -119,38 +114,8 @@ def sample(
     live = [True] * B
     stop_ids = set(eos_ids) | (set(newline_ids) if stop_at_newline else set())
     for _ in range(max_new_tokens):
-        scaled = logits / temperature
-        if top_k and top_k > 0:
-            kth = torch.topk(scaled, min(top_k, scaled.shape[-1]), dim=-1).values[:, -1:]
-            scaled = scaled.masked_fill(scaled < kth, float("-inf"))
-        new_tokens = torch.full((B,), pad_id, dtype=torch.long)
-        for r in range(B):
-            if not live[r]:
-                continue
-            row = scaled[r]
-            allowed = None
-            if tries is not None and tries[r] is not None:
-                allowed = tries[r].allowed(gens[r].ids)
-                if not allowed:  # cannot happen unless the trie ended; stop the row
-                    live[r] = False
-                    gens[r].stop = "eos"
-                    continue
-                keep = torch.full_like(row, float("-inf"))
-                idx = torch.tensor(allowed, dtype=torch.long, device=row.device)
-                keep[idx] = row[idx]
-                row = keep
-            logp = torch.log_softmax(row, dim=-1)
-            g = generators[r] if generators is not None else None
-            tok = int(torch.multinomial(logp.exp().cpu(), 1, generator=g).item())
-            gens[r].ids.append(tok)
-            gens[r].logps.append(float(logp[tok]))
-            if allowed is not None:
-                gens[r].allowed.append(allowed)  # type: ignore[union-attr]
-            new_tokens[r] = tok
-            if tok in eos_ids:
-                live[r], gens[r].stop = False, "eos"
-            elif tok in stop_ids:
-                live[r], gens[r].stop = False, "newline"
+        new_tokens = _pick(logits, gens, live, temperature=temperature, top_k=top_k, eos_ids=eos_ids,
+                           stop_ids=stop_ids, generators=generators, tries=tries, pad_id=pad_id)
         if not any(live):
             break
         mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=device)], dim=1)
