@@ -1,0 +1,160 @@
+"""One full training iteration on ScienceWorld and WebShop, broken down by cost, with peak RSS.
+
+Each case runs in its own subprocess (clean memory, its own JVMs): it builds an
+``empo2.trainer.loop.Trainer`` from a config plus overrides (1 iteration, no evaluation, no
+progress display, no TensorBoard, a temporary run folder), calls ``Trainer.iteration(0)`` once and
+reports the ``time/…`` metrics it returns:
+
+- ``generation`` — the rollout's batched sampling calls (incl. building constrained-action tries);
+- ``env`` — environment resets, steps and admissible-action queries (threads);
+- ``hook`` — EMPO²'s per-turn embedding of the state + retrieval + novelty (0 when ``empo2.p = 0``);
+- ``tips`` — after the rollout: tip generation (one ``sample`` re-reading each trajectory) and the
+  memory write (embedding + SQLite) (absent when ``empo2.p = 0``);
+- ``update`` — packing + ``Learner.update`` (forward + backward + AdamW);
+- ``other`` — the rest of ``time/iteration`` (advantages, packing, writing trajectories).
+
+Set-up (model load, JVM start) is timed separately. Peak RSS: ``os.wait4`` on the subprocess gives its
+``ru_maxrss`` (the kernel's RUSAGE_CHILDREN figure for exactly that child: the largest resident set
+of it and its waited-for descendants — a max, not a sum, so the JVMs' own memory is not added).
+
+Cases (``--cases``): ``sciworld`` = ``configs/quickstart.yaml`` (``--quick``: 1 task × 4 rollouts); ``webshop`` =
+``configs/webshop_grpo_cpu.yaml`` reduced; ``webshop_empo2`` = the same with ``empo2.p=1`` so the
+memory path (hook, tips) runs (``--quick``: 4 turns); ``tiny`` = the built-in tiny env with the tiny random model
+(smoke).
+
+Run: ``python -m benchmarks.iteration [--quick|--tiny] [--cases ...] [--kv-ab]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import REPO_ROOT, Run, add_common_args, fmt, pick, print_table
+
+COMMON = ["trainer.iterations=1", "eval.before_after=false", "run.progress=false", "trainer.tensorboard=false"]
+CASES: dict[str, tuple[str, list[str]]] = {
+    "sciworld": ("configs/quickstart.yaml", []),
+    "webshop": ("configs/webshop_grpo_cpu.yaml", ["rollout.tasks_per_iteration=1", "env.max_turns=5"]),
+    "webshop_empo2": ("configs/webshop_grpo_cpu.yaml", ["rollout.tasks_per_iteration=1", "env.max_turns=5",
+                                                        "empo2.p=1.0"]),
+    "tiny": ("", ["model.name_or_path=tiny-random", "env.name=tiny", "env.tasks=[fetch-key]", "env.max_turns=3",
+                  "env.num_workers=2", "rollout.tasks_per_iteration=1", "rollout.group_size=2",
+                  "action.mode=constrained", "action.max_new_tokens=4", "empo2.p=1.0",
+                  "empo2.mode_granularity=rollout", "empo2.memory.embedder=hashing", "empo2.tips.max_new_tokens=4"]),
+}
+"""case → (config file relative to the repo root or '' for defaults, overrides)."""
+
+QUICK: dict[str, list[str]] = {"sciworld": ["rollout.tasks_per_iteration=1"], "webshop_empo2": ["env.max_turns=4"],
+                               "webshop": ["env.max_turns=4"]}
+"""Extra overrides of ``--quick`` (keeps ``make bench`` within its budget): half the episodes / turns."""
+
+PARTS = ("generation", "env", "hook", "tips", "update")
+
+
+def _worker(config: str, overrides: list[str]) -> dict[str, Any]:
+    """Build a Trainer, run one iteration, return its metrics (runs in the subprocess)."""
+    import resource
+
+    from empo2.config import load_config
+    from empo2.trainer.loop import Trainer
+
+    cfg = load_config(config or None, overrides)
+    t0 = time.perf_counter()
+    tr = Trainer(cfg)
+    setup_s = time.perf_counter() - t0
+    try:
+        m = tr.iteration(0)
+    finally:
+        tr.close()
+    keep = {k: v for k, v in m.items() if k.startswith(("time/", "rollout/", "train/seq_tokens", "train/tokens",
+                                                         "train/micro_batches", "memory/size", "memory/tips_written"))
+            and not k.startswith("memory/size/")}
+    return {"setup_s": setup_s, "metrics": keep, "maxrss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "kv_cache": bool(cfg.rollout.kv_cache) if hasattr(cfg.rollout, "kv_cache") else None,
+            "episodes": cfg.rollout.tasks_per_iteration * cfg.rollout.group_size, "max_turns": cfg.env.max_turns,
+            "max_new_tokens": cfg.action.max_new_tokens, "action_mode": cfg.action.mode, "model": cfg.model.name_or_path}
+
+
+def run_case(name: str, config: str, overrides: list[str], threads: int) -> dict[str, Any]:
+    """Run one case in a subprocess; add its wall time and ``ru_maxrss`` (``os.wait4``)."""
+    with tempfile.TemporaryDirectory(prefix="empo2-bench-") as tmp:
+        ovr = COMMON + [f"run.dir={tmp}", f"run.name={name}", f"trainer.threads={threads}"] + overrides
+        out_file = Path(tmp) / "result.json"
+        cmd = [sys.executable, "-m", "benchmarks.iteration", "--_worker", json.dumps({"config": config, "overrides": ovr}),
+               "--_out", str(out_file)]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        # read the output while it runs (avoids a full pipe), then reap with wait4 for this child's rusage
+        log = proc.stdout.read() if proc.stdout else ""
+        _pid, status, ru = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.perf_counter() - t0
+        if proc.returncode != 0 or not out_file.is_file():
+            raise RuntimeError(f"iteration case {name!r} failed (exit {proc.returncode}):\n{log[-3000:]}")
+        res = json.loads(out_file.read_text())
+    res.update({"case": name, "config": config, "overrides": overrides, "wall_s": wall, "peak_rss_mb": ru.ru_maxrss / 1024})
+    m = res["metrics"]
+    total = m.get("time/iteration", 0.0)
+    parts = {p: float(m.get(f"time/{p}", 0.0)) for p in PARTS}
+    parts["other"] = max(total - sum(parts.values()), 0.0)
+    res["breakdown_s"] = parts
+    res["breakdown_frac"] = {k: (v / total if total else None) for k, v in parts.items()}
+    res["iteration_s"] = total
+    return res
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the iteration cases; write ``results/iteration.json``; return the record."""
+    p = add_common_args(argparse.ArgumentParser(prog="python -m benchmarks.iteration", description=__doc__.split("\n")[0]))
+    p.add_argument("--cases", nargs="*", default=None, choices=sorted(CASES), help="cases to run")
+    p.add_argument("--kv-ab", action="store_true", help="also run each case with rollout.kv_cache=false")
+    p.add_argument("--_worker", default="", help=argparse.SUPPRESS)
+    p.add_argument("--_out", default="", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args._worker:
+        spec = json.loads(args._worker)
+        res = _worker(spec["config"], spec["overrides"])
+        Path(args._out).write_text(json.dumps(res))
+        return res
+    cases = args.cases or pick(args, tiny=["tiny"], quick=["sciworld", "webshop_empo2"],
+                               full=["sciworld", "webshop", "webshop_empo2"])
+    run = Run("iteration", args)
+    quick = QUICK if args.quick else {}
+    run.config = {"cases": {c: {"config": CASES[c][0], "overrides": COMMON + CASES[c][1] + quick.get(c, [])}
+                            for c in cases},
+                  "threads": args.threads, "kv_ab": args.kv_ab}
+    rows = []
+    for c in cases:
+        cfg, ovr = CASES[c][0], CASES[c][1] + quick.get(c, [])
+        variants = [("", [])] + ([("kv off", ["rollout.kv_cache=false"])] if args.kv_ab else [])
+        for label, extra in variants:
+            name = c + (f" ({label})" if label else "")
+            r = run_case(name, cfg, ovr + extra, args.threads)
+            rows.append(r)
+            print(f"{name}: iteration {r['iteration_s']:.1f} s (setup {r['setup_s']:.1f} s), peak RSS "
+                  f"{r['peak_rss_mb']:.0f} MiB; " + ", ".join(f"{k} {v:.1f} s" for k, v in r["breakdown_s"].items()),
+                  flush=True)
+    run.results = {"cases": rows}
+    cols = ["case", "iteration s"] + [f"{p_}" for p_ in PARTS + ("other",)] + ["peak RSS MiB"]
+    table = [[r["case"], r["iteration_s"]]
+             + [f"{fmt(r['breakdown_s'][k])} ({100 * (r['breakdown_frac'][k] or 0):.0f}%)" for k in PARTS + ("other",)]
+             + [r["peak_rss_mb"]] for r in rows]
+    print_table(f"one training iteration ({args.threads} threads): seconds (% of the iteration)", cols, table)
+    print_table("iteration sizes", ["case", "episodes × max turns", "action mode", "kv cache", "seq tokens trained",
+                                    "micro-batches", "set-up s", "wall s"],
+                [[r["case"], f"{r['episodes']} × {r['max_turns']}", r["action_mode"], r["kv_cache"],
+                  r["metrics"].get("train/seq_tokens"), r["metrics"].get("train/micro_batches"), r["setup_s"], r["wall_s"]]
+                 for r in rows])
+    return run.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,141 @@
+"""Smoke test of the benchmark suite: every script's ``main`` in ``--tiny`` mode writes its JSON.
+
+Tiny random model, a few tokens, 1 torch thread (the numbers are meaningless; nothing is timed or
+asserted about speed). The results go to one temporary folder shared by the module, so
+``peak_rss`` reuses the iteration's figure like ``run_all`` does.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+COMMON_KEYS = {"benchmark", "mode", "machine", "peak", "load", "config", "results", "targets", "notes", "elapsed_s"}
+
+
+@pytest.fixture(scope="module")
+def out(tmp_path_factory) -> Path:
+    """One results folder for the whole module."""
+    return tmp_path_factory.mktemp("bench-results")
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    """The benchmarks set torch's thread count; put it back for the other tests."""
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def _run(module, out: Path, *extra: str) -> dict:
+    record = module.main(["--tiny", "--threads", "1", "--out", str(out), *extra])
+    path = out / f"{record['benchmark']}.json"
+    assert path.is_file()
+    data = json.loads(path.read_text())
+    assert COMMON_KEYS <= set(data)
+    assert data["mode"] == "tiny"
+    assert data["peak"]["gflops"] > 0
+    assert data["machine"]["threads"] == 1 and data["machine"]["torch"]
+    assert len(data["load"]["start"]) in (0, 3)
+    for t in data["targets"]:
+        assert t["status"] in ("PASS", "MISS", "N/A")
+    return data
+
+
+def test_update(out):
+    from benchmarks import update
+
+    d = _run(update, out)
+    rows = d["results"]["layouts"]
+    assert [r["steps"] for r in rows] == [2, 4]
+    for r in rows:
+        assert r["packed"]["tokens"] < r["per_step"]["tokens"]
+        assert r["packed"]["tokens_per_s"] > 0 and r["time_ratio"] > 0
+        assert {"frac_peak_6P", "seconds"} <= set(r["packed"])
+    assert len(d["targets"]) == 2
+
+
+def test_update_layouts_train_the_same_targets():
+    from benchmarks.update import packed_sample, per_step_samples, synthetic_episode
+
+    ep = synthetic_episode(5, 7, 3, 2, 1000, seed=0)
+    packed = packed_sample(ep, 0, 0)
+    steps = per_step_samples(ep, 0, 0)
+    assert len(packed.ids) == 7 + 5 * 5 and len(steps) == 5
+    assert [packed.ids[c] for c in packed.cols] == [s.ids[c] for s in steps for c in s.cols]
+    assert sum(len(s.ids) for s in steps) == sum(7 + 5 * (t + 1) for t in range(5))
+
+
+def test_generation(out):
+    from benchmarks import generation
+
+    d = _run(generation, out)
+    r = d["results"]
+    assert [s["batch"] for s in r["sweep"]] == [1, 4]
+    assert all(s["prefill_tokens_per_s"] > 0 and s["decode_tokens_per_s"] > 0 for s in r["sweep"])
+    assert r["batching"]["full_prompt"]["ratio"] > 0
+    if r["kv_reuse"]["available"]:
+        assert r["kv_reuse"]["ratio"] > 0
+        assert r["kv_reuse"]["cached_prefill_tokens"] < r["kv_reuse"]["reprefill_prefill_tokens"]
+
+
+def test_retrieval(out):
+    from benchmarks import retrieval
+
+    d = _run(retrieval, out)
+    sizes = d["results"]["sizes"]
+    assert [s["size"] for s in sizes] == [100, 1000]
+    for s in sizes:
+        assert s["query_similar_ms"]["p99"] >= s["query_similar_ms"]["p50"] > 0
+        assert s["similar_hits"] == 10 and s["dissimilar_hits"] == 0
+        assert s["rss_delta_mb"] >= 0
+
+
+def test_iteration(out):
+    from benchmarks import iteration
+
+    d = _run(iteration, out)
+    (case,) = d["results"]["cases"]
+    assert case["case"] == "tiny" and case["iteration_s"] > 0 and case["peak_rss_mb"] > 0
+    assert set(case["breakdown_s"]) == {"generation", "env", "hook", "tips", "update", "other"}
+    assert case["breakdown_s"]["hook"] > 0 and case["breakdown_s"]["tips"] > 0  # empo2.p = 1
+
+
+def test_peak_rss(out):
+    from benchmarks import peak_rss
+
+    d = _run(peak_rss, out, "--cases", "full")
+    (u,) = d["results"]["update"]
+    assert u["case"] == "full" and u["peak_rss_mb"] >= u["rss_loaded_mb"] > 0
+    assert d["results"]["iteration"] and d["results"]["iteration"][0]["peak_rss_mb"] > 0
+    assert d["targets"][0]["unit"] == "GB"
+
+
+def test_threads(out):
+    from benchmarks import threads
+
+    d = _run(threads, out)
+    assert d["results"]["settings"] and all(s["prefill_tok_s"]["median"] > 0 for s in d["results"]["settings"])
+
+
+@pytest.mark.scienceworld
+def test_env_steps(out):
+    from benchmarks import env_steps
+
+    d = _run(env_steps, out)
+    levels = d["results"]["levels"]
+    assert [x["envs"] for x in levels] == [1, 2]
+    assert all(x["steps_per_s"]["median"] > 0 for x in levels)
+
+
+def test_run_all_lists_every_module():
+    import importlib
+
+    from benchmarks import BENCHMARKS
+
+    for name in BENCHMARKS:
+        mod = importlib.import_module(f"benchmarks.{name}")
+        assert callable(mod.main) and mod.main.__doc__
