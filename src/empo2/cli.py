@@ -56,6 +56,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from empo2.configschema import ConfigError
     from rich.console import Console
     from rich.table import Table
 
@@ -66,6 +67,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from empo2.configschema import from_dict, parse_overrides, set_dotted
 
     ckpt = Path(args.checkpoint)
+    if args.episodes is not None and args.episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
+    if args.temperature is not None and not args.temperature > 0:
+        raise ConfigError(f"--temperature must be > 0, got {args.temperature}")
     load_state(ckpt)  # clear error if not a checkpoint
     data = checkpoint_config(ckpt)
     for k, v in parse_overrides(args.overrides):
@@ -111,6 +116,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_adapt(args: argparse.Namespace) -> int:
+    from empo2.configschema import ConfigError
     from rich.console import Console
     from rich.table import Table
 
@@ -122,6 +128,12 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     from empo2.trainer.loop import build_setup
 
     ckpt = Path(args.checkpoint)
+    if args.trials < 1:
+        raise ConfigError(f"--trials must be >= 1, got {args.trials}")
+    if args.episodes is not None and args.episodes < 1:
+        raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
+    if args.temperature is not None and not args.temperature > 0:
+        raise ConfigError(f"--temperature must be > 0, got {args.temperature}")
     load_state(ckpt)
     data = checkpoint_config(ckpt)
     data.setdefault("env", {})["tasks"] = [t.strip() for t in args.tasks.split(",") if t.strip()]

@@ -253,6 +253,48 @@ def validate(cfg: Config) -> None:
     for k, v in pos.items():
         if v <= 0:
             raise ConfigError(f"{k} must be > 0, got {v}")
+    import math
+
+    nonneg = {
+        "rollout.generation_batch_size": cfg.rollout.generation_batch_size, "rollout.top_k": cfg.rollout.top_k,
+        "trainer.threads": cfg.trainer.threads, "trainer.grad_clip": cfg.trainer.grad_clip,
+        "trainer.weight_decay": cfg.trainer.weight_decay, "eval.every": cfg.eval.every,
+        "algo.kl_coef": cfg.algo.kl_coef, "algo.entropy_coef": cfg.algo.entropy_coef,
+        "empo2.intrinsic.coef": cfg.empo2.intrinsic.coef, "empo2.memory.top_k": cfg.empo2.memory.top_k,
+        "empo2.memory.max_tip_tokens": cfg.empo2.memory.max_tip_tokens,
+    }
+    for k, v in nonneg.items():
+        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ConfigError(f"{k} must be a finite number >= 0, got {v}")
+    atleast1 = {
+        "trainer.checkpoint_every": cfg.trainer.checkpoint_every, "trainer.keep_checkpoints": cfg.trainer.keep_checkpoints,
+        "empo2.memory.capacity": cfg.empo2.memory.capacity, "empo2.tips.max_new_tokens": cfg.empo2.tips.max_new_tokens,
+        "model.lora.r": cfg.model.lora.r, "env.tiny.n_rooms": cfg.env.tiny.n_rooms - 1,
+        "empo2.memory.recent_turns": cfg.empo2.memory.recent_turns,
+    }
+    for k, v in atleast1.items():
+        if v < 1:
+            raise ConfigError(f"{k} is too small ({v if k != 'env.tiny.n_rooms' else v + 1}); "
+                              f"it must be >= {1 if k != 'env.tiny.n_rooms' else 2}")
+    for k, v in {"rollout.temperature": cfg.rollout.temperature, "eval.temperature": cfg.eval.temperature,
+                 "empo2.tips.temperature": cfg.empo2.tips.temperature, "trainer.lr": cfg.trainer.lr,
+                 "algo.std_eps": cfg.algo.std_eps, "algo.dual_clip": cfg.algo.dual_clip}.items():
+        if not math.isfinite(v):
+            raise ConfigError(f"{k} must be finite, got {v}")
+    if cfg.empo2.tips.temperature <= 0 or cfg.algo.std_eps <= 0:
+        raise ConfigError("empo2.tips.temperature and algo.std_eps must be > 0")
+    for k, v in {"empo2.memory.threshold": cfg.empo2.memory.threshold,
+                 "empo2.intrinsic.threshold": cfg.empo2.intrinsic.threshold}.items():
+        if not -1.0 <= v <= 1.0:
+            raise ConfigError(f"{k} is a cosine similarity and must be in [-1, 1], got {v}")
+    if not 0.0 <= cfg.algo.gigpo_gamma <= 1.0:
+        raise ConfigError(f"algo.gigpo_gamma must be in [0, 1], got {cfg.algo.gigpo_gamma}")
+    if not 0.0 <= cfg.model.lora.dropout < 1.0:
+        raise ConfigError(f"model.lora.dropout must be in [0, 1), got {cfg.model.lora.dropout}")
+    if any(v < 0 for v in cfg.env.variations):
+        raise ConfigError(f"env.variations must be variation indices >= 0, got {cfg.env.variations}")
+    if not cfg.run.name or "/" in cfg.run.name or cfg.run.name in (".", ".."):
+        raise ConfigError(f"run.name must be a plain folder name (no '/'), got {cfg.run.name!r}")
     if cfg.trainer.iterations < 0:
         raise ConfigError(f"trainer.iterations must be >= 0, got {cfg.trainer.iterations}")
     for k in ("rollout.temperature", "eval.temperature"):

@@ -96,6 +96,10 @@ def test_eval_command_on_a_checkpoint(tmp_path, capsys):
     ("rollout.group_size=1", "group_size"),
     ("env.tasks=[no-such-task]", "unknown tiny task"),
     ("model.name_or_path=/nonexistent/model", "does not exist"),
+    ("trainer.checkpoint_every=0", "checkpoint_every"),
+    ("rollout.generation_batch_size=-1", "generation_batch_size"),
+    ("trainer.lr=.nan", "must be finite"),
+    ("run.name=../escape", "plain folder name"),
 ])
 def test_bad_config_fails_before_work_with_a_clear_error(tmp_path, capsys, override, message):
     cfg = _cfg(tmp_path, "bad")
@@ -103,6 +107,15 @@ def test_bad_config_fails_before_work_with_a_clear_error(tmp_path, capsys, overr
     err = capsys.readouterr().err
     assert message in err
     assert not (tmp_path / "runs" / "bad" / "metrics.jsonl").exists()
+
+
+def test_existing_run_folder_is_not_overwritten_without_resume(tmp_path, capsys):
+    cfg = _cfg(tmp_path, "twice", trainer={"iterations": 1})
+    assert main(["train", "--config", str(cfg)]) == 0
+    w = (tmp_path / "runs" / "twice" / "checkpoints" / "last" / "model.safetensors").read_bytes()
+    assert main(["train", "--config", str(cfg)]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert (tmp_path / "runs" / "twice" / "checkpoints" / "last" / "model.safetensors").read_bytes() == w
 
 
 def test_missing_config_file(tmp_path, capsys):

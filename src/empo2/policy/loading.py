@@ -216,9 +216,9 @@ def load_policy(cfg: ModelConfig, weights_dir: str | Path | None = None) -> Load
             lp.model = AutoModelForCausalLM.from_pretrained(str(weights_dir), dtype=dtype)
     else:
         src = resolve_model_path(cfg.name_or_path)
-        tok = AutoTokenizer.from_pretrained(src)
         load_from = str(weights_dir) if (weights_dir is not None and not cfg.lora.enabled) else src
         try:
+            tok = AutoTokenizer.from_pretrained(src)
             model = AutoModelForCausalLM.from_pretrained(load_from, dtype=dtype)
         except OSError as e:
             raise ModelNotFoundError(

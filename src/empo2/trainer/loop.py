@@ -154,6 +154,16 @@ class Trainer:
                 raise CheckpointError(f"--resume: no checkpoint at {last}; start without --resume")
             state = load_state(last)
             saved = checkpoint_config(last)
+            if not isinstance(state, dict) or not isinstance(state.get("iteration"), int):
+                raise CheckpointError(f"{last.resolve() / 'state.json'} has no integer 'iteration'; "
+                                      "point checkpoints/last at an earlier iter-* folder")
+            if not any((last / f).is_file() for f in ("model.safetensors", "adapter_model.safetensors",
+                                                         "model.safetensors.index.json")):
+                raise CheckpointError(f"{last.resolve()} has no model weights; point checkpoints/last at an "
+                                      "earlier iter-* folder")
+            if int(state["iteration"]) > cfg.trainer.iterations:
+                raise ConfigError(f"the checkpoint has {state['iteration']} iterations but trainer.iterations is "
+                                  f"{cfg.trainer.iterations}; raise trainer.iterations to continue")
             if saved.get("model", {}) != config_to_dict(cfg)["model"]:
                 log.warning("resuming with a model section that differs from the checkpoint's")
             weights = last.resolve()
@@ -161,6 +171,11 @@ class Trainer:
         else:
             # validate tasks before loading anything heavy
             resolve_tasks(make_family(cfg.env), cfg.env.tasks)
+            if (self.run_dir / "metrics.jsonl").exists() or (self.run_dir / "checkpoints").exists() \
+                    or (self.run_dir / "memory.sqlite").exists():
+                raise ConfigError(
+                    f"run folder {self.run_dir} already holds a run; continue it with --resume, pick another"
+                    f" run.name (e.g. run.name={cfg.run.name}-2), or delete the folder")
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
         self.setup = build_setup(cfg, weights_dir=weights)
@@ -174,7 +189,10 @@ class Trainer:
             opt = weights / "optimizer.pt"
             if opt.is_file():
                 self.learner.optimizer.load_state_dict(torch.load(opt, weights_only=False))
-            extra = load_extra(weights)
+            try:
+                extra = load_extra(weights)
+            except Exception as e:
+                raise CheckpointError(f"{weights / 'rng.pt'} cannot be read ({type(e).__name__}: {e})") from None
             set_rng_state(extra["rng"])
             if self.hooks is not None:
                 self.hooks.load_state(extra.get("tensors") or {})
