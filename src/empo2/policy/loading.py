@@ -237,7 +237,8 @@ def load_policy(cfg: ModelConfig, weights_dir: str | Path | None = None) -> Load
             lp.model = apply_lora(lp.model, cfg.lora)
         lp.lora = True
     if cfg.gradient_checkpointing:
-        lp.model.gradient_checkpointing_enable()
+        enable = getattr(lp.model, "activation_checkpointing_enable", None) or lp.model.gradient_checkpointing_enable
+        enable()
         if hasattr(lp.model, "config"):
             lp.model.config.use_cache = False
     lp.model.to(pick_device(cfg.device))

@@ -52,7 +52,8 @@ class Progress:
             f"success {g('rollout/success_rate')} steps {g('rollout/steps_mean', '{:.1f}')} "
             f"valid {g('rollout/valid_frac')} | loss {g('train/loss', '{:.4f}')} clip {g('train/clip_frac', '{:.3f}')} "
             f"ratio_max {g('train/ratio_max')} | {g('time/iteration', '{:.0f}')}s "
-            f"(gen {g('time/generation', '{:.0f}')}s, env {g('time/env', '{:.0f}')}s, update {g('time/update', '{:.0f}')}s)")
+            f"(gen {g('time/generation', '{:.0f}')}s, env {g('time/env', '{:.0f}')}s, tips {g('time/tips', '{:.0f}')}s, "
+            f"update {g('time/update', '{:.0f}')}s)")
         _ = time
 
 
