@@ -62,11 +62,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                             "resets": [], "n_actions": []} for n in levels}
 
         def adm(i: int) -> tuple[float, list[str]]:
+            """(seconds, admissible actions) of env i."""
             t = time.perf_counter()
             a = pool.get(i).admissible_actions()
             return time.perf_counter() - t, a
 
         def step(i: int, action: str) -> tuple[float, Any]:
+            """(seconds, StepResult) of one step of env i."""
             t = time.perf_counter()
             r = pool.get(i).step(action)
             return time.perf_counter() - t, r

@@ -198,6 +198,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         bases = [rand_ids(rng, kv_base, vocab) for _ in range(kv_eps)]
 
         def chat(cached: bool, r: int) -> tuple[float, int]:
+            """Run the whole append-only chat once → (seconds, prompt tokens prefilled)."""
             prompts = [list(b) for b in bases]
             ekvs = [EpisodeKV() for _ in bases]
             prefilled = 0

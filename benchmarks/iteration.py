@@ -17,7 +17,7 @@ Set-up (model load, JVM start) is timed separately. Peak RSS: ``os.wait4`` on th
 ``ru_maxrss`` (the kernel's RUSAGE_CHILDREN figure for exactly that child: the largest resident set
 of it and its waited-for descendants — a max, not a sum, so the JVMs' own memory is not added).
 
-Cases (``--cases``): ``sciworld`` = ``configs/quickstart.yaml`` (``--quick``: 1 task × 4 rollouts); ``webshop`` =
+Cases (``--cases``): ``sciworld`` = ``configs/quickstart.yaml``; ``webshop`` =
 ``configs/webshop_grpo_cpu.yaml`` reduced; ``webshop_empo2`` = the same with ``empo2.p=1`` so the
 memory path (hook, tips) runs (``--quick``: 4 turns); ``tiny`` = the built-in tiny env with the tiny random model
 (smoke).
@@ -39,7 +39,11 @@ from typing import Any
 
 from benchmarks.common import REPO_ROOT, Run, add_common_args, fmt, pick, print_table
 
-COMMON = ["trainer.iterations=1", "eval.before_after=false", "run.progress=false", "trainer.tensorboard=false"]
+COMMON = ["trainer.iterations=1", "eval.before_after=false", "run.progress=false", "trainer.tensorboard=false",
+          "algo.entropy_coef=1e-9"]
+"""Overrides of every case. ``algo.entropy_coef=1e-9`` keeps the trainer from skipping the update when every
+advantage of the iteration is 0 (common with 4–8 episodes), so the update is always timed; its effect on the
+weights is nil."""
 CASES: dict[str, tuple[str, list[str]]] = {
     "sciworld": ("configs/quickstart.yaml", []),
     "webshop": ("configs/webshop_grpo_cpu.yaml", ["rollout.tasks_per_iteration=1", "env.max_turns=5"]),
@@ -52,9 +56,8 @@ CASES: dict[str, tuple[str, list[str]]] = {
 }
 """case → (config file relative to the repo root or '' for defaults, overrides)."""
 
-QUICK: dict[str, list[str]] = {"sciworld": ["rollout.tasks_per_iteration=1"], "webshop_empo2": ["env.max_turns=4"],
-                               "webshop": ["env.max_turns=4"]}
-"""Extra overrides of ``--quick`` (keeps ``make bench`` within its budget): half the episodes / turns."""
+QUICK: dict[str, list[str]] = {"webshop_empo2": ["env.max_turns=4"], "webshop": ["env.max_turns=4"]}
+"""Extra overrides of ``--quick`` (keeps ``make bench`` within its budget)."""
 
 PARTS = ("generation", "env", "hook", "tips", "update")
 
@@ -75,12 +78,15 @@ def _worker(config: str, overrides: list[str]) -> dict[str, Any]:
     finally:
         tr.close()
     keep = {k: v for k, v in m.items() if k.startswith(("time/", "rollout/", "train/seq_tokens", "train/tokens",
-                                                         "train/micro_batches", "memory/size", "memory/tips_written"))
+                                                         "train/micro_batches", "train/skipped", "memory/size",
+                                                         "memory/tips_written"))
             and not k.startswith("memory/size/")}
     return {"setup_s": setup_s, "metrics": keep, "maxrss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
             "kv_cache": bool(cfg.rollout.kv_cache) if hasattr(cfg.rollout, "kv_cache") else None,
             "episodes": cfg.rollout.tasks_per_iteration * cfg.rollout.group_size, "max_turns": cfg.env.max_turns,
-            "max_new_tokens": cfg.action.max_new_tokens, "action_mode": cfg.action.mode, "model": cfg.model.name_or_path}
+            "max_new_tokens": cfg.action.max_new_tokens, "action_mode": cfg.action.mode, "model": cfg.model.name_or_path,
+            "gradient_checkpointing": cfg.model.gradient_checkpointing, "micro_batch_tokens": cfg.trainer.micro_batch_tokens,
+            "few_shot": cfg.action.few_shot, "update_skipped": bool(m.get("train/skipped", 0.0))}
 
 
 def run_case(name: str, config: str, overrides: list[str], threads: int) -> dict[str, Any]:
@@ -148,11 +154,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
              + [f"{fmt(r['breakdown_s'][k])} ({100 * (r['breakdown_frac'][k] or 0):.0f}%)" for k in PARTS + ("other",)]
              + [r["peak_rss_mb"]] for r in rows]
     print_table(f"one training iteration ({args.threads} threads): seconds (% of the iteration)", cols, table)
-    print_table("iteration sizes", ["case", "episodes × max turns", "action mode", "kv cache", "seq tokens trained",
-                                    "micro-batches", "set-up s", "wall s"],
+    print_table("iteration sizes", ["case", "episodes × max turns", "action mode", "kv cache", "grad. ckpt",
+                                    "micro-batch tok", "seq tokens trained", "micro-batches", "set-up s", "wall s"],
                 [[r["case"], f"{r['episodes']} × {r['max_turns']}", r["action_mode"], r["kv_cache"],
-                  r["metrics"].get("train/seq_tokens"), r["metrics"].get("train/micro_batches"), r["setup_s"], r["wall_s"]]
-                 for r in rows])
+                  r.get("gradient_checkpointing"), r.get("micro_batch_tokens"), r["metrics"].get("train/seq_tokens"),
+                  r["metrics"].get("train/micro_batches"), r["setup_s"], r["wall_s"]] for r in rows])
+    for r in rows:
+        if r.get("update_skipped"):
+            run.notes.append(f"{r['case']}: the trainer skipped the update (train/skipped); its update time is 0")
     return run.finish()
 
 

@@ -58,6 +58,7 @@ def build_and_query(size: int, queries: int, seed: int = 0) -> dict[str, Any]:
     sigma = 0.8  # cos(key, query around the centre) ≈ 1 / (1 + σ²) ≈ 0.6 > τ = 0.5
 
     def around(n: int) -> Any:
+        """n unit vectors scattered around the centre."""
         return _unit(centre + sigma * rng.standard_normal((n, DIM)) / np.sqrt(DIM))
 
     rss0 = rss_mb()
@@ -76,6 +77,7 @@ def build_and_query(size: int, queries: int, seed: int = 0) -> dict[str, Any]:
     assert len(store) == size, (len(store), size)
 
     def lat(fn: Any, qs: Any) -> dict[str, float]:
+        """Latency percentiles (ms) of ``fn(q)`` over the queries."""
         ms = []
         for q in qs:
             t = time.perf_counter()

@@ -41,6 +41,7 @@ def synthetic_episode(T: int, prefix: int, obs: int, act: int, vocab: int, seed:
     hi = max(vocab - 1, 300)
 
     def ids(n: int) -> list[int]:
+        """n random ids."""
         return [rng.randint(256, hi) for _ in range(n)]
 
     return {"prefix": ids(prefix), "steps": [(ids(obs), ids(act)) for _ in range(T)]}

@@ -139,7 +139,7 @@ def _check_args(B: int, temperature: float, generators: list | None, tries: list
 def _pick(logits: torch.Tensor, gens: list[Generation], live: list[bool], *, temperature: float, top_k: int,
           eos_ids: frozenset[int] | set[int], stop_ids: set[int], generators: list[torch.Generator] | None,
           tries: list[TokenTrie | None] | None, pad_id: int) -> torch.Tensor:
-    """One sampling step for every live row, exactly as in ``sample``'s loop (same RNG use).
+    """One sampling step for every live row (shared by ``sample`` and ``sample_with_cache``).
 
     Updates ``gens`` and ``live`` in place; returns the ``[B]`` long tensor of ids to feed next
     (``pad_id`` for rows that are not live or just ran out of allowed tokens).
