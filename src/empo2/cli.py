@@ -304,21 +304,13 @@ def main(argv: list[str] | None = None) -> int:
     from empo2.policy.loading import ModelNotFoundError
     from empo2.trainer.checkpoint import CheckpointError
 
+    from empo2.envs.webshop.data import DataFileError
+    from empo2.memory.embedder import EmbedderUnavailableError
+    from empo2.memory.store import MemoryStoreError
+
     user_errors: tuple[type[BaseException], ...] = (
-        ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError, FileNotFoundError, FileExistsError)
-    try:
-        from empo2.memory.embedder import EmbedderUnavailableError
-        from empo2.memory.store import MemoryStoreError
-
-        user_errors += (MemoryStoreError, EmbedderUnavailableError)
-    except ImportError:
-        pass
-    try:
-        from empo2.envs.webshop.data import DataFileError
-
-        user_errors += (DataFileError,)
-    except ImportError:
-        pass
+        ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError, FileNotFoundError, FileExistsError,
+        MemoryStoreError, EmbedderUnavailableError, DataFileError)
     args = build_parser().parse_args(argv)
     _setup_logging(args.verbose)
     try:
