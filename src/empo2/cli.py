@@ -2,6 +2,10 @@
 
 Errors a user can fix (bad config, unknown task, missing model or checkpoint) are printed as one
 clear message with exit status 2, without a traceback.
+
+On a machine already busy at start, ``main`` sets ``OMP_WAIT_POLICY=PASSIVE`` before torch is
+imported and says so in one warning line (``empo2.threads``; opt out: ``EMPO2_OMP_AUTO=0`` or set
+``OMP_WAIT_POLICY`` yourself). Nothing imported at module level here may import torch.
 """
 
 from __future__ import annotations
@@ -298,7 +302,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+_COMPUTE_COMMANDS = {"train", "eval", "adapt"}
+"""Commands that run the model: the OpenMP wait-policy decision is logged as a warning for them."""
+
+
 def main(argv: list[str] | None = None) -> int:
+    # First, before anything imports torch (the imports below do): GNU OpenMP reads
+    # OMP_WAIT_POLICY once, when torch loads it. On a machine busy at start, PASSIVE.
+    from empo2.threads import apply_omp_wait_policy
+
+    omp = apply_omp_wait_policy()
+
     from empo2.configschema import ConfigError
     from empo2.envs.base import UnknownTaskError
     from empo2.policy.loading import ModelNotFoundError
@@ -313,6 +327,10 @@ def main(argv: list[str] | None = None) -> int:
         MemoryStoreError, EmbedderUnavailableError, DataFileError)
     args = build_parser().parse_args(argv)
     _setup_logging(args.verbose)
+    if omp.set_passive and args.command in _COMPUTE_COMMANDS:
+        log.warning(omp.reason)
+    else:
+        log.debug("OpenMP: %s", omp.reason)
     try:
         return int(args.fn(args) or 0)
     except user_errors as e:

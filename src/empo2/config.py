@@ -200,7 +200,10 @@ class TrainerConfig:
     logprob_chunk: int = doc("positions per chunk when computing log-probs (bounds logits memory)", default=512)
     checkpoint_every: int = doc("write a checkpoint every K iterations (and always at the end)", default=1)
     keep_checkpoints: int = doc("keep the newest K numbered checkpoints (plus 'last')", default=2)
-    threads: int = doc("torch intra-op threads (0 = leave torch's default)", default=0)
+    threads: int = doc("torch intra-op threads (0 = torch's default: OMP_NUM_THREADS, else one per core). "
+                       "On a machine busy at start, `empo2` also sets OMP_WAIT_POLICY=PASSIVE (opt out: "
+                       "EMPO2_OMP_AUTO=0 or set OMP_WAIT_POLICY); recorded as sys/torch_threads and "
+                       "sys/omp_wait_passive in metrics.jsonl", default=0)
     tensorboard: bool = doc("also write TensorBoard events if tensorboard is installed", default=True)
 
 

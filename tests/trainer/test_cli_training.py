@@ -45,7 +45,8 @@ def test_two_iterations_change_parameters_and_write_metrics(tmp_path, tiny_polic
     assert changed, "no parameter changed after two iterations"
     rows = _metrics(run)
     assert [r["iteration"] for r in rows] == [1, 2]
-    for key in ("rollout/score_mean", "rollout/success_rate", "train/loss", "train/clip_frac", "time/iteration"):
+    for key in ("rollout/score_mean", "rollout/success_rate", "train/loss", "train/clip_frac", "time/iteration",
+                "sys/torch_threads", "sys/omp_wait_passive"):
         assert key in rows[0], key
     assert (run / "config.yaml").is_file()
     assert (run / "checkpoints" / "last" / "optimizer.pt").is_file()

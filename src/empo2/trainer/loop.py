@@ -15,6 +15,7 @@ Before the first and after the last iteration the policy is evaluated on held-ou
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from empo2.policy.loading import LoadedPolicy, load_policy, save_weights
 from empo2.records import Trajectory
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
 from empo2.rollout.pool import EnvPool
+from empo2.threads import thread_info
 from empo2.trainer.batch import build_sample
 from empo2.trainer.checkpoint import (
     CheckpointError, checkpoint_config, load_extra, load_state, save_checkpoint, set_rng_state)
@@ -183,6 +185,9 @@ class Trainer:
                                int(self.setup.policy.tokenizer.pad_token_id or 0))
         self.modes = ModeSampler(cfg.empo2.p, cfg.empo2.q, cfg.empo2.mode_granularity, cfg.run.seed)
         self.logger = RunLogger(self.run_dir, cfg.trainer.tensorboard)
+        self.thread_info = thread_info()
+        log.info("torch threads %d, OMP_WAIT_POLICY=%s", int(self.thread_info["sys/torch_threads"]),
+                 os.environ.get("OMP_WAIT_POLICY", "unset"))
         self.progress = Progress(enabled=cfg.run.progress, console=console)
         self.hooks = self._make_empo2_hooks()
         if resume:
@@ -278,6 +283,7 @@ class Trainer:
         metrics["rollout/env_restarts"] = float(self.setup.pool.restarts)
         timings["time/iteration"] = time.perf_counter() - t_start
         metrics.update(timings)
+        metrics.update(self.thread_info)
         self._save_trajectories(trajs, it)
         return metrics
 

@@ -1,7 +1,8 @@
 """Metrics: pure functions over trajectories, and one logging interface (JSONL + TensorBoard).
 
 Keys are namespaced: ``rollout/…`` (what the episodes did), ``train/…`` (the update),
-``memory/…`` (EMPO²), ``eval/<env>/…``, ``time/…`` (seconds).
+``memory/…`` (EMPO²), ``eval/<env>/…``, ``time/…`` (seconds), ``sys/…`` (torch threads and whether
+OpenMP workers sleep, ``OMP_WAIT_POLICY=PASSIVE``: ``empo2.threads``).
 """
 
 from __future__ import annotations

@@ -1,0 +1,153 @@
+"""OpenMP wait policy on a busy machine (docs/performance.md, recommendation 1).
+
+GNU OpenMP (the runtime PyTorch's CPU kernels run on) lets its idle worker threads spin for a
+while before sleeping (``OMP_WAIT_POLICY`` unset = spin). On a quiet machine that is the fastest
+setting. When other processes already hold the cores, a spinning worker competes with the thread
+doing the work for the same core and every one of the thousands of small parallel regions waits a
+scheduler tick: measured on 2 cores with load 6, prefill 5.4× and batched decode 39× slower than
+with ``OMP_WAIT_POLICY=PASSIVE`` (sleeping workers). On a quiet machine PASSIVE costs 11–31%, so it
+is chosen from the load at start, not always.
+
+The runtime reads ``OMP_WAIT_POLICY`` once, when it is loaded (``import torch``), so the choice has
+to be made before that: ``empo2.cli.main`` calls ``apply_omp_wait_policy`` first thing.
+
+This module must not import torch (or anything that does).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
+
+OMP_AUTO_ENV = "EMPO2_OMP_AUTO"
+"""Set to ``0`` (or ``false``/``no``/``off``) to never change ``OMP_WAIT_POLICY``."""
+
+_OFF = {"0", "false", "no", "off"}
+
+LOAD_TOLERANCE = 0.5
+"""Cores of slack: the load average must exceed the cores left for our threads by more than this
+(the same rule as ``benchmarks/run_all.py --omp-wait-policy auto``), so that a load of 0.3 on an
+otherwise idle machine does not count as busy."""
+
+
+@dataclass(frozen=True)
+class OmpDecision:
+    """What ``decide_omp_wait_policy`` chose, and why.
+
+    Attributes:
+        set_passive: set ``OMP_WAIT_POLICY=PASSIVE`` (before torch is imported).
+        reason: one sentence for the log, saying why (and, when PASSIVE is chosen, how to opt out).
+        threads: the intra-op threads torch will start with (``OMP_NUM_THREADS`` or the cores);
+            ``None`` when not computed.
+        free_cores: cores minus the 1-minute load average; ``None`` when not computed.
+    """
+
+    set_passive: bool
+    reason: str
+    threads: int | None = None
+    free_cores: float | None = None
+
+
+def omp_threads(env: Mapping[str, str], cores: int) -> int:
+    """Threads the OpenMP runtime (and so torch) will start: ``OMP_NUM_THREADS`` if valid, else ``cores``.
+
+    ``OMP_NUM_THREADS`` may be a comma-separated list (nested levels); its first entry is the
+    outer level. An unparsable or non-positive value is ignored, as the runtime does.
+    """
+    raw = env.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    try:
+        n = int(raw)
+    except ValueError:
+        return max(1, cores)
+    return n if n > 0 else max(1, cores)
+
+
+def decide_omp_wait_policy(load_1min: float | None, cores: int | None, env: Mapping[str, str]) -> OmpDecision:
+    """Whether to set ``OMP_WAIT_POLICY=PASSIVE`` for this process. Pure: no I/O, no side effects.
+
+    PASSIVE is chosen when the machine is busy at start: the free cores (``cores − load_1min``)
+    are fewer than the threads torch will use, with ``LOAD_TOLERANCE`` cores of slack. It is never
+    chosen when the user set ``OMP_WAIT_POLICY`` (any value) or ``EMPO2_OMP_AUTO=0``, when the load
+    or core count is unknown, or with a single thread (no OpenMP worker to spin).
+
+    Args:
+        load_1min: the 1-minute load average (``os.getloadavg()[0]``), or None where unavailable.
+        cores: logical CPUs of the machine (``os.cpu_count()``), or None if unknown.
+        env: the process environment (only read).
+
+    Returns:
+        The decision with its reason.
+    """
+    auto = env.get(OMP_AUTO_ENV, "").strip().lower()
+    if auto in _OFF:
+        return OmpDecision(False, f"{OMP_AUTO_ENV}={env[OMP_AUTO_ENV]}: OMP_WAIT_POLICY left as it is")
+    if env.get("OMP_WAIT_POLICY", "").strip():
+        return OmpDecision(False, f"OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']} set by the user: left as it is")
+    if load_1min is None or cores is None or cores < 1:
+        return OmpDecision(False, "load average or core count unknown: OMP_WAIT_POLICY left unset")
+    threads = omp_threads(env, cores)
+    free = cores - load_1min
+    if threads <= 1:
+        return OmpDecision(False, "one torch thread: no OpenMP worker to spin, OMP_WAIT_POLICY left unset",
+                           threads, free)
+    if free >= threads - LOAD_TOLERANCE:
+        return OmpDecision(False, f"1-minute load {load_1min:.2f} on {cores} cores leaves room for {threads} "
+                                  "torch threads: OMP_WAIT_POLICY left unset", threads, free)
+    return OmpDecision(
+        True,
+        f"machine busy at start (1-minute load {load_1min:.2f} on {cores} cores leaves {max(free, 0.0):.1f} free "
+        f"for {threads} torch threads): setting OMP_WAIT_POLICY=PASSIVE so idle OpenMP threads sleep instead of "
+        f"spinning (spinning makes small ops many times slower under load; on a quiet machine PASSIVE costs "
+        f"~10-30%). Opt out: set OMP_WAIT_POLICY yourself or {OMP_AUTO_ENV}=0.",
+        threads, free)
+
+
+def _load_1min() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except (OSError, AttributeError):  # not available on this platform
+        return None
+
+
+def apply_omp_wait_policy(env: MutableMapping[str, str] | None = None, *, load_1min: float | None = None,
+                          cores: int | None = None, torch_imported: bool | None = None) -> OmpDecision:
+    """Decide (``decide_omp_wait_policy``) and, if PASSIVE is chosen, set it in ``env``.
+
+    Must run before ``import torch``: once torch is loaded the runtime has read the variable, so
+    nothing is changed (the decision says so).
+
+    Args:
+        env: the environment to read and update (default ``os.environ``).
+        load_1min: default ``os.getloadavg()[0]`` (None where unavailable).
+        cores: default ``os.cpu_count()``.
+        torch_imported: default ``"torch" in sys.modules``.
+
+    Returns:
+        The decision; ``set_passive`` is True only if ``env`` was changed.
+    """
+    env = os.environ if env is None else env
+    if torch_imported is None:
+        torch_imported = "torch" in sys.modules
+    if torch_imported:
+        return OmpDecision(False, "torch is already imported (its OpenMP runtime has read OMP_WAIT_POLICY): "
+                                  "left as it is")
+    decision = decide_omp_wait_policy(_load_1min() if load_1min is None else load_1min,
+                                      os.cpu_count() if cores is None else cores, env)
+    if decision.set_passive:
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    return decision
+
+
+def thread_info() -> dict[str, float]:
+    """Metrics of the threads this process computes with (imports torch).
+
+    Returns:
+        ``{"sys/torch_threads": torch.get_num_threads(), "sys/omp_wait_passive": 1.0 if
+        OMP_WAIT_POLICY is PASSIVE else 0.0}``.
+    """
+    import torch
+
+    passive = os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE"
+    return {"sys/torch_threads": float(torch.get_num_threads()), "sys/omp_wait_passive": float(passive)}
