@@ -39,6 +39,7 @@ def target_logprobs(
     allowed: list[list[int] | None] | None = None,
     chunk: int = 512,
     with_entropy: bool = False,
+    entropy_grad: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of the tokens at ``input_ids[rows, cols]`` given everything before them.
 
@@ -51,9 +52,14 @@ def target_logprobs(
         allowed: per target, the allowed token ids (constrained sampling) or None = full vocabulary.
         chunk: targets per LM-head chunk (bounds the ``[chunk, V]`` logits buffer).
         with_entropy: also return the entropy of each (constrained) distribution.
+        entropy_grad: with ``with_entropy``, make the entropy differentiable (an entropy bonus).
+            False when it is only a metric: it is then computed under ``torch.no_grad()`` from the
+            detached log-softmax, so the same values cost no autograd graph (per chunk, about two
+            ``[chunk, V]`` float buffers and a mask kept alive until backward otherwise).
 
     Returns:
-        ``(logp [N] float32, entropy [N] float32 or None)``; differentiable w.r.t. the model.
+        ``(logp [N] float32, entropy [N] float32 or None)``; ``logp`` (and the entropy if
+        ``entropy_grad``) differentiable w.r.t. the model.
 
     Raises:
         ValueError: shape mismatch, a target at column 0, or a target outside its allowed set.
@@ -90,9 +96,18 @@ def target_logprobs(
         lsm = torch.log_softmax(logits, dim=-1)
         out_lp.append(lsm.gather(-1, targets[s:s + chunk].unsqueeze(-1)).squeeze(-1))
         if with_entropy:
-            p = lsm.exp()
-            out_ent.append(-(p * lsm.masked_fill(p == 0, 0.0)).sum(-1))
+            if entropy_grad:
+                out_ent.append(_entropy(lsm))
+            else:
+                with torch.no_grad():
+                    out_ent.append(_entropy(lsm.detach()))
     if not out_lp:
         z = hidden.new_zeros(0, dtype=torch.float32)
         return z, (z if with_entropy else None)
     return torch.cat(out_lp), (torch.cat(out_ent) if with_entropy else None)
+
+
+def _entropy(lsm: torch.Tensor) -> torch.Tensor:
+    """Entropy ``[c]`` of each row of log-probabilities ``lsm`` ``[c, V]`` (masked −inf entries count 0)."""
+    p = lsm.exp()
+    return -(p * lsm.masked_fill(p == 0, 0.0)).sum(-1)

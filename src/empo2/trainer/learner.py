@@ -131,15 +131,17 @@ class Learner:
             for mb in mbs:
                 b = _collate(mb, self.pad_id, self.device)
                 mask = torch.cat([masks[id(s)] for s in mb]).to(self.device)
-                need_ent = algo.entropy_coef > 0
+                # the entropy is always reported; it joins the graph only as a bonus (entropy_coef > 0),
+                # otherwise it is computed without grad (same values, no [chunk, V] buffers kept for backward)
                 lp, ent = target_logprobs(self.model, b["ids"], b["att"], b["rows"], b["cols"],
                                           temperature=self.temperature, allowed=b["allowed"],
-                                          chunk=self.cfg.logprob_chunk, with_entropy=True)
+                                          chunk=self.cfg.logprob_chunk, with_entropy=True,
+                                          entropy_grad=algo.entropy_coef > 0)
                 ref = self._ref_logprobs(b) if algo.kl_coef > 0 else None
                 loss, m = policy_loss(
                     lp, b["logp_behavior"], b["adv"], mask, b["seq"], clip_low=algo.clip_low,
                     clip_high=algo.clip_high, dual_clip=algo.dual_clip, aggregation=agg, normaliser=normaliser,
-                    logp_ref=ref, kl_coef=algo.kl_coef, entropy=ent if need_ent else ent.detach(),
+                    logp_ref=ref, kl_coef=algo.kl_coef, entropy=ent,
                     entropy_coef=algo.entropy_coef, metrics_by=b["off"], metrics_by_names={0: "on", 1: "off"})
                 loss.backward()
                 w = max(float(mask.sum()), 1.0)
