@@ -17,6 +17,7 @@ from empo2.memory import (
     build_entries,
     open_run_memory,
 )
+from empo2.memory.retriever import rank_order, select
 
 BUCKET = "tiny/t/0"
 
@@ -230,3 +231,81 @@ def test_failed_write_stores_nothing(tmp_path, monkeypatch):
         assert texts(s) == ["a", "b"] and s.snapshot()["added"] == 2
     with MemoryStore(path) as s:
         assert texts(s) == ["a", "b"]
+
+
+def _random_keys(n: int, dim: int, seed: int = 0) -> np.ndarray:
+    k = np.random.default_rng(seed).standard_normal((n, dim)).astype(np.float32)
+    return k / np.linalg.norm(k, axis=1, keepdims=True)
+
+
+def _assert_keys_live_in_the_matrix(store, bucket, expected: dict[str, np.ndarray]):
+    """Each stored entry's key is a read-only view of its row in the bucket matrix, with the added values."""
+    idx = store._buckets[bucket]
+    entries = store.entries(bucket)
+    assert len(entries) == len(idx)
+    for row, e in enumerate(entries):
+        assert not e.key.flags.writeable
+        assert e.key.base is not None and np.shares_memory(e.key, idx.keys)
+        assert np.array_equal(e.key, idx.keys[row]) and np.array_equal(e.key, expected[e.text])
+
+
+def test_keys_are_held_once_in_ram(tmp_path):
+    """The bucket matrix is the only in-RAM copy of a key: entries view their row, through growth,
+    eviction, truncation and reopening; the caller's array is not aliased."""
+    dim, n = 8, 100
+    keys = _random_keys(n, dim)
+    expected = {f"e{i}": keys[i].copy() for i in range(n)}
+    path = tmp_path / "m.sqlite"
+    with MemoryStore(path, dim=dim, capacity=60) as s:
+        for i in range(n):  # one at a time: several reallocations and evictions
+            s.add([entry(f"e{i}", key=keys[i], iteration=i // 10)])
+        _assert_keys_live_in_the_matrix(s, BUCKET, expected)
+        keys[:] = 0.0  # the caller's arrays are not the store's
+        _assert_keys_live_in_the_matrix(s, BUCKET, expected)
+        with pytest.raises(ValueError):
+            s.entries(BUCKET)[0].key[0] = 1.0
+        assert s.truncate(after_iteration=7) == 20
+        _assert_keys_live_in_the_matrix(s, BUCKET, expected)
+        q = expected["e50"]
+        [best] = s.query(BUCKET, q, threshold=0.999, top_k=1)
+        assert best.entry.text == "e50" and best.similarity == pytest.approx(1.0, abs=1e-6)
+    with MemoryStore(path) as s:
+        assert texts(s) == [f"e{i}" for i in range(40, 80)]
+        _assert_keys_live_in_the_matrix(s, BUCKET, expected)
+
+
+def _blas_threads() -> list[int]:
+    from threadpoolctl import ThreadpoolController
+
+    return [lib["num_threads"] for lib in ThreadpoolController().select(user_api="blas").info()]
+
+
+def test_retrieval_products_run_on_one_blas_thread(monkeypatch):
+    import empo2.memory.store as store_mod
+
+    outside = _blas_threads()
+    if not outside:
+        pytest.skip("no BLAS library visible to threadpoolctl")
+    seen: list[list[int]] = []
+    real_search = store_mod.search
+
+    def spy(*a, **kw):
+        seen.append(_blas_threads())
+        return real_search(*a, **kw)
+
+    monkeypatch.setattr(store_mod, "search", spy)
+    dim, n = 64, 400  # 25,600 elements: above the size where OpenBLAS would thread
+    keys = _random_keys(n, dim, seed=1)
+    with MemoryStore(None, dim=dim) as s:
+        s.add([entry(f"e{i}", score=float(i % 7), key=keys[i]) for i in range(n)])
+        q = keys[3]
+        got = s.query(BUCKET, q, threshold=0.1, top_k=5)
+        assert seen == [[1] * len(outside)]
+        assert _blas_threads() == outside  # restored
+        # same answer as the reference rule on the full product
+        stored = s.entries(BUCKET)
+        order = rank_order(np.array([e.score for e in stored]), np.array([e.seq for e in stored]), "newer_first")
+        want = select(keys @ q, order, 0.1, 5)
+        assert [r.entry.text for r in got] == [f"e{i}" for i in want]
+        assert s.count_similar(BUCKET, q, 0.1) == int(np.count_nonzero(keys @ q >= 0.1))
+        assert _blas_threads() == outside

@@ -15,7 +15,9 @@ naming the file, and is not modified. (The authors' memory server is never persi
 reset at the start of training. Resuming with the memory is our addition.)
 
 Search runs on an in-RAM index per bucket (a float32 ``[M, D]`` key matrix, scores, seqs, the
-entries), loaded at open and updated after each committed write.
+entries), loaded at open and updated after each committed write. Each key is held once in RAM: a
+stored entry's ``key`` is a read-only view of its row of the matrix, not a copy. The ``[M, D] @ [D]``
+products run on one BLAS thread (see ``_single_blas_thread``).
 
 ``MemoryBackend`` is the small protocol the rollout and trainer use; a shared service (Ray actor,
 vector database) can implement it when rollout workers run on many machines.
@@ -23,11 +25,12 @@ vector database) can implement it when rollout workers run on many machines.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import TracebackType
@@ -81,7 +84,9 @@ class MemoryEntry:
 
     Attributes:
         bucket: task + variation, e.g. ``"scienceworld/power-component/3"`` (``TaskSpec.bucket``).
-        key: float32 ``[D]``, L2-normalised embedding of ``key_text``.
+        key: float32 ``[D]``, L2-normalised embedding of ``key_text``. In an entry returned by a
+            ``MemoryStore`` it is a read-only view of the entry's row in the store's key matrix
+            (the key is not held twice in RAM); copy it to modify it.
         key_text: the state text that was embedded (``memory.text.key_text``).
         tip: the cleaned tip of the episode.
         text: the entry text shown when retrieved (``step_entry_text`` / ``episode_entry_text``);
@@ -185,7 +190,9 @@ class _BucketIndex:
     """In-RAM search index of one bucket: key matrix, scores, seqs, entries (oldest first).
 
     Rows live in ``[start, stop)`` of over-allocated arrays, so FIFO eviction is an offset bump and
-    appends are amortised O(1) per row.
+    appends are amortised O(1) per row. The matrix is the only copy of the keys: each live entry's
+    ``key`` is set to a read-only view of its row (re-pointed when the arrays are reallocated, so
+    an old matrix is not kept alive by the live entries).
     """
 
     def __init__(self, dim: int) -> None:
@@ -211,7 +218,14 @@ class _BucketIndex:
             self._order[ties] = rank_order(self._scores[self._start:self._stop], self._seqs[self._start:self._stop], ties)
         return self._order[ties]
 
+    def _row(self, i: int) -> np.ndarray:
+        """Read-only view of row ``i`` of the key arrays."""
+        view = self._keys[i]
+        view.flags.writeable = False
+        return view
+
     def append(self, new: Sequence[MemoryEntry]) -> None:
+        """Add entries (their keys are copied into the matrix, then their ``key`` points at its row)."""
         n, k = len(self), len(new)
         if self._stop + k > len(self._keys):  # compact and grow
             alloc = max(16, 2 * (n + k))
@@ -220,10 +234,14 @@ class _BucketIndex:
             live = slice(self._start, self._stop)
             keys[:n], scores[:n], seqs[:n] = self._keys[live], self._scores[live], self._seqs[live]
             self._keys, self._scores, self._seqs, self._start, self._stop = keys, scores, seqs, 0, n
+            for i, e in enumerate(self.entries):
+                e.key = self._row(i)
         sl = slice(self._stop, self._stop + k)
         self._keys[sl] = np.stack([e.key for e in new])
         self._scores[sl] = [e.score for e in new]
         self._seqs[sl] = [e.seq for e in new]
+        for i, e in enumerate(new, self._stop):
+            e.key = self._row(i)
         self._stop += k
         self.entries.extend(new)
         self._order.clear()
@@ -244,6 +262,42 @@ def _checked_key(key: np.ndarray, dim: int | None, what: str) -> np.ndarray:
     if not math.isfinite(norm) or abs(norm - 1.0) > _NORM_TOL:
         raise ValueError(f"{what} must be L2-normalised and finite, got norm {norm:.6g}")
     return key
+
+
+_BLAS_THREADED_MIN = 2304 * 4
+"""OpenBLAS runs a matrix-vector product on one thread anyway below this many matrix elements
+(``2304 × GEMM_MULTITHREAD_THRESHOLD``, default 4, in its ``interface/gemv.c``): no limit needed."""
+
+_blas_lock = threading.Lock()
+_blas: Any = None  # threadpoolctl controller of the loaded BLAS libraries, made at first use
+
+
+@contextlib.contextmanager
+def _single_blas_thread(elements: int) -> Iterator[None]:
+    """Run the enclosed BLAS calls (the ``[M, D] @ [D]`` retrieval products) on one thread.
+
+    The product streams the key matrix once: memory-bound, so a second thread gains little on a
+    quiet machine, and on a busy one OpenBLAS's helper thread waits for a core (measured at 10⁵
+    entries on 2 loaded cores: p99 16.0 → 10.7 ms with one thread; equal when quiet; see
+    docs/performance.md §6). The limit is process-wide for OpenBLAS's thread pool, so it is held
+    under a module lock: two stores setting and restoring it concurrently could otherwise leave
+    it at 1. Products of fewer than ``_BLAS_THREADED_MIN`` elements skip it (single-threaded
+    anyway, and the limit costs about 10 µs).
+
+    Args:
+        elements: ``M × D`` of the largest product in the block.
+    """
+    global _blas
+    if elements < _BLAS_THREADED_MIN:
+        yield
+        return
+    with _blas_lock:
+        if _blas is None:
+            from threadpoolctl import ThreadpoolController
+
+            _blas = ThreadpoolController().select(user_api="blas")
+        with _blas.limit(limits=1):
+            yield
 
 
 def _blob(key: np.ndarray) -> bytes:
@@ -390,7 +444,7 @@ class MemoryStore:
             if len(blob) != 4 * self.dim:
                 raise MemoryStoreError(f"memory file {self._where}: entry {seq} has a {len(blob)}-byte key, "
                                        f"expected {4 * self.dim} (D={self.dim})")
-            key = np.frombuffer(blob, dtype="<f4").astype(np.float32)
+            key = np.frombuffer(blob, dtype="<f4")  # copied into the bucket matrix by append
             per_bucket.setdefault(bucket, []).append(
                 MemoryEntry(bucket, key, key_text, tip, text, float(score), int(iteration), int(step), int(seq)))
         self._buckets = {}
@@ -468,7 +522,7 @@ class MemoryStore:
                     raise ValueError("memory entry has an empty bucket")
                 if not math.isfinite(e.score):
                     raise ValueError(f"memory entry score must be finite, got {e.score}")
-                checked.append(replace(e, key=_checked_key(e.key, dim, "memory entry key").copy()))
+                checked.append(replace(e, key=_checked_key(e.key, dim, "memory entry key")))
 
             def body(conn: sqlite3.Connection) -> tuple[list[MemoryEntry], dict[str, int]]:
                 if self.dim is None:
@@ -557,7 +611,9 @@ class MemoryStore:
             idx = self._buckets.get(bucket)
             if idx is None or not len(idx):
                 return []
-            chosen, sims = search(idx.keys, q, idx.order(Ties(ties)), threshold, top_k, compare)
+            order = idx.order(Ties(ties))
+            with _single_blas_thread(idx.keys.size):
+                chosen, sims = search(idx.keys, q, order, threshold, top_k, compare)
             return [Retrieved(idx.entries[i], float(c)) for i, c in zip(chosen, sims)]
 
     def count_similar(self, bucket: str, embedding: np.ndarray, threshold: float, *,
@@ -574,7 +630,8 @@ class MemoryStore:
             idx = self._buckets.get(bucket)
             if idx is None or not len(idx):
                 return 0
-            sims = idx.keys @ q
+            with _single_blas_thread(idx.keys.size):
+                sims = idx.keys @ q
             passed = sims >= threshold if Compare(compare) is Compare.GE else sims > threshold
             return int(np.count_nonzero(passed))
 
