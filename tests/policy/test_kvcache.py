@@ -10,8 +10,9 @@ import torch
 
 from empo2.envs.base import StepResult, TaskSpec
 from empo2.envs.tiny.env import TinyEnv, TinyFamily
-from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported, extend, split, stack
-from empo2.policy.sampling import row_generator, sample, sample_with_cache
+from empo2.policy import sampling
+from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported, extend, extend_batch, split, stack
+from empo2.policy.sampling import prefill_groups, row_generator, sample, sample_with_cache
 from empo2.policy.trie import TokenTrie
 from empo2.records import Mode, SegmentKind
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
@@ -148,6 +149,95 @@ def test_stack_and_split_roundtrip(tiny_policy):
         stack([])
     with pytest.raises(ValueError):
         stack([EpisodeKV()])
+    # an empty record is a fully padded row
+    cache, mask = stack([kvs[0], EpisodeKV(), kvs[2]])
+    assert mask.sum(1).tolist() == [lengths[0], 0, lengths[2]]
+    assert torch.count_nonzero(cache.layers[0].keys[1]) == 0
+
+
+# --------------------------------------------------------------------------- batched prefill
+def _records(model, cache_ids: list[list[int]]) -> list[EpisodeKV]:
+    out = []
+    for ids in cache_ids:
+        e = EpisodeKV()
+        if ids:
+            extend(model, e, ids)
+        out.append(e)
+    return out
+
+
+def test_extend_batch_equals_per_row_extend(tiny_policy):
+    """Very different cache lengths (0 … 70) and new-id lengths (1 … 45) in one forward: the logits
+    and every row's kept entries equal those of per-row ``extend`` (the rows' gaps are dropped)."""
+    m = tiny_policy.model
+    caches = _prompts(21, [0, 70, 3, 40, 9], prefix=0)
+    news = _prompts(22, [45, 1, 30, 2, 12], prefix=0)
+    a, b = _records(m, caches), _records(m, caches)
+    ref = torch.stack([extend(m, e, n) for e, n in zip(a, news)])
+    got = extend_batch(m, b, news, pad_id=0)
+    assert got.shape == ref.shape and got.dtype == torch.float32
+    assert torch.allclose(got, ref, atol=1e-4), (got - ref).abs().max()
+    for x, y in zip(a, b):
+        assert y.ids == x.ids and y.length == x.length
+        for (k, v), (k2, v2) in zip(x.layers, y.layers):
+            assert k2.shape == k.shape == (1, k.shape[1], x.length, k.shape[3])
+            assert k2.is_contiguous()
+            assert torch.allclose(k, k2, atol=1e-5) and torch.allclose(v, v2, atol=1e-5)
+        _check_cache_matches_fresh_prefill(m, y)
+    with pytest.raises(ValueError):
+        extend_batch(m, [EpisodeKV(), EpisodeKV()], [[1], []])
+
+
+def test_prefill_groups_bound_padding():
+    lengths = [48, 48, 48, 48, 47, 50, 49, 48]
+    assert prefill_groups(lengths) == [[5, 6, 0, 1, 2, 3, 7, 4]]  # similar lengths: one forward
+    lengths = [900, 5, 400, 150, 120, 90, 60, 40, 30, 25, 20, 1]
+    groups = prefill_groups(lengths)
+    assert sorted(r for g in groups for r in g) == list(range(len(lengths)))
+    assert [0] in groups and [2] in groups  # ≥ PREFILL_SOLO_TOKENS: alone, unpadded
+    for g in groups:
+        top = max(lengths[r] for r in g)
+        assert len(g) == 1 or len(g) * top <= sampling.PREFILL_MAX_PAD * sum(lengths[r] for r in g)
+        assert len(g) * top <= max(sampling.PREFILL_MAX_TOKENS, top)
+    assert prefill_groups([3000, 3000]) == [[0], [1]]
+    assert prefill_groups([]) == []
+
+
+@pytest.mark.parametrize("grouping", ["default", "one_forward"])
+def test_cached_rows_of_very_different_lengths_match(tiny_policy, monkeypatch, grouping):
+    """Rows whose caches (4 … 150 ids) and new ids per turn (2 … 120) differ widely: sampled ids
+    identical to re-prefilling, |Δlogp| < 1e-4, caches equal to a fresh prefill of their ids.
+    ``one_forward`` puts every row into one padded ``extend_batch`` whatever the padding."""
+    if grouping == "one_forward":
+        monkeypatch.setattr(sampling, "prefill_groups", lambda lengths: [list(range(len(lengths)))])
+    m = tiny_policy.model
+    calls = []
+    real = sampling.extend_batch
+
+    def spy(model, ekvs, new_ids, pad_id=0):
+        calls.append([len(n) for n in new_ids])
+        return real(model, ekvs, new_ids, pad_id)
+
+    monkeypatch.setattr(sampling, "extend_batch", spy)
+    prompts = _prompts(31, [150, 4, 60, 9, 100], prefix=0)
+    kvs = [EpisodeKV() for _ in prompts]
+    g = torch.Generator().manual_seed(32)
+    new_lens = [[2, 120, 7, 60, 3], [90, 2, 40, 5, 11], [1, 1, 1, 80, 30]]
+    for turn in range(4):
+        kw = dict(max_new_tokens=5, temperature=1.0, eos_ids={2})
+        ref = sample(m, prompts, generators=[row_generator(3, r, turn) for r in range(5)], **kw)
+        got = sample_with_cache(m, kvs, prompts, generators=[row_generator(3, r, turn) for r in range(5)], **kw)
+        _assert_same(ref, got)
+        fed = max(len(x.ids) for x in got) - 1
+        for p, e, x in zip(prompts, kvs, got):
+            assert e.ids == p + x.ids[:fed]
+            _check_cache_matches_fresh_prefill(m, e)
+        if turn < 3:
+            prompts = [p + x.ids + torch.randint(10, 2000, (n,), generator=g).tolist()
+                       for p, x, n in zip(prompts, got, new_lens[turn])]
+    assert calls  # some rows were prefilled together
+    if grouping == "one_forward":
+        assert all(len(c) == 5 for c in calls)
 
 
 def test_model_without_cache_raises_unsupported(chat_format):
@@ -160,7 +250,8 @@ def test_model_without_cache_raises_unsupported(chat_format):
 
 # --------------------------------------------------------------------------- through the engine
 class _ShortEnv(TinyEnv):
-    """Ends after ``variation + 1`` steps: episodes of different lengths in one wave."""
+    """Ends after exactly ``variation + 1`` steps, whatever the actions (an early win or the pit
+    only changes the observations): episodes of different lengths in one wave."""
 
     def reset(self, task):
         self.left = task.variation + 1
@@ -169,9 +260,8 @@ class _ShortEnv(TinyEnv):
     def step(self, action):
         r = super().step(action)
         self.left -= 1
-        if self.left <= 0 and not r.done:
-            return StepResult(r.observation, r.reward, r.score, True, False, r.valid)
-        return r
+        end = self.left <= 0
+        return StepResult(r.observation, r.reward, r.score, end, r.success and end, r.valid)
 
 
 class _ShortFamily(TinyFamily):

@@ -8,6 +8,8 @@ sampled token, which was never fed) need a forward pass. This module holds the b
 - ``EpisodeKV``: one episode's cache tensors and the ids they cover (always a prefix of the
   episode's prompt ids, checked against the prompt before every use);
 - ``extend``: batch-1 prefill of an episode's new ids on top of its cache;
+- ``extend_batch``: the same for several episodes in one forward (left-padded caches, new ids
+  right-aligned with a mask), so the prefill GEMMs see all rows' tokens at once;
 - ``stack``: several episodes' caches as one left-padded batch cache + attention mask, for
   batched decoding;
 - ``split``: the batch cache back into per-episode caches, keeping exactly the entries of tokens
@@ -198,13 +200,15 @@ def extend(model: Any, ekv: EpisodeKV, new_ids: list[int]) -> torch.Tensor:
 
 
 def stack(ekvs: list[EpisodeKV]) -> tuple[Any, torch.Tensor]:
-    """Stack episode caches into one left-padded batch cache for batched decoding.
+    """Stack episode caches into one left-padded batch cache for batched decoding/prefill.
 
     Row ``r`` occupies the last ``ekvs[r].length`` positions of every layer; the padding in front
-    holds zeros and is masked out.
+    holds zeros and is masked out. An empty record becomes a fully padded row (``extend_batch``
+    uses that for episodes without a cache yet).
 
     Args:
-        ekvs: B ≥ 1 non-empty records with the same number of layers.
+        ekvs: B ≥ 1 records, at least one non-empty; the non-empty ones have the same number of
+            layers and the same ``[1, kv_heads, ·, head_dim]`` layout.
 
     Returns:
         ``(cache, mask)``: a ``DynamicCache`` with ``[B, kv_heads, Lmax, head_dim]`` tensors per
@@ -212,29 +216,34 @@ def stack(ekvs: list[EpisodeKV]) -> tuple[Any, torch.Tensor]:
         0 = left padding) on the cache's device.
 
     Raises:
-        ValueError: no records, an empty record, or records with different layer counts.
+        ValueError: no records, only empty records, or records with different layer counts.
     """
-    if not ekvs or any(e.length == 0 for e in ekvs):
-        raise ValueError("stack needs at least one record and every record non-empty")
-    n_layers = len(ekvs[0].layers)
-    if any(len(e.layers) != n_layers for e in ekvs):
+    full = [e for e in ekvs if e.length > 0]
+    if not ekvs or not full:
+        raise ValueError("stack needs at least one non-empty record")
+    n_layers = len(full[0].layers)
+    if any(len(e.layers) != n_layers for e in full):
         raise ValueError("records with different layer counts")
     B, L = len(ekvs), max(e.length for e in ekvs)
-    k0 = ekvs[0].layers[0][0]
+    k0 = full[0].layers[0][0]
     mask = torch.zeros((B, L), dtype=torch.long, device=k0.device)
     for r, e in enumerate(ekvs):
-        mask[r, L - e.length:] = 1
+        if e.length:
+            mask[r, L - e.length:] = 1
     layers: list[Layer] = []
     for i in range(n_layers):
-        ks, vs = [e.layers[i][0] for e in ekvs], [e.layers[i][1] for e in ekvs]
-        if all(t.shape[-2] == L for t in ks):
-            layers.append((torch.cat(ks, 0), torch.cat(vs, 0)))
+        ks = [e.layers[i][0] if e.length else None for e in ekvs]
+        vs = [e.layers[i][1] if e.length else None for e in ekvs]
+        if all(t is not None and t.shape[-2] == L for t in ks):
+            layers.append((torch.cat(ks, 0), torch.cat(vs, 0)))  # type: ignore[arg-type]
             continue
-        K = ks[0].new_zeros((B, ks[0].shape[1], L, ks[0].shape[3]))
-        V = vs[0].new_zeros((B, vs[0].shape[1], L, vs[0].shape[3]))
+        kt, vt = full[0].layers[i]
+        K = kt.new_zeros((B, kt.shape[1], L, kt.shape[3]))
+        V = vt.new_zeros((B, vt.shape[1], L, vt.shape[3]))
         for r, (k, v) in enumerate(zip(ks, vs)):
-            K[r, :, L - k.shape[-2]:] = k[0]
-            V[r, :, L - v.shape[-2]:] = v[0]
+            if k is not None and v is not None:
+                K[r, :, L - k.shape[-2]:] = k[0]
+                V[r, :, L - v.shape[-2]:] = v[0]
         layers.append((K, V))
     from transformers import DynamicCache
 
@@ -242,6 +251,94 @@ def stack(ekvs: list[EpisodeKV]) -> tuple[Any, torch.Tensor]:
     for i, (k, v) in enumerate(layers):
         cache.update(k, v, i)
     return cache, mask
+
+
+@torch.inference_mode()
+def extend_batch(model: Any, ekvs: list[EpisodeKV], new_ids: list[list[int]], pad_id: int = 0) -> torch.Tensor:
+    """``extend`` for several episodes in one forward pass, so the GEMMs see all rows' tokens at once.
+
+    Layout of the forward (``Lc`` = the longest cache, ``N`` = the most new ids of a row, row ``r``
+    with ``l_r`` cached and ``n_r`` new ids)::
+
+        past (stack):  [pad … pad | cache_r (l_r)]                     Lc positions
+        input_ids:                  [pad … pad | new_r (n_r)]          N positions, right-aligned
+        attention_mask: 1 on the row's cached and new entries, 0 on both paddings  [B, Lc + N]
+        position_ids:  l_r … l_r + n_r - 1 on the new ids (as in ``extend``); pads get
+                       clamped values (masked, never attended to)
+
+    With ``logits_to_keep=1`` the last position is every row's last new id. Afterwards each row
+    keeps exactly its own entries — ``[Lc - l_r, Lc)`` and ``[Lc + N - n_r, Lc + N)`` of the batch
+    cache, copied out as contiguous ``[1, kv_heads, l_r + n_r, head_dim]`` tensors — so the
+    records are indistinguishable from ``extend`` (up to float rounding of the batched GEMMs:
+    the same tokens at the same positions attend to the same entries).
+
+    Cost: the forward processes ``B · N`` token slots and every query attends over ``Lc + N``
+    keys, so rows of very different new-id lengths waste padded compute; callers group rows of
+    similar length (``sampling._prefill``) and prefill long ones alone (``extend``).
+
+    Args:
+        model: a Hugging Face causal LM (or peft model) with a full-attention KV cache.
+        ekvs: B ≥ 1 records (empty ones allowed: a new episode); updated in place like ``extend``
+            (``layers`` replaced, ``ids`` extended by the row's new ids).
+        new_ids: per row, ``n_r ≥ 1`` ids to feed.
+        pad_id: id fed at padded slots (its entries are masked and dropped).
+
+    Returns:
+        float32 logits ``[B, vocab]`` of the next token after each row's last new id.
+
+    Raises:
+        ValueError: no rows, a length mismatch, or a row without new ids (records unchanged).
+        KVCacheUnsupported: the model returned no (or an unsupported) cache. The records' tensors
+            are released before the forward (so that only the batch copy is in memory), so when
+            the forward or this check fails the records are left empty; callers re-prefill.
+    """
+    from empo2.policy.sampling import _cache_kwarg, _out_cache
+
+    B = len(ekvs)
+    if B == 0 or len(new_ids) != B:
+        raise ValueError(f"extend_batch needs B ≥ 1 records and as many id lists ({B} vs {len(new_ids)})")
+    if any(not n for n in new_ids):
+        raise ValueError("extend_batch needs at least one new id per row")
+    if B == 1:
+        return extend(model, ekvs[0], new_ids[0]).unsqueeze(0)
+    dev = _device(model)
+    lens, ns = [e.length for e in ekvs], [len(n) for n in new_ids]
+    Lc, N = max(lens), max(ns)
+    ids = torch.full((B, N), pad_id, dtype=torch.long)
+    pos = torch.zeros((B, N), dtype=torch.long)
+    mask = torch.zeros((B, Lc + N), dtype=torch.long)
+    for r, (l, n) in enumerate(zip(lens, ns)):
+        ids[r, N - n:] = torch.tensor(new_ids[r], dtype=torch.long)
+        pos[r] = torch.arange(l + n - N, l + n, dtype=torch.long).clamp(min=0)
+        mask[r, Lc - l:Lc] = 1
+        mask[r, Lc + N - n:] = 1
+    old_ids = [list(e.ids) for e in ekvs]
+    past = stack(ekvs)[0] if Lc > 0 else None
+    for e in ekvs:  # the batch cache holds the tensors now; free the per-row copies
+        e.clear()
+    kw = {_cache_kwarg(model): past} if past is not None else {}
+    del past
+    out = model(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev), use_cache=True,
+                logits_to_keep=1, **kw)
+    kw.clear()
+    cache = _out_cache(out)
+    layers = cache_layers(cache)
+    if not layers or layers[0][0].shape[-2] != Lc + N or layers[0][0].shape[0] != B:
+        raise KVCacheUnsupported("the returned cache does not cover the fed tokens")
+    keep = [torch.cat([torch.arange(Lc - l, Lc), torch.arange(Lc + N - n, Lc + N)]).to(dev)
+            for l, n in zip(lens, ns)]
+    new: list[list[Layer]] = [[] for _ in ekvs]
+    for i in range(len(layers)):
+        K, V = layers[i]
+        layers[i] = None  # type: ignore[call-overload]
+        for r in range(B):
+            new[r].append((K[r:r + 1].index_select(2, keep[r]), V[r:r + 1].index_select(2, keep[r])))
+        _drop_layer(cache, i)
+        del K, V
+    for r, e in enumerate(ekvs):
+        e.layers = new[r]
+        e.ids = old_ids[r] + list(new_ids[r])
+    return out.logits[:, -1, :].float()
 
 
 def split(cache: Any, ekvs: list[EpisodeKV], prompt_len: int, fed: list[list[int]]) -> None:
