@@ -12,7 +12,10 @@ pooled environment each):
    (``policy.kvcache``) and ``sample_with_cache`` prefills only the ids added since its previous
    turn; the caches are dropped when the episode ends. Their total size is capped by
    ``kv_cache_max_bytes``: episodes past the cap keep no cache and are re-prefilled each turn.
-   Models without a sliceable cache (fakes, sliding-window models) fall back to ``sample``;
+   Models without a sliceable cache (fakes, sliding-window models) fall back to ``sample``.
+   A hook with ``keep_episode_kv`` (EMPO²'s tip writer) may ask to keep a finished episode's
+   cache past its end: ``take_episode_kv(trajectory)`` then hands it over (it covers a prefix of
+   ``trajectory.token_ids()``), so a prompt that continues the trajectory only prefills its suffix;
 4. the text is parsed (``agent.parse``), optionally corrected, and the environments step in threads.
 
 An environment that raises ``EnvError`` marks its episode ``crashed`` (excluded from the update,
@@ -94,6 +97,11 @@ class StepHook(Protocol):
 
     Implementations set ``state.tips`` (texts to show; ignored for ``Mode.PLAIN``) and
     ``state.intrinsic`` for each state. EMPO²'s memory implements it (``memory/``).
+
+    Optionally a hook also defines ``keep_episode_kv(state: EpisodeState) -> bool``, asked (with
+    KV reuse on) about episodes that finished with a cache; True keeps that cache after the
+    episode ends, for ``RolloutEngine.take_episode_kv`` (within ``kv_cache_max_bytes``). It must
+    depend on the state only (it may be asked more than once).
     """
 
     def before_turn(self, states: list[EpisodeState]) -> None: ...
@@ -147,6 +155,11 @@ class RolloutEngine:
         # per live episode (keyed by id(state), weakly tied to the state): its KV cache
         self._kv: dict[int, tuple[weakref.ref, EpisodeKV]] = {}
         self._kv_supported = True
+        # finished episodes of the current wave whose cache the hook keeps (keyed by id(state))
+        self._kv_done: dict[int, tuple[weakref.ref, EpisodeKV]] = {}
+        # kept caches of finished episodes, keyed by id(trajectory), until ``take_episode_kv``
+        self._kv_kept: dict[int, tuple[weakref.ref, EpisodeKV]] = {}
+        self._keep_kv: Callable[[EpisodeState], bool] | None = None
 
     # ------------------------------------------------------------------ public
     def run(self, episodes: list[EpisodeSpec], settings: RolloutSettings, iteration: int = 0,
@@ -156,11 +169,43 @@ class RolloutEngine:
         ``on_turn(n_actions)`` is called after every batched turn (progress display).
         """
         self.timings = {"generation": 0.0, "env": 0.0, "hook": 0.0}
+        self.drop_episode_kvs()
+        keep = getattr(hook, "keep_episode_kv", None) if settings.kv_cache else None
+        self._keep_kv = keep if callable(keep) else None
         out: list[Trajectory] = []
-        for w in range(0, len(episodes), self.pool.size):
-            wave = episodes[w:w + self.pool.size]
-            out.extend(self._run_wave(wave, settings, iteration, hook, on_turn))
+        try:
+            for w in range(0, len(episodes), self.pool.size):
+                wave = episodes[w:w + self.pool.size]
+                out.extend(self._run_wave(wave, settings, iteration, hook, on_turn))
+        except BaseException:
+            self.drop_episode_kvs()
+            raise
+        finally:
+            self._keep_kv = None
+            self._kv_done.clear()
         return out
+
+    def take_episode_kv(self, traj: Trajectory) -> EpisodeKV | None:
+        """Hand over the kept KV cache of a finished episode of the last ``run`` (once), or None.
+
+        Only episodes for which the hook's ``keep_episode_kv`` returned True have one, and only if
+        KV reuse was on, the model supports it and the cache fit ``kv_cache_max_bytes``. The
+        cache's ``ids`` are a prefix of ``traj.token_ids(with_tips=True)`` (the episode's last
+        prompt plus the action ids that were fed); callers still ``sync`` it against their prompt
+        (``sample_with_cache`` does). It was computed with the weights of the rollout: use it
+        before the policy is updated.
+        """
+        entry = self._kv_kept.pop(id(traj), None)
+        if entry is None or entry[0]() is not traj:
+            return None
+        return entry[1]
+
+    def drop_episode_kvs(self) -> None:
+        """Release every kept cache of finished episodes (the next ``run`` does it too)."""
+        for table in (self._kv_done, self._kv_kept):
+            for _, e in table.values():
+                e.clear()
+            table.clear()
 
     # ------------------------------------------------------------------ internals
     def _reset(self, slot: int, task: TaskSpec) -> Observation | Exception:
@@ -266,7 +311,21 @@ class RolloutEngine:
                     st.success = r.success
             if on_turn is not None:
                 on_turn(len(live))
-        return [self._trajectory(st, iteration) for st in states]
+        trajs = [self._trajectory(st, iteration) for st in states]
+        for st, t in zip(states, trajs):
+            self._hand_over_kv(st, t)
+        return trajs
+
+    def _hand_over_kv(self, st: EpisodeState, traj: Trajectory) -> None:
+        """At the end of a wave: keep ``st``'s cache for ``take_episode_kv(traj)`` or drop it."""
+        entry = self._kv_done.pop(id(st), None) or self._kv.pop(id(st), None)
+        if entry is None or entry[0]() is not st:
+            return
+        ekv = entry[1]
+        if ekv.length and self._keep_kv is not None and self._keep_kv(st):
+            self._kv_kept[id(traj)] = (weakref.ref(traj), ekv)
+        else:
+            ekv.clear()
 
     @staticmethod
     def _safe(fn: Callable[[], Any]) -> Any:
@@ -335,7 +394,12 @@ class RolloutEngine:
         keep = {id(st) for st in live}
         for k in list(self._kv.keys()):  # episodes that ended since the last turn
             if k not in keep:
-                self._kv.pop(k, None)
+                ref, ekv = self._kv.pop(k)
+                st_done = ref()
+                if st_done is not None and ekv.length and self._keep_kv is not None and self._keep_kv(st_done):
+                    self._kv_done[k] = (ref, ekv)
+                else:
+                    ekv.clear()
         ekvs = [self._episode_kv(st) for st in live]
         gens_ = self._row_generators(live, s, iteration)
         out: list[Generation] = []
@@ -367,9 +431,13 @@ class RolloutEngine:
         self._kv[key] = (weakref.ref(st, _gone), ekv)
         return ekv
 
-    @staticmethod
-    def _cap_kv(ekvs: list[EpisodeKV], max_bytes: int) -> None:
-        """Keep caches in live order while their total fits ``max_bytes``; clear the rest."""
+    def _cap_kv(self, ekvs: list[EpisodeKV], max_bytes: int) -> None:
+        """Keep live caches in live order while their total fits ``max_bytes``; clear the rest.
+
+        Kept caches of finished episodes (``keep_episode_kv``) share the budget with lower
+        priority: after the live ones, they are kept in the order the episodes finished while
+        the total fits, and the others are dropped.
+        """
         if max_bytes <= 0:
             return
         total = 0
@@ -378,6 +446,14 @@ class RolloutEngine:
             if total > max_bytes:
                 total -= e.nbytes
                 e.clear()
+        for table in (self._kv_kept, self._kv_done):
+            for k in list(table.keys()):
+                e = table[k][1]
+                total += e.nbytes
+                if total > max_bytes:
+                    total -= e.nbytes
+                    e.clear()
+                    del table[k]
 
     def _trajectory(self, st: EpisodeState, iteration: int) -> Trajectory:
         sp = st.spec

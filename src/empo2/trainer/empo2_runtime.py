@@ -10,6 +10,9 @@ trainer after each rollout:
 * ``after_rollout``: the current policy writes one tip per finished episode (batched, no gradient;
   the tip tokens never enter the update), cleaned to one sentence; the episode's entries (one per
   step with the authors' wording, or one per episode) are added to the SQLite memory of the run.
+  The tip prompt continues the trajectory, so tip writing starts from the episode's KV cache kept
+  by the rollout engine (``keep_episode_kv``) and prefills only the closing markup and the tip
+  instruction; without one (KV reuse off, over its byte cap) each prompt is prefilled unpadded.
 
 The memory persists in ``<run>/memory.sqlite`` so a resumed run continues with the same memory; the
 novelty counter's state is saved in checkpoints.
@@ -27,7 +30,8 @@ from empo2.memory.embedder import load_embedder
 from empo2.memory.novelty import NoveltyCounter, intrinsic_from_retrieved
 from empo2.memory.store import MemoryStore, build_entries, open_run_memory
 from empo2.memory.text import TIP_INSTRUCTION, clean_tip, key_text
-from empo2.policy.sampling import row_generator, sample
+from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
+from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
 from empo2.records import Mode, Trajectory
 from empo2.rollout.engine import EpisodeState
 
@@ -109,32 +113,82 @@ class Empo2Runtime:
                 self.c["intrinsic_sum"] += st.intrinsic
                 self.c["intrinsic_n"] += 1
 
+    def keep_episode_kv(self, st: EpisodeState) -> bool:
+        """``StepHook`` extension: keep a finished episode's KV cache when it will write a tip."""
+        return (not self.read_only and not st.crashed and bool(st.steps) and self._writes_mode(st.spec.mode))
+
     # ------------------------------------------------------------------ tips + memory
+    def _writes_mode(self, mode: Mode) -> bool:
+        w = self.cfg.empo2.write_memory
+        return w == "always" or (w == "memory_modes" and mode is not Mode.PLAIN)
+
     def _writes(self, t: Trajectory) -> bool:
         if t.crashed or t.num_steps == 0:
             return False
-        w = self.cfg.empo2.write_memory
-        return w == "always" or (w == "memory_modes" and t.mode is not Mode.PLAIN)
+        return self._writes_mode(t.mode)
+
+    def tip_prompts(self, trajs: list[Trajectory]) -> list[list[int]]:
+        """The tip prompt of each trajectory: its ids (with tips) + a user turn asking for a tip.
+
+        Cut from the left to ``model.max_context - tips.max_new_tokens`` ids if longer.
+        """
+        fmt = self.setup.fmt
+        budget = self.cfg.model.max_context - self.cfg.empo2.tips.max_new_tokens
+        suffix = fmt.open("user") + fmt.encode(TIP_INSTRUCTION) + fmt.close("user") + fmt.open("assistant")
+        out = []
+        for t in trajs:
+            ids = t.token_ids(with_tips=True) + suffix
+            out.append(ids[-budget:] if len(ids) > budget else ids)
+        return out
+
+    def sample_tips(self, trajs: list[Trajectory], iteration: int) -> list[Generation]:
+        """Sample one tip continuation per trajectory (no gradient), as ``Generation`` s in order.
+
+        Uses ``sample_with_cache``: each row starts from the episode's KV cache kept by the rollout
+        engine (``RolloutEngine.take_episode_kv``; its ids are a prefix of the tip prompt, so only
+        the closing markup and the tip instruction are prefilled) or, without one, from an empty
+        ``EpisodeKV`` (the prompt is prefilled unpadded; rows share their common prefix); only
+        the decode is batched. The ids equal those of ``sample`` on the same prompts and
+        generators (log-probs up to float rounding). Models without a sliceable cache use
+        ``sample``. The caches are released afterwards.
+        """
+        fmt = self.setup.fmt
+        tcfg = self.cfg.empo2.tips
+        model = self.setup.policy.model
+        prompts = self.tip_prompts(trajs)
+        engine = getattr(self.setup, "engine", None)
+        take = getattr(engine, "take_episode_kv", None)
+        ekvs = [(take(t) if take is not None else None) or EpisodeKV() for t in trajs]
+        kw = dict(max_new_tokens=tcfg.max_new_tokens, temperature=tcfg.temperature, eos_ids=fmt.eos_ids,
+                  newline_ids=fmt.newline_ids, stop_at_newline=True, pad_id=int(fmt.tokenizer.pad_token_id or 0))
+
+        def generators() -> list[Any]:
+            return [row_generator(self.cfg.run.seed, iteration, t.task_index, t.rollout, 99991) for t in trajs]
+
+        try:
+            return sample_with_cache(model, ekvs, prompts, generators=generators(), **kw)
+        except KVCacheUnsupported:
+            return sample(model, prompts, generators=generators(), **kw)
+        finally:
+            for e in ekvs:
+                e.clear()
 
     def write_tips(self, trajs: list[Trajectory], iteration: int) -> dict[str, float]:
         """Sample one tip per finished trajectory (batched, no gradient) and store its entries."""
+        try:
+            return self._write_tips(trajs, iteration)
+        finally:  # caches the engine kept for trajectories that wrote no tip
+            drop = getattr(getattr(self.setup, "engine", None), "drop_episode_kvs", None)
+            if drop is not None:
+                drop()
+
+    def _write_tips(self, trajs: list[Trajectory], iteration: int) -> dict[str, float]:
         todo = [t for t in trajs if self._writes(t)]
         out = {"memory/tips_written": 0.0, "memory/tips_malformed": 0.0, "memory/entries_added": 0.0}
         if not todo or self.read_only:
             return out
         fmt = self.setup.fmt
-        tcfg = self.cfg.empo2.tips
-        prompts = []
-        for t in todo:
-            ids = t.token_ids(with_tips=True)
-            ids += fmt.open("user") + fmt.encode(TIP_INSTRUCTION) + fmt.close("user") + fmt.open("assistant")
-            budget = self.cfg.model.max_context - tcfg.max_new_tokens
-            prompts.append(ids[-budget:] if len(ids) > budget else ids)
-        gens = sample(self.setup.policy.model, prompts, max_new_tokens=tcfg.max_new_tokens,
-                      temperature=tcfg.temperature, eos_ids=fmt.eos_ids, newline_ids=fmt.newline_ids,
-                      stop_at_newline=True,
-                      generators=[row_generator(self.cfg.run.seed, iteration, t.task_index, t.rollout, 99991) for t in todo],
-                      pad_id=int(fmt.tokenizer.pad_token_id or 0))
+        gens = self.sample_tips(todo, iteration)
         words = []
         finals = [" ".join(f"{r}: {c}" for r, c in t.info.get("messages", [])) for t in todo]
         keys = self.embedder.encode([key_text(list(t.info.get("messages", [])), self.mcfg.key_text,
