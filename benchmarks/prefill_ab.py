@@ -1,0 +1,174 @@
+"""A/B timings behind docs/performance.md recommendations 3–5 (not part of ``make bench``).
+
+* ``prefill`` (4): the cached-turn prefill of ``--rows`` rows × ``--new`` new ids on caches of
+  96–160 ids: old = one batch-1 ``kvcache.extend`` per row, new = ``sampling._prefill``
+  (grouped ``extend_batch``, here one forward).
+* ``pick`` (5): one sampling step over ``[rows, vocab]`` logits: old = ``torch.multinomial`` per
+  row, new = ``sampling._pick`` (inverse CDF, one float64 uniform per row).
+* ``tips`` (3): tip-like generation (``--tip-new`` decoded ids) after four long prompts of
+  unequal length sharing a system-prompt head: ``sample`` (left-padded re-prefill),
+  ``sample_with_cache`` from empty records, and from caches covering all but the last
+  ``--tip-suffix`` prompt ids (what the rollout engine hands to the tip writer).
+
+Old and new alternate (interleaved), after one untimed warm-up each; medians of ``--reps``.
+
+Run: ``OMP_WAIT_POLICY=PASSIVE python -m benchmarks.prefill_ab --threads 2 --reps 3``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from typing import Any, Callable
+
+import torch
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def _ab(variants: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:
+    for fn in variants.values():
+        fn()  # warm-up
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(reps):
+        for k, fn in variants.items():
+            times[k].append(_timed(fn))
+    return {k: statistics.median(v) for k, v in times.items()} | {f"{k}_all": v for k, v in times.items()}
+
+
+def _ids(g: torch.Generator, n: int) -> list[int]:
+    return torch.randint(100, 40000, (n,), generator=g).tolist()
+
+
+def bench_prefill(model: Any, rows: int, new: int, reps: int) -> dict[str, Any]:
+    from empo2.policy.kvcache import EpisodeKV, extend
+    from empo2.policy.sampling import _prefill, prefill_groups
+
+    g = torch.Generator().manual_seed(0)
+    lens = [round(96 + (160 - 96) * r / max(1, rows - 1)) for r in range(rows)]
+    base = []
+    for n in lens:
+        e = EpisodeKV()
+        extend(model, e, _ids(g, n))
+        base.append(e)
+    news = [_ids(g, new) for _ in range(rows)]
+    assert len(prefill_groups([new] * rows)) == 1
+
+    def old() -> torch.Tensor:
+        ekvs = [e.fork() for e in base]
+        return torch.stack([extend(model, e, n) for e, n in zip(ekvs, news)])
+
+    def new_() -> torch.Tensor:
+        return _prefill(model, [e.fork() for e in base], news, 0)
+
+    diff = float((old() - new_()).abs().max())
+    res = _ab({"old_extend_per_row": old, "new_extend_batch": new_}, reps)
+    res |= {"cache_lengths": lens, "new_ids": new, "max_abs_logit_diff": diff}
+    return res
+
+
+def bench_pick(model: Any, rows: int, reps: int, steps: int = 50) -> dict[str, Any]:
+    from empo2.policy.sampling import Generation, _pick, row_generator
+
+    V = model.config.vocab_size
+    logits = torch.randn(rows, V, generator=torch.Generator().manual_seed(1)) * 4
+
+    def old() -> None:  # the previous _pick body (unconstrained rows)
+        gens = [row_generator(0, r) for r in range(rows)]
+        for _ in range(steps):
+            scaled = logits / 0.8
+            for r in range(rows):
+                logp = torch.log_softmax(scaled[r], dim=-1)
+                tok = int(torch.multinomial(logp.exp().cpu(), 1, generator=gens[r]).item())
+                float(logp[tok])
+
+    def new() -> None:
+        gens = [row_generator(0, r) for r in range(rows)]
+        for _ in range(steps):
+            _pick(logits, [Generation() for _ in range(rows)], [True] * rows, temperature=0.8, top_k=0,
+                  eos_ids=set(), stop_ids=set(), generators=gens, tries=None, pad_id=0)
+
+    res = _ab({"old_multinomial": old, "new_inverse_cdf": new}, reps)
+    return {k: (v / steps if isinstance(v, float) else [x / steps for x in v]) for k, v in res.items()} | {
+        "unit": "seconds per step", "rows": rows}
+
+
+def bench_tips(model: Any, reps: int, lengths: list[int], head: int, suffix: int, new: int) -> dict[str, Any]:
+    from empo2.policy.kvcache import EpisodeKV, extend
+    from empo2.policy.sampling import row_generator, sample, sample_with_cache
+
+    g = torch.Generator().manual_seed(2)
+    h = _ids(g, head)
+    prompts = [h + _ids(g, n - head) for n in lengths]
+    kept = []
+    for p in prompts:
+        e = EpisodeKV()
+        extend(model, e, p[:-suffix])
+        kept.append(e)
+    kw = dict(max_new_tokens=new, temperature=1.0, eos_ids=set(), stop_at_newline=False)
+
+    def gens() -> list[torch.Generator]:
+        return [row_generator(3, r) for r in range(len(prompts))]
+
+    def old() -> Any:
+        return sample(model, prompts, generators=gens(), **kw)
+
+    def fresh() -> Any:
+        return sample_with_cache(model, [EpisodeKV() for _ in prompts], prompts, generators=gens(), **kw)
+
+    def cached() -> Any:
+        return sample_with_cache(model, [e.fork() for e in kept], prompts, generators=gens(), **kw)
+
+    same = [x.ids for x in old()] == [x.ids for x in fresh()] == [x.ids for x in cached()]
+    res = _ab({"old_sample": old, "new_fresh_records": fresh, "new_kept_cache": cached}, reps)
+    return res | {"prompt_lengths": lengths, "shared_head": head, "suffix": suffix, "new_ids": new,
+                  "same_ids": same}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--rows", type=int, default=8)
+    ap.add_argument("--new", type=int, default=48)
+    ap.add_argument("--parts", default="prefill,pick,tips")
+    ap.add_argument("--tip-lengths", default="1400,1100,800,600")
+    ap.add_argument("--tip-head", type=int, default=300)
+    ap.add_argument("--tip-suffix", type=int, default=40)
+    ap.add_argument("--tip-new", type=int, default=24)
+    ap.add_argument("--out", default="")
+    a = ap.parse_args(argv)
+    torch.set_num_threads(a.threads)
+    from empo2.config import ModelConfig
+    from empo2.policy.loading import load_policy
+
+    cfg = ModelConfig()
+    model = load_policy(cfg).model
+    model.eval()
+    out: dict[str, Any] = {"model": cfg.name_or_path, "threads": a.threads, "reps": a.reps}
+    parts = a.parts.split(",")
+    with torch.inference_mode():
+        if "prefill" in parts:
+            out["prefill"] = bench_prefill(model, a.rows, a.new, a.reps)
+            print("prefill", json.dumps(out["prefill"]), flush=True)
+        if "pick" in parts:
+            out["pick"] = bench_pick(model, a.rows, a.reps)
+            print("pick", json.dumps(out["pick"]), flush=True)
+        if "tips" in parts:
+            out["tips"] = bench_tips(model, a.reps, [int(x) for x in a.tip_lengths.split(",")], a.tip_head,
+                                     a.tip_suffix, a.tip_new)
+            print("tips", json.dumps(out["tips"]), flush=True)
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(out, f, indent=1)
+    return out
+
+
+if __name__ == "__main__":
+    main()
