@@ -77,17 +77,17 @@ def test_nan_logits_raise():
 
 def _reference_logp(logits: torch.Tensor, temperature: float, top_k: int, allowed: list[int] | None) -> torch.Tensor:
     row = logits / temperature
-    if top_k:
-        kth = torch.topk(row, top_k).values[-1]
-        row = row.masked_fill(row < kth, NEG)
-    if allowed is not None:
+    if allowed is not None:  # the trie mask first ...
         keep = torch.full_like(row, NEG)
         keep[allowed] = row[allowed]
         row = keep
+    if top_k:  # ... then top-k among what is left
+        kth = torch.topk(row, top_k).values[-1]
+        row = row.masked_fill(row < kth, NEG)
     return torch.log_softmax(row, -1)
 
 
-@pytest.mark.parametrize("top_k", [0, 3])
+@pytest.mark.parametrize("top_k", [0, 2, 3])
 def test_pick_records_the_logp_of_the_sampled_token_under_the_sampled_distribution(top_k):
     """Constrained / top-k / temperature-scaled rows: the token is in the support, and its recorded
     log-prob is the log-prob under exactly that distribution; the allowed ids are recorded."""
@@ -96,7 +96,7 @@ def test_pick_records_the_logp_of_the_sampled_token_under_the_sampled_distributi
     trie = TokenTrie([[5, 6], [7], [250, 251, 299]], 299)
     for step in range(40):
         logits = torch.randn(3, V, generator=g) * 2
-        logits[1, [5, 7, 250]] += 8.0  # the constrained row's allowed ids survive top-3 (else no support)
+        logits[1, [5, 7, 250]] -= 8.0  # allowed ids far below the global top-k: still sampled (mask first)
         gens = [Generation(), Generation(allowed=[]), Generation()]
         live = [True, True, True]
         gen_rows = [row_generator(9, step, r) for r in range(3)]

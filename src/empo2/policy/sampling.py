@@ -187,9 +187,9 @@ def _pick(logits: torch.Tensor, gens: list[Generation], live: list[bool], *, tem
           tries: list[TokenTrie | None] | None, pad_id: int) -> torch.Tensor:
     """One sampling step for every live row (shared by ``sample`` and ``sample_with_cache``).
 
-    The row's distribution is ``softmax(logits / temperature)`` with, in this order, top-k
-    truncation (``top_k > 0``) and, for a trie-constrained row, every id outside
-    ``tries[r].allowed(generated ids)`` masked; the token is drawn from it by inverse-CDF sampling
+    The row's distribution is ``softmax(logits / temperature)`` with, in this order, every id
+    outside ``tries[r].allowed(generated ids)`` masked for a trie-constrained row, then top-k
+    truncation (``top_k > 0``) among the remaining ids; the token is drawn from it by inverse-CDF sampling
     (``inverse_cdf``) with one ``torch.rand(1, generator=generators[r], dtype=float64)`` per live
     row, so a row's draws depend on its own generator only (not on the batch it is in). The
     recorded behaviour log-prob is ``log_softmax`` of that same masked, scaled row at the sampled
@@ -207,9 +207,6 @@ def _pick(logits: torch.Tensor, gens: list[Generation], live: list[bool], *, tem
     """
     B = len(gens)
     scaled = logits.detach().to(device="cpu", dtype=torch.float32) / temperature
-    if top_k and top_k > 0:
-        kth = torch.topk(scaled, min(top_k, scaled.shape[-1]), dim=-1).values[:, -1:]
-        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
     new_tokens = torch.full((B,), pad_id, dtype=torch.long)
     rows: list[int] = []
     allowed_of: dict[int, list[int]] = {}
@@ -229,6 +226,11 @@ def _pick(logits: torch.Tensor, gens: list[Generation], live: list[bool], *, tem
         rows.append(r)
     if not rows:
         return new_tokens
+    if top_k and top_k > 0:
+        # after the trie mask, so a constrained row keeps its k most likely *allowed* ids
+        sub = scaled[rows]
+        kth = torch.topk(sub, min(top_k, sub.shape[-1]), dim=-1).values[:, -1:]
+        scaled[rows] = sub.masked_fill(sub < kth, float("-inf"))
     logp = torch.log_softmax(scaled[rows], dim=-1)
     u = torch.cat([_uniform(generators[r] if generators is not None else None) for r in rows])
     toks = inverse_cdf(logp, u).tolist()
