@@ -197,6 +197,10 @@ class TrainerConfig:
     grad_clip: float = doc("global gradient-norm clip (0 = off)", default=1.0)
     epochs: int = doc("passes over each iteration's batch (PPO epochs)", default=1)
     micro_batch_tokens: int = doc("tokens per forward/backward micro-batch (bounds memory)", default=4096)
+    skip_zero_advantage: bool = doc(
+        "skip the forward/backward of trajectories whose every advantage is 0 when algo.kl_coef = "
+        "algo.entropy_coef = 0: their gradient is exactly 0 and the loss normaliser still counts their "
+        "tokens, so the update is unchanged (clip/ratio metrics then cover the updated tokens only)", default=True)
     logprob_chunk: int = doc("positions per chunk when computing log-probs (bounds logits memory)", default=512)
     checkpoint_every: int = doc("write a checkpoint every K iterations (and always at the end)", default=1)
     keep_checkpoints: int = doc("keep the newest K numbered checkpoints (plus 'last')", default=2)

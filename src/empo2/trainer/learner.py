@@ -100,7 +100,10 @@ class Learner:
         """One update (``trainer.epochs`` passes) on the iteration's samples; returns metrics.
 
         Metrics are namespaced ``train/…``; on/off-policy splits appear as ``train/on/…`` and
-        ``train/off/…`` when both kinds are present.
+        ``train/off/…`` when both kinds are present. With ``trainer.skip_zero_advantage`` (default)
+        and no KL/entropy term, trajectories whose advantages are all 0 get no forward/backward (their
+        gradient is exactly 0; the normaliser still counts them): ``train/zero_adv_samples_skipped``,
+        ``train/updated_tokens``; ratio/clip metrics then cover the updated tokens only.
         """
         samples = [s for s in samples if s.num_targets > 0]
         if not samples:
@@ -121,6 +124,16 @@ class Learner:
         for s in samples:
             masks[id(s)] = full_mask[off:off + s.num_targets]
             off += s.num_targets
+        n_all, tokens_all = len(samples), float(sum(s.num_targets for s in samples))
+        seq_tokens_all, off_all = float(sum(len(s.ids) for s in samples)), float(sum(s.off_policy for s in samples))
+        if self.cfg.skip_zero_advantage and algo.kl_coef == 0 and algo.entropy_coef == 0:
+            # Every loss term of such a trajectory is A·(clipped ratio) with A = 0: its gradient is
+            # exactly 0 while the normaliser above already counts its tokens, so dropping it leaves the
+            # update unchanged (tests/trainer/test_learner_skip.py) and saves its forward/backward.
+            kept = [s for s in samples if any(a != 0.0 for a in s.advantages)]
+            if not kept:
+                return {"train/skipped": 1.0, "train/skipped_zero_advantage": 1.0}
+            samples = kept
         self.model.train()
         sums: dict[str, float] = {}
         counts: dict[str, float] = {}
@@ -169,8 +182,10 @@ class Learner:
         out = {f"train/{k}": v / counts[k] for k, v in sums.items()}
         out["train/grad_norm"] = grad_norm
         out["train/masked_frac"] = masked_frac
-        out["train/tokens"] = float(sum(s.num_targets for s in samples))
-        out["train/seq_tokens"] = float(sum(len(s.ids) for s in samples))
+        out["train/tokens"] = tokens_all
+        out["train/seq_tokens"] = seq_tokens_all
         out["train/micro_batches"] = float(len(mbs))
-        out["train/off_policy_samples"] = float(sum(s.off_policy for s in samples))
+        out["train/off_policy_samples"] = off_all
+        out["train/zero_adv_samples_skipped"] = float(n_all - len(samples))
+        out["train/updated_tokens"] = float(sum(s.num_targets for s in samples))
         return out

@@ -1,0 +1,76 @@
+"""Trajectories whose every advantage is 0 are skipped in the update (``trainer.skip_zero_advantage``).
+
+With ``kl_coef = entropy_coef = 0`` each loss term of such a trajectory is ``A · clip(ratio)`` with
+``A = 0``, so its gradient is exactly zero, and the loss normaliser is computed over the whole batch
+before any trajectory is dropped: the step taken must equal the step without skipping, for every
+aggregation (a different normaliser would scale the step and fail this test).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from empo2.algo.loss import Aggregation
+from empo2.config import AlgoConfig, TrainerConfig
+from empo2.trainer.batch import PackedSample
+from empo2.trainer.learner import Learner
+
+
+def _samples() -> list[PackedSample]:
+    """Four sequences; the 2nd and 4th have all-zero advantages (a group whose rollouts scored alike)."""
+    g = torch.Generator().manual_seed(1)
+    out, seq = [], 0
+    for i, (length, first, adv) in enumerate([(24, 6, 1.0), (36, 8, 0.0), (40, 12, -0.5), (30, 5, 0.0)]):
+        ids = torch.randint(5, 2000, (length,), generator=g).tolist()
+        cols = list(range(first, length - 2))
+        n = len(cols)
+        out.append(PackedSample(
+            ids=ids, cols=cols, logp_behavior=(-7.5 - 0.6 * torch.rand(n, generator=g)).tolist(),
+            advantages=[adv] * n, allowed=[None] * n, seq_ids=[seq + j // 5 for j in range(n)], traj=i))
+        seq += (n + 4) // 5
+    return out
+
+
+def _step(model, skip: bool, aggregation: str, kl_coef: float = 0.0) -> tuple[dict, dict[str, torch.Tensor]]:
+    m = copy.deepcopy(model).float()
+    trainer = TrainerConfig(lr=1e-3, micro_batch_tokens=48, logprob_chunk=8, tensorboard=False,
+                            skip_zero_advantage=skip, grad_clip=0.0)
+    algo = AlgoConfig(aggregation=aggregation, kl_coef=kl_coef)
+    out = Learner(m, algo, trainer, 0.8, pad_id=0).update(_samples())
+    return out, {k: v.detach().clone() for k, v in m.state_dict().items()}
+
+
+@pytest.mark.parametrize("aggregation", [a.value for a in Aggregation])
+def test_skipping_zero_advantage_trajectories_takes_the_same_step(tiny_policy, aggregation):
+    before = {k: v.detach().clone().float() for k, v in tiny_policy.model.state_dict().items()}
+    m_skip, w_skip = _step(tiny_policy.model, True, aggregation)
+    m_full, w_full = _step(tiny_policy.model, False, aggregation)
+    assert m_skip["train/zero_adv_samples_skipped"] == 2.0 and m_full["train/zero_adv_samples_skipped"] == 0.0
+    assert m_skip["train/updated_tokens"] < m_full["train/updated_tokens"] == m_full["train/tokens"]
+    assert m_skip["train/tokens"] == m_full["train/tokens"]
+    moved = max(float((w_full[k] - before[k]).abs().max()) for k in w_full)
+    assert moved > 1e-4  # the step is real
+    for k in w_full:
+        torch.testing.assert_close(w_skip[k], w_full[k], atol=1e-6, rtol=1e-5)
+    assert m_skip["train/loss"] == pytest.approx(m_full["train/loss"], abs=1e-6)
+
+
+def test_no_skipping_with_a_kl_term(tiny_policy):
+    """The k3 KL has a gradient on zero-advantage tokens too, so nothing may be skipped."""
+    out, _ = _step(tiny_policy.model, True, Aggregation.TOKEN_MEAN.value, kl_coef=0.1)
+    assert out["train/zero_adv_samples_skipped"] == 0.0
+
+
+def test_all_zero_advantages_skip_the_update(tiny_policy):
+    m = copy.deepcopy(tiny_policy.model).float()
+    samples = _samples()
+    for s in samples:
+        s.advantages = [0.0] * s.num_targets
+    trainer = TrainerConfig(lr=1e-3, micro_batch_tokens=48, tensorboard=False)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    out = Learner(m, AlgoConfig(), trainer, 0.8, pad_id=0).update(samples)
+    assert out["train/skipped_zero_advantage"] == 1.0
+    assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())
