@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -43,7 +44,7 @@ def test_decision(load, cores, env, passive):
 def test_passive_decision_explains_why_and_how_to_opt_out():
     d = decide_omp_wait_policy(3.0, 2, {})
     assert (d.threads, d.free_cores) == (2, -1.0)
-    assert "load 3.00 on 2 cores" in d.reason and "OMP_WAIT_POLICY=PASSIVE" in d.reason
+    assert "3.00 of 2 cores in use" in d.reason and "OMP_WAIT_POLICY=PASSIVE" in d.reason
     assert f"{OMP_AUTO_ENV}=0" in d.reason and "\n" not in d.reason
 
 
@@ -62,13 +63,13 @@ def test_omp_threads(value, threads):
 
 def test_apply_sets_passive_only_before_torch_is_imported():
     env: dict[str, str] = {}
-    assert apply_omp_wait_policy(env, load_1min=5.0, cores=2, torch_imported=False).set_passive
+    assert apply_omp_wait_policy(env, busy_cores=5.0, cores=2, torch_imported=False).set_passive
     assert env == {"OMP_WAIT_POLICY": "PASSIVE"}
     env = {}
-    d = apply_omp_wait_policy(env, load_1min=5.0, cores=2, torch_imported=True)
+    d = apply_omp_wait_policy(env, busy_cores=5.0, cores=2, torch_imported=True)
     assert not d.set_passive and "already imported" in d.reason and env == {}
     env = {}
-    assert not apply_omp_wait_policy(env, load_1min=0.0, cores=2, torch_imported=False).set_passive
+    assert not apply_omp_wait_policy(env, busy_cores=0.0, cores=2, torch_imported=False).set_passive
     assert env == {}
 
 
@@ -89,7 +90,7 @@ real = t.apply_omp_wait_policy
 seen = []
 def spy(*a, **kw):
     seen.append("torch" in sys.modules)
-    return real(*a, load_1min=100.0, cores=2)
+    return real(*a, busy_cores=100.0, cores=2)
 t.apply_omp_wait_policy = spy
 from empo2.cli import main
 code = main(["train", "--config", "/nonexistent/empo2.yaml"])
@@ -106,3 +107,17 @@ def test_cli_main_decides_before_torch_is_imported_and_warns():
     assert out.returncode == 0, text
     assert "RESULT [False] PASSIVE 2" in text  # decided before torch was imported; exit 2: no such config
     assert "setting OMP_WAIT_POLICY=PASSIVE" in text and f"{OMP_AUTO_ENV}=0" in text
+
+
+def test_busy_cores_now_sees_a_spinning_neighbour():
+    """A process spinning during the sample counts as (about) one busy core."""
+    from empo2.threads import busy_cores_now
+
+    spin = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        time.sleep(0.3)
+        busy = busy_cores_now(0.5)
+    finally:
+        spin.kill()
+        spin.wait()
+    assert busy is not None and busy >= 0.6, busy

@@ -6,7 +6,9 @@ setting. When other processes already hold the cores, a spinning worker competes
 doing the work for the same core and every one of the thousands of small parallel regions waits a
 scheduler tick: measured on 2 cores with load 6, prefill 5.4× and batched decode 39× slower than
 with ``OMP_WAIT_POLICY=PASSIVE`` (sleeping workers). On a quiet machine PASSIVE costs 11–31%, so it
-is chosen from the load at start, not always.
+is chosen from how busy the CPUs are at start (sampled over ``BUSY_SAMPLE_S``), not always. The
+1-minute load average is not used: it lags by a minute, so the `pip install` that `make run` does
+just before training would make an idle machine look busy.
 
 The runtime reads ``OMP_WAIT_POLICY`` once, when it is loaded (``import torch``), so the choice has
 to be made before that: ``empo2.cli.main`` calls ``apply_omp_wait_policy`` first thing.
@@ -27,9 +29,12 @@ OMP_AUTO_ENV = "EMPO2_OMP_AUTO"
 _OFF = {"0", "false", "no", "off"}
 
 LOAD_TOLERANCE = 0.5
-"""Cores of slack: the load average must exceed the cores left for our threads by more than this
-(the same rule as ``benchmarks/run_all.py --omp-wait-policy auto``), so that a load of 0.3 on an
-otherwise idle machine does not count as busy."""
+"""Cores of slack: the busy cores must exceed the cores left for our threads by more than this
+(the same rule as ``benchmarks/run_all.py --omp-wait-policy auto``), so that 0.3 busy cores on an
+otherwise idle machine do not count as busy."""
+
+BUSY_SAMPLE_S = 0.25
+"""Seconds over which ``busy_cores_now`` samples CPU use (this process sleeps meanwhile)."""
 
 
 @dataclass(frozen=True)
@@ -41,7 +46,7 @@ class OmpDecision:
         reason: one sentence for the log, saying why (and, when PASSIVE is chosen, how to opt out).
         threads: the intra-op threads torch will start with (``OMP_NUM_THREADS`` or the cores);
             ``None`` when not computed.
-        free_cores: cores minus the 1-minute load average; ``None`` when not computed.
+        free_cores: cores minus the busy cores at start; ``None`` when not computed.
     """
 
     set_passive: bool
@@ -64,16 +69,16 @@ def omp_threads(env: Mapping[str, str], cores: int) -> int:
     return n if n > 0 else max(1, cores)
 
 
-def decide_omp_wait_policy(load_1min: float | None, cores: int | None, env: Mapping[str, str]) -> OmpDecision:
+def decide_omp_wait_policy(busy_cores: float | None, cores: int | None, env: Mapping[str, str]) -> OmpDecision:
     """Whether to set ``OMP_WAIT_POLICY=PASSIVE`` for this process. Pure: no I/O, no side effects.
 
-    PASSIVE is chosen when the machine is busy at start: the free cores (``cores − load_1min``)
+    PASSIVE is chosen when the machine is busy at start: the free cores (``cores − busy_cores``)
     are fewer than the threads torch will use, with ``LOAD_TOLERANCE`` cores of slack. It is never
     chosen when the user set ``OMP_WAIT_POLICY`` (any value) or ``EMPO2_OMP_AUTO=0``, when the load
     or core count is unknown, or with a single thread (no OpenMP worker to spin).
 
     Args:
-        load_1min: the 1-minute load average (``os.getloadavg()[0]``), or None where unavailable.
+        busy_cores: cores in use by other processes now (``busy_cores_now()``), or None if unknown.
         cores: logical CPUs of the machine (``os.cpu_count()``), or None if unknown.
         env: the process environment (only read).
 
@@ -85,33 +90,43 @@ def decide_omp_wait_policy(load_1min: float | None, cores: int | None, env: Mapp
         return OmpDecision(False, f"{OMP_AUTO_ENV}={env[OMP_AUTO_ENV]}: OMP_WAIT_POLICY left as it is")
     if env.get("OMP_WAIT_POLICY", "").strip():
         return OmpDecision(False, f"OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']} set by the user: left as it is")
-    if load_1min is None or cores is None or cores < 1:
-        return OmpDecision(False, "load average or core count unknown: OMP_WAIT_POLICY left unset")
+    if busy_cores is None or cores is None or cores < 1:
+        return OmpDecision(False, "CPU use or core count unknown: OMP_WAIT_POLICY left unset")
     threads = omp_threads(env, cores)
-    free = cores - load_1min
+    free = cores - busy_cores
     if threads <= 1:
         return OmpDecision(False, "one torch thread: no OpenMP worker to spin, OMP_WAIT_POLICY left unset",
                            threads, free)
     if free >= threads - LOAD_TOLERANCE:
-        return OmpDecision(False, f"1-minute load {load_1min:.2f} on {cores} cores leaves room for {threads} "
+        return OmpDecision(False, f"{busy_cores:.2f} busy cores of {cores} leave room for {threads} "
                                   "torch threads: OMP_WAIT_POLICY left unset", threads, free)
     return OmpDecision(
         True,
-        f"machine busy at start (1-minute load {load_1min:.2f} on {cores} cores leaves {max(free, 0.0):.1f} free "
+        f"machine busy at start ({busy_cores:.2f} of {cores} cores in use by other processes, {max(free, 0.0):.1f} free "
         f"for {threads} torch threads): setting OMP_WAIT_POLICY=PASSIVE so idle OpenMP threads sleep instead of "
         f"spinning (spinning makes small ops many times slower under load; on a quiet machine PASSIVE costs "
         f"~10-30%). Opt out: set OMP_WAIT_POLICY yourself or {OMP_AUTO_ENV}=0.",
         threads, free)
 
 
-def _load_1min() -> float | None:
+def busy_cores_now(interval: float = BUSY_SAMPLE_S) -> float | None:
+    """Cores busy right now, measured over ``interval`` seconds while this process sleeps.
+
+    ``psutil.cpu_percent`` (system-wide, 0..100) × cores / 100; falls back to the 1-minute load
+    average where psutil cannot read CPU times, and returns None where neither is available.
+    """
     try:
-        return os.getloadavg()[0]
-    except (OSError, AttributeError):  # not available on this platform
-        return None
+        import psutil
+
+        return psutil.cpu_percent(interval=interval) * (os.cpu_count() or 1) / 100.0
+    except Exception:  # psutil missing or no CPU times on this platform
+        try:
+            return os.getloadavg()[0]
+        except (OSError, AttributeError):
+            return None
 
 
-def apply_omp_wait_policy(env: MutableMapping[str, str] | None = None, *, load_1min: float | None = None,
+def apply_omp_wait_policy(env: MutableMapping[str, str] | None = None, *, busy_cores: float | None = None,
                           cores: int | None = None, torch_imported: bool | None = None) -> OmpDecision:
     """Decide (``decide_omp_wait_policy``) and, if PASSIVE is chosen, set it in ``env``.
 
@@ -120,7 +135,7 @@ def apply_omp_wait_policy(env: MutableMapping[str, str] | None = None, *, load_1
 
     Args:
         env: the environment to read and update (default ``os.environ``).
-        load_1min: default ``os.getloadavg()[0]`` (None where unavailable).
+        busy_cores: default ``busy_cores_now()`` (None where unavailable).
         cores: default ``os.cpu_count()``.
         torch_imported: default ``"torch" in sys.modules``.
 
@@ -133,7 +148,7 @@ def apply_omp_wait_policy(env: MutableMapping[str, str] | None = None, *, load_1
     if torch_imported:
         return OmpDecision(False, "torch is already imported (its OpenMP runtime has read OMP_WAIT_POLICY): "
                                   "left as it is")
-    decision = decide_omp_wait_policy(_load_1min() if load_1min is None else load_1min,
+    decision = decide_omp_wait_policy(busy_cores_now() if busy_cores is None else busy_cores,
                                       os.cpu_count() if cores is None else cores, env)
     if decision.set_passive:
         env["OMP_WAIT_POLICY"] = "PASSIVE"
