@@ -80,6 +80,11 @@ class Learner:
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
 
+    def _checkpointing(self) -> bool:
+        """Whether the model runs with activation checkpointing (then the LM head is checkpointed too)."""
+        base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
+        return bool(getattr(base, "is_gradient_checkpointing", False))
+
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
@@ -149,7 +154,8 @@ class Learner:
                 lp, ent = target_logprobs(self.model, b["ids"], b["att"], b["rows"], b["cols"],
                                           temperature=self.temperature, allowed=b["allowed"],
                                           chunk=self.cfg.logprob_chunk, with_entropy=True,
-                                          entropy_grad=algo.entropy_coef > 0)
+                                          entropy_grad=algo.entropy_coef > 0,
+                                          checkpoint_head=self._checkpointing())
                 ref = self._ref_logprobs(b) if algo.kl_coef > 0 else None
                 loss, m = policy_loss(
                     lp, b["logp_behavior"], b["adv"], mask, b["seq"], clip_low=algo.clip_low,
