@@ -83,7 +83,10 @@ class Learner:
     def _checkpointing(self) -> bool:
         """Whether the model runs with activation checkpointing (then the LM head is checkpointed too)."""
         base = self.model.get_base_model() if hasattr(self.model, "get_base_model") else self.model
-        return bool(getattr(base, "is_gradient_checkpointing", False))
+        for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):  # newer transformers renamed it
+            if hasattr(type(base), name) or name in vars(base):
+                return bool(getattr(base, name))
+        return False
 
     @property
     def device(self) -> torch.device:
