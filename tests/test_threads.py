@@ -121,3 +121,21 @@ def test_busy_cores_now_sees_a_spinning_neighbour():
         spin.kill()
         spin.wait()
     assert busy is not None and busy >= 0.6, busy
+
+
+def test_hyperthreads_one_busy_cpu_of_16_is_not_busy_for_8_torch_threads():
+    """torch starts one thread per physical core: 8 threads on 16 logical CPUs with one in use leave
+    15 free, so no PASSIVE (comparing against 16 threads would wrongly choose it)."""
+    assert not decide_omp_wait_policy(1.0, 16, {}, default_threads=8).set_passive
+    assert decide_omp_wait_policy(10.0, 16, {}, default_threads=8).set_passive
+
+
+def test_opt_out_does_not_sample_the_cpus(monkeypatch):
+    import empo2.threads as t
+
+    def boom(*a, **k):
+        raise AssertionError("sampled the CPUs although the user opted out")
+
+    monkeypatch.setattr(t, "busy_cores_now", boom)
+    for env in ({OMP_AUTO_ENV: "0"}, {"OMP_WAIT_POLICY": "ACTIVE"}):
+        assert not apply_omp_wait_policy(dict(env), torch_imported=False).set_passive

@@ -309,9 +309,11 @@ _COMPUTE_COMMANDS = {"train", "eval", "adapt"}
 def main(argv: list[str] | None = None) -> int:
     # First, before anything imports torch (the imports below do): GNU OpenMP reads
     # OMP_WAIT_POLICY once, when torch loads it. On a machine busy at start, PASSIVE.
-    from empo2.threads import apply_omp_wait_policy
+    from empo2.threads import OmpDecision, apply_omp_wait_policy
 
-    omp = apply_omp_wait_policy()
+    args_peek = sys.argv[1:] if argv is None else argv
+    computes = any(a in _COMPUTE_COMMANDS for a in args_peek[:3]) and not any(a in ("-h", "--help") for a in args_peek)
+    omp = apply_omp_wait_policy() if computes else OmpDecision(False, "not a compute command")
 
     from empo2.configschema import ConfigError
     from empo2.envs.base import UnknownTaskError

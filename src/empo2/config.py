@@ -200,7 +200,8 @@ class TrainerConfig:
     skip_zero_advantage: bool = doc(
         "skip the forward/backward of trajectories whose every advantage is 0 when algo.kl_coef = "
         "algo.entropy_coef = 0: their gradient is exactly 0 and the loss normaliser still counts their "
-        "tokens, so the update is unchanged (clip/ratio metrics then cover the updated tokens only)", default=True)
+        "tokens, so the step is the same; the per-token train/ metrics (ratio, clip, KL, entropy, "
+        "adv_mean) then cover the updated trajectories only", default=True)
     logprob_chunk: int = doc("positions per chunk when computing log-probs (bounds logits memory)", default=512)
     checkpoint_every: int = doc("write a checkpoint every K iterations (and always at the end)", default=1)
     keep_checkpoints: int = doc("keep the newest K numbered checkpoints (plus 'last')", default=2)
@@ -294,6 +295,11 @@ def validate(cfg: Config) -> None:
                  "empo2.intrinsic.threshold": cfg.empo2.intrinsic.threshold}.items():
         if not -1.0 <= v <= 1.0:
             raise ConfigError(f"{k} is a cosine similarity and must be in [-1, 1], got {v}")
+    for k, v in {"empo2.tips.max_new_tokens": cfg.empo2.tips.max_new_tokens,
+                 "action.max_new_tokens": cfg.action.max_new_tokens}.items():
+        if v >= cfg.model.max_context:
+            raise ConfigError(f"{k} ({v}) leaves no room for the prompt in model.max_context "
+                              f"({cfg.model.max_context}); lower it or raise model.max_context")
     if not 0.0 <= cfg.algo.gigpo_gamma <= 1.0:
         raise ConfigError(f"algo.gigpo_gamma must be in [0, 1], got {cfg.algo.gigpo_gamma}")
     if not 0.0 <= cfg.model.lora.dropout < 1.0:

@@ -56,7 +56,8 @@ class OmpDecision:
 
 
 def omp_threads(env: Mapping[str, str], cores: int) -> int:
-    """Threads the OpenMP runtime (and so torch) will start: ``OMP_NUM_THREADS`` if valid, else ``cores``.
+    """Threads torch will start: ``OMP_NUM_THREADS`` if valid, else ``cores`` (pass the physical cores:
+    torch's default is one thread per physical core, not per hyperthread).
 
     ``OMP_NUM_THREADS`` may be a comma-separated list (nested levels); its first entry is the
     outer level. An unparsable or non-positive value is ignored, as the runtime does.
@@ -69,7 +70,8 @@ def omp_threads(env: Mapping[str, str], cores: int) -> int:
     return n if n > 0 else max(1, cores)
 
 
-def decide_omp_wait_policy(busy_cores: float | None, cores: int | None, env: Mapping[str, str]) -> OmpDecision:
+def decide_omp_wait_policy(busy_cores: float | None, cores: int | None, env: Mapping[str, str],
+                           default_threads: int | None = None) -> OmpDecision:
     """Whether to set ``OMP_WAIT_POLICY=PASSIVE`` for this process. Pure: no I/O, no side effects.
 
     PASSIVE is chosen when the machine is busy at start: the free cores (``cores − busy_cores``)
@@ -80,6 +82,8 @@ def decide_omp_wait_policy(busy_cores: float | None, cores: int | None, env: Map
     Args:
         busy_cores: cores in use by other processes now (``busy_cores_now()``), or None if unknown.
         cores: logical CPUs of the machine (``os.cpu_count()``), or None if unknown.
+        default_threads: torch's thread count when ``OMP_NUM_THREADS`` is unset (its default is
+            one per physical core: ``physical_cores()``); None = ``cores``.
         env: the process environment (only read).
 
     Returns:
@@ -92,7 +96,7 @@ def decide_omp_wait_policy(busy_cores: float | None, cores: int | None, env: Map
         return OmpDecision(False, f"OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']} set by the user: left as it is")
     if busy_cores is None or cores is None or cores < 1:
         return OmpDecision(False, "CPU use or core count unknown: OMP_WAIT_POLICY left unset")
-    threads = omp_threads(env, cores)
+    threads = omp_threads(env, default_threads or cores)
     free = cores - busy_cores
     if threads <= 1:
         return OmpDecision(False, "one torch thread: no OpenMP worker to spin, OMP_WAIT_POLICY left unset",
@@ -107,6 +111,19 @@ def decide_omp_wait_policy(busy_cores: float | None, cores: int | None, env: Map
         f"spinning (spinning makes small ops many times slower under load; on a quiet machine PASSIVE costs "
         f"~10-30%). Opt out: set OMP_WAIT_POLICY yourself or {OMP_AUTO_ENV}=0.",
         threads, free)
+
+
+def physical_cores() -> int | None:
+    """Physical cores (torch's default thread count), else logical CPUs, else None."""
+    try:
+        import psutil
+
+        n = psutil.cpu_count(logical=False)
+        if n:
+            return int(n)
+    except Exception:
+        pass
+    return os.cpu_count()
 
 
 def busy_cores_now(interval: float = BUSY_SAMPLE_S) -> float | None:
@@ -136,7 +153,7 @@ def apply_omp_wait_policy(env: MutableMapping[str, str] | None = None, *, busy_c
     Args:
         env: the environment to read and update (default ``os.environ``).
         busy_cores: default ``busy_cores_now()`` (None where unavailable).
-        cores: default ``os.cpu_count()``.
+        cores: default ``os.cpu_count()`` (then torch's default threads = ``physical_cores()``).
         torch_imported: default ``"torch" in sys.modules``.
 
     Returns:
@@ -148,8 +165,11 @@ def apply_omp_wait_policy(env: MutableMapping[str, str] | None = None, *, busy_c
     if torch_imported:
         return OmpDecision(False, "torch is already imported (its OpenMP runtime has read OMP_WAIT_POLICY): "
                                   "left as it is")
+    if env.get(OMP_AUTO_ENV, "").strip().lower() in _OFF or env.get("OMP_WAIT_POLICY", "").strip():
+        return decide_omp_wait_policy(None, None, env)  # an opt-out: no need to sample the CPUs
     decision = decide_omp_wait_policy(busy_cores_now() if busy_cores is None else busy_cores,
-                                      os.cpu_count() if cores is None else cores, env)
+                                      os.cpu_count() if cores is None else cores, env,
+                                      default_threads=physical_cores() if cores is None else None)
     if decision.set_passive:
         env["OMP_WAIT_POLICY"] = "PASSIVE"
     return decision

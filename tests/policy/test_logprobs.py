@@ -62,3 +62,58 @@ def test_checkpointed_head_still_rejects_a_target_outside_its_allowed_set(tiny_p
     m = copy.deepcopy(tiny_policy.model).float().train()
     with pytest.raises(ValueError, match="outside its allowed set"):
         target_logprobs(m, ids, att, rows, cols, temperature=1.0, allowed=allowed, checkpoint_head=True)
+
+
+def test_checkpointed_head_recomputes_the_head_in_backward(tiny_policy):
+    """With checkpoint_head the LM head runs twice per chunk (forward, then again in backward) and
+    autograd keeps no [chunk, V] tensor; without it, once per chunk."""
+    V = tiny_policy.model.get_output_embeddings().weight.shape[0]
+    ids, att, rows, cols, allowed = _batch(V)
+    for ckpt, calls_per_chunk in ((False, 1), (True, 2)):
+        m = copy.deepcopy(tiny_policy.model).float().train()
+        head = m.get_output_embeddings()
+        calls = []
+        hook = head.register_forward_hook(lambda *a: calls.append(1))
+        big = []
+
+        def pack(t):
+            if t.dim() == 2 and t.shape[-1] == V:
+                big.append(tuple(t.shape))
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            lp, _ = target_logprobs(m, ids, att, rows, cols, temperature=1.0, allowed=allowed, chunk=8,
+                                    checkpoint_head=ckpt)
+        n_chunks = -(-lp.numel() // 8)
+        lp.sum().backward()
+        hook.remove()
+        assert len(calls) == calls_per_chunk * n_chunks
+        assert bool(big) != ckpt, big
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_learner_checkpoints_the_head_exactly_when_the_model_checkpoints(tiny_policy, lora, monkeypatch):
+    import empo2.trainer.learner as learner_mod
+    from empo2.config import AlgoConfig, LoraConfig, TrainerConfig
+    from empo2.policy.loading import apply_lora
+    from empo2.trainer.batch import PackedSample
+    from empo2.trainer.learner import Learner
+
+    seen = []
+    real = learner_mod.target_logprobs
+
+    def spy(*a, **kw):
+        seen.append(kw.get("checkpoint_head"))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(learner_mod, "target_logprobs", spy)
+    sample = PackedSample(ids=list(range(5, 25)), cols=[10, 11, 12], logp_behavior=[-9.0] * 3,
+                          advantages=[1.0] * 3, allowed=[None] * 3, seq_ids=[0, 0, 0])
+    for gc in (False, True):
+        m = copy.deepcopy(tiny_policy.model).float()
+        if lora:
+            m = apply_lora(m, LoraConfig(enabled=True, r=4))
+        if gc:
+            (getattr(m, "activation_checkpointing_enable", None) or m.gradient_checkpointing_enable)()
+        Learner(m, AlgoConfig(), TrainerConfig(lr=1e-4, tensorboard=False), 1.0, 0).update([sample])
+    assert seen == [False, True]

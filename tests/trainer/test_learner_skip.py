@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from empo2.algo.loss import Aggregation
-from empo2.config import AlgoConfig, TrainerConfig
+from empo2.config import AlgoConfig, LowProbMaskConfig, TrainerConfig
 from empo2.trainer.batch import PackedSample
 from empo2.trainer.learner import Learner
 
@@ -34,12 +34,17 @@ def _samples() -> list[PackedSample]:
     return out
 
 
-def _step(model, skip: bool, aggregation: str, kl_coef: float = 0.0) -> tuple[dict, dict[str, torch.Tensor]]:
+def _step(model, skip: bool, aggregation: str, kl_coef: float = 0.0, epochs: int = 1, grad_clip: float = 0.0,
+          off_policy: bool = False, mask: str | None = None) -> tuple[dict, dict[str, torch.Tensor]]:
     m = copy.deepcopy(model).float()
     trainer = TrainerConfig(lr=1e-3, micro_batch_tokens=48, logprob_chunk=8, tensorboard=False,
-                            skip_zero_advantage=skip, grad_clip=0.0)
-    algo = AlgoConfig(aggregation=aggregation, kl_coef=kl_coef)
-    out = Learner(m, algo, trainer, 0.8, pad_id=0).update(_samples())
+                            skip_zero_advantage=skip, grad_clip=grad_clip, epochs=epochs)
+    lpm = LowProbMaskConfig(enabled=mask is not None, granularity=mask or "token", threshold_logp=-7.8)
+    algo = AlgoConfig(aggregation=aggregation, kl_coef=kl_coef, low_prob_mask=lpm)
+    samples = _samples()
+    if off_policy:  # EMPO² off-policy samples (trained without tips against tipped behaviour log-probs)
+        samples[0].off_policy = samples[1].off_policy = True
+    out = Learner(m, algo, trainer, 0.8, pad_id=0).update(samples)
     return out, {k: v.detach().clone() for k, v in m.state_dict().items()}
 
 
@@ -58,6 +63,27 @@ def test_skipping_zero_advantage_trajectories_takes_the_same_step(tiny_policy, a
     assert m_skip["train/loss"] == pytest.approx(m_full["train/loss"], abs=1e-6)
 
 
+@pytest.mark.parametrize("kw", [dict(epochs=2), dict(grad_clip=1.0), dict(off_policy=True), dict(mask="token"),
+                                dict(mask="sequence"), dict(epochs=2, off_policy=True, mask="token")])
+def test_skipping_is_exact_with_epochs_clipping_off_policy_and_masking(tiny_policy, kw):
+    m_skip, w_skip = _step(tiny_policy.model, True, Aggregation.TOKEN_MEAN.value, **kw)
+    m_full, w_full = _step(tiny_policy.model, False, Aggregation.TOKEN_MEAN.value, **kw)
+    assert m_skip["train/zero_adv_samples_skipped"] == 2.0
+    if "mask" in kw:
+        assert 0.0 < m_full["train/masked_frac"] < 1.0 and m_skip["train/masked_frac"] == m_full["train/masked_frac"]
+    for k in w_full:
+        torch.testing.assert_close(w_skip[k], w_full[k], atol=1e-6, rtol=1e-5)
+
+
+def test_everything_masked_skips_the_update_instead_of_failing(tiny_policy):
+    m = copy.deepcopy(tiny_policy.model).float()
+    algo = AlgoConfig(low_prob_mask=LowProbMaskConfig(enabled=True, granularity="sequence", threshold_logp=-1.0))
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    out = Learner(m, algo, TrainerConfig(lr=1e-3, tensorboard=False), 0.8, pad_id=0).update(_samples())
+    assert out["train/skipped"] == 1.0 and out["train/masked_frac"] == 1.0
+    assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())
+
+
 def test_no_skipping_with_a_kl_term(tiny_policy):
     """The k3 KL has a gradient on zero-advantage tokens too, so nothing may be skipped."""
     out, _ = _step(tiny_policy.model, True, Aggregation.TOKEN_MEAN.value, kl_coef=0.1)
@@ -74,3 +100,10 @@ def test_all_zero_advantages_skip_the_update(tiny_policy):
     out = Learner(m, AlgoConfig(), trainer, 0.8, pad_id=0).update(samples)
     assert out["train/skipped_zero_advantage"] == 1.0
     assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())
+
+
+def test_no_skipping_with_an_entropy_bonus(tiny_policy):
+    m = copy.deepcopy(tiny_policy.model).float()
+    out = Learner(m, AlgoConfig(entropy_coef=0.01), TrainerConfig(lr=1e-3, tensorboard=False), 0.8,
+                  pad_id=0).update(_samples())
+    assert out["train/zero_adv_samples_skipped"] == 0.0

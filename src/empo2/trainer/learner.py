@@ -111,7 +111,9 @@ class Learner:
         ``train/off/…`` when both kinds are present. With ``trainer.skip_zero_advantage`` (default)
         and no KL/entropy term, trajectories whose advantages are all 0 get no forward/backward (their
         gradient is exactly 0; the normaliser still counts them): ``train/zero_adv_samples_skipped``,
-        ``train/updated_tokens``; ratio/clip metrics then cover the updated tokens only.
+        ``train/updated_tokens``; the per-token metrics (ratio, clip, KL, entropy, ``adv_mean``)
+        then cover the updated trajectories only. The AdamW step is the same (with LoRA dropout > 0
+        its random stream shifts, so equal in distribution, not bit for bit).
         """
         samples = [s for s in samples if s.num_targets > 0]
         if not samples:
@@ -127,6 +129,8 @@ class Learner:
             full_mask, masked_frac = low_prob_mask(all_lpb, full_mask, all_seq, algo.low_prob_mask.threshold_logp,
                                                    algo.low_prob_mask.granularity)
         normaliser = loss_normaliser(full_mask, all_seq, agg)
+        if normaliser <= 0:  # every token masked (low-probability masking): nothing to train on
+            return {"train/skipped": 1.0, "train/masked_frac": masked_frac}
         masks: dict[int, torch.Tensor] = {}
         off = 0
         for s in samples:
