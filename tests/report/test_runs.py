@@ -17,6 +17,9 @@ from empo2.report.runs import (Algorithm, ReportError, algorithm_of, cumulative_
     ({"empo2": {"p": 0.0}, "trainer": {"iterations": 0}}, Algorithm.BASE),
     ({"trainer": {"iterations": 5, "lr": 0.0}}, Algorithm.BASE),
     ({"empo2": {"p": 1.0}, "trainer": {"iterations": 3, "lr": 0}}, Algorithm.MEMORY_ONLY),
+    # configs/sciworld_memory_only_cpu.yaml: weights frozen by trainer.update, lr left as in GRPO
+    ({"empo2": {"p": 1.0, "q": 0.0}, "trainer": {"iterations": 3, "lr": 2e-6, "update": False}}, Algorithm.MEMORY_ONLY),
+    ({"empo2": {"p": 0.0}, "trainer": {"iterations": 3, "update": False}}, Algorithm.BASE),
 ])
 def test_algorithm_labels(cfg, label):
     assert algorithm_of(cfg) is label

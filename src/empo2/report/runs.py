@@ -41,7 +41,7 @@ class Algorithm(str, Enum):
 def algorithm_of(config: dict[str, Any]) -> Algorithm:
     """Label a run from its resolved config dict.
 
-    No update (``trainer.iterations == 0`` or ``trainer.lr == 0``) → ``MEMORY_ONLY`` if
+    No update (``trainer.update`` false, ``trainer.iterations == 0`` or ``trainer.lr == 0``) → ``MEMORY_ONLY`` if
     ``empo2.p > 0`` else ``BASE``. Otherwise ``empo2.p > 0`` → ``EMPO2``, then
     ``algo.advantage == "gigpo"`` → ``GIGPO``, else ``GRPO``. Missing keys take the config defaults.
     """
@@ -49,7 +49,8 @@ def algorithm_of(config: dict[str, Any]) -> Algorithm:
     p = float((config.get("empo2") or {}).get("p", 0.0) or 0.0)
     iterations = int(trainer.get("iterations", 4) or 0)
     lr = float(trainer.get("lr", 1e-6) or 0.0)
-    if iterations == 0 or lr == 0.0:
+    update = trainer.get("update", True)
+    if update is False or iterations == 0 or lr == 0.0:
         return Algorithm.MEMORY_ONLY if p > 0 else Algorithm.BASE
     if p > 0:
         return Algorithm.EMPO2
