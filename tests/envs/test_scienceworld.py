@@ -409,3 +409,20 @@ def test_no_orphan_jvms(how):
     finally:
         if child.poll() is None:
             child.kill()
+
+
+@pytest.mark.scienceworld
+def test_an_admissible_action_the_parser_refuses_is_dropped_until_reset(env):
+    """ScienceWorld lists object combinations its own parser refuses (lifespan-longest-lived,
+    train variation 8, starts in a bathroom whose toilet drain leads to a sewer): once refused, the
+    action leaves the admissible list (so constrained sampling cannot repeat it) until the next reset."""
+    task = TaskSpec("scienceworld", "7-1", 8)
+    env.reset(task)
+    before = env.admissible_actions()
+    assert "pick up sewer" in before
+    r = env.step("pick up sewer")
+    assert r.observation.startswith("No known action matches that input.") and not r.valid
+    after = env.admissible_actions()
+    assert "pick up sewer" not in after and set(after) == set(before) - {"pick up sewer"}
+    env.reset(task)
+    assert "pick up sewer" in env.admissible_actions()

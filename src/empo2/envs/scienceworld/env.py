@@ -63,7 +63,8 @@ logger = logging.getLogger(__name__)
 
 ENV_NAME = "scienceworld"
 AMBIGUITY_PREFIX = "Ambiguous request"
-INVALID_PREFIXES = ("No known action matches that input.", "Unknown action.", AMBIGUITY_PREFIX, "ERROR:")
+UNPARSED_PREFIX = "No known action matches that input."
+INVALID_PREFIXES = (UNPARSED_PREFIX, "Unknown action.", AMBIGUITY_PREFIX, "ERROR:")
 # Actions whose ambiguity is never resolved automatically: a wrong pick fails the task (−100).
 NO_AUTO_RESOLVE = ("focus on",)
 _OPTION_LINE = re.compile(r"^\s*(\d+):\s*(.+?)\s*$")
@@ -159,6 +160,7 @@ class SciWorldEnv:
         self._score = 0
         self._done = False
         self._valid_cache: list[str] | None = None
+        self._rejected: set[str] = set()  # action strings the parser refused this episode
         self._start()
 
     # ---------------------------------------------------------------------------- lifecycle
@@ -313,6 +315,7 @@ class SciWorldEnv:
                 obs, score, done, moves, desc = self._reset_once(name, variation, simpl)
             self._task = task
             self._score, self._done = score, done
+            self._rejected = set()
             return Observation(text=obs, task_description=desc, score=float(score),
                                info={"moves": moves, "task": name, "variation": variation,
                                      "simplifications": simpl})
@@ -364,6 +367,8 @@ class SciWorldEnv:
             with self._guard(f"step({action!r})"):
                 obs, score, done, moves = self._raw_step(action)
                 valid = is_valid_response(obs)
+                if obs.startswith(UNPARSED_PREFIX):
+                    self._rejected.add(" ".join(action.lower().split()))
                 if obs.startswith(AMBIGUITY_PREFIX):
                     obs, score, done, moves, valid = self._resolve_ambiguity(action, obs, info)
             reward = score - self._score
@@ -393,7 +398,11 @@ class SciWorldEnv:
 
     def admissible_actions(self) -> list[str]:
         """Every valid action string in the current state (``get_valid_action_object_combinations``;
-        15–18 ms; free in full-step mode, where the last step already built it).
+        15–18 ms; free in full-step mode, where the last step already built it), minus the action
+        strings the simulator's parser rejected earlier in this episode ("No known action matches
+        that input."): the list contains object combinations its own parser refuses (measured:
+        ``pick up sewer`` in a bathroom, ``pick up cup containing red paint in cupboard``), and a
+        constrained policy that drew one tended to repeat it for the rest of the episode.
 
         Raises:
             EnvError: the JVM failed. RuntimeError: ``reset`` was not called.
@@ -401,9 +410,13 @@ class SciWorldEnv:
         with self._lock:
             sw = self._check_ready()
             if self._valid_cache is not None:
-                return list(self._valid_cache)
-            with self._guard("admissible_actions"):
-                return [str(a) for a in sw.server.getValidActionObjectCombinations()]
+                acts = list(self._valid_cache)
+            else:
+                with self._guard("admissible_actions"):
+                    acts = [str(a) for a in sw.server.getValidActionObjectCombinations()]
+            if self._rejected:
+                acts = [a for a in acts if " ".join(a.lower().split()) not in self._rejected]
+            return acts
 
     def anchor(self) -> str:
         """``look around`` + ``inventory`` text of the current state (free actions, no tick),
