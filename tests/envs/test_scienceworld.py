@@ -426,3 +426,15 @@ def test_an_admissible_action_the_parser_refuses_is_dropped_until_reset(env):
     assert "pick up sewer" not in after and set(after) == set(before) - {"pick up sewer"}
     env.reset(task)
     assert "pick up sewer" in env.admissible_actions()
+
+
+@pytest.mark.scienceworld
+def test_refused_actions_are_kept_when_configured(env_full):
+    """``drop_refused_actions: false`` keeps the simulator's list as it is (and the full-step path)."""
+    env_full.cfg.drop_refused_actions = False
+    try:
+        env_full.reset(TaskSpec("scienceworld", "7-1", 8))
+        assert not env_full.step("pick up sewer").valid
+        assert "pick up sewer" in env_full.admissible_actions()
+    finally:
+        env_full.cfg.drop_refused_actions = True

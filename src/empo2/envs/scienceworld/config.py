@@ -21,6 +21,10 @@ class SciWorldConfig:
         "how a failed episode (score −100) enters the return: 'zero' clamps the normalised return to 0,"
         " 'keep' keeps −1 (authors' code)", default="zero")
     thin_step: bool = doc("skip rebuilding the full valid-action list on every step (4–8× faster)", default=True)
+    drop_refused_actions: bool = doc(
+        "drop an admissible action from the list for the rest of the episode once the simulator's parser "
+        "refused it ('No known action matches that input.'; the simulator lists some it cannot parse)",
+        default=True)
     deterministic: bool = doc(
         "run the JVM with constant identity hash codes (-XX:hashCode=2) so episodes repeat exactly; the"
         " stock JVM varies object order, electrical timing and temperatures between episodes", default=True)

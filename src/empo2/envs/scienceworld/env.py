@@ -367,7 +367,7 @@ class SciWorldEnv:
             with self._guard(f"step({action!r})"):
                 obs, score, done, moves = self._raw_step(action)
                 valid = is_valid_response(obs)
-                if obs.startswith(UNPARSED_PREFIX):
+                if obs.startswith(UNPARSED_PREFIX) and self.cfg.drop_refused_actions:
                     self._rejected.add(" ".join(action.lower().split()))
                 if obs.startswith(AMBIGUITY_PREFIX):
                     obs, score, done, moves, valid = self._resolve_ambiguity(action, obs, info)
