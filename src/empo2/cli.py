@@ -169,7 +169,9 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         t.add_row(str(k), str(s.episodes), f"{s.score:.1f} [{s.score_ci[0]:.1f}, {s.score_ci[1]:.1f}]",
                   f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]")
     console.print(t)
-    console.print(f"improvement trial 1 → {args.trials}: {res.improvement_pct():+.1f}%  "
+    imp = res.improvement_pct()
+    imp_text = f"{imp:+.1f}%" if imp == imp else "n/a (trial 1 scored 0)"
+    console.print(f"improvement trial 1 → {args.trials}: {imp_text}  "
                   f"(weights unchanged: {res.weights_sha256_before == res.weights_sha256_after})  → {out_dir / 'adapt.json'}")
     return 0
 

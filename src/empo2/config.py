@@ -262,6 +262,7 @@ def validate(cfg: Config) -> None:
         if v <= 0:
             raise ConfigError(f"{k} must be > 0, got {v}")
     import math
+    import re
 
     nonneg = {
         "rollout.generation_batch_size": cfg.rollout.generation_batch_size, "rollout.top_k": cfg.rollout.top_k,
@@ -300,6 +301,8 @@ def validate(cfg: Config) -> None:
         if v >= cfg.model.max_context:
             raise ConfigError(f"{k} ({v}) leaves no room for the prompt in model.max_context "
                               f"({cfg.model.max_context}); lower it or raise model.max_context")
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", cfg.model.device):
+        raise ConfigError(f"model.device {cfg.model.device!r} is not a device; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
     if not 0.0 <= cfg.algo.gigpo_gamma <= 1.0:
         raise ConfigError(f"algo.gigpo_gamma must be in [0, 1], got {cfg.algo.gigpo_gamma}")
     if not 0.0 <= cfg.model.lora.dropout < 1.0:

@@ -71,3 +71,17 @@ def torch_equal(a, b) -> bool:
     import torch
 
     return bool(torch.equal(a, b))
+
+
+def test_adapt_json_has_no_nan_when_trial_one_scored_zero():
+    import json
+
+    from empo2.trainer.adapt import AdaptResult
+    from empo2.trainer.evaluate import EvalSummary
+
+    def s(score):
+        return EvalSummary(2, score, (score, score), 0.0, (0.0, 0.5), 3.0, (3.0, 3.0), 0.0)
+
+    zero = AdaptResult(["t"], "test", trials=[s(0.0), s(10.0)])
+    assert json.loads(json.dumps(zero.to_json(), allow_nan=False))["improvement_pct"] is None
+    assert AdaptResult(["t"], "test", trials=[s(10.0), s(15.0)]).to_json()["improvement_pct"] == 50.0

@@ -102,6 +102,7 @@ def test_eval_command_on_a_checkpoint(tmp_path, capsys):
     ("trainer.lr=.nan", "must be finite"),
     ("run.name=../escape", "plain folder name"),
     ("empo2.tips.max_new_tokens=4096", "leaves no room for the prompt"),
+    ("model.device=gpu", "is not a device"),
 ])
 def test_bad_config_fails_before_work_with_a_clear_error(tmp_path, capsys, override, message):
     cfg = _cfg(tmp_path, "bad")

@@ -145,9 +145,19 @@ def resolve_model_path(name_or_path: str) -> str:
 
 
 def pick_device(device: str) -> torch.device:
-    """``'auto'`` → cuda if available else cpu; otherwise ``torch.device(device)``."""
+    """``'auto'`` → cuda if available else cpu; otherwise ``torch.device(device)``.
+
+    Raises:
+        ConfigError: a CUDA device on a torch build or machine without CUDA (checked before any
+            weights are loaded).
+    """
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        from empo2.configschema import ConfigError
+
+        raise ConfigError(f"model.device={device} but torch {torch.__version__} sees no CUDA device; install a CUDA "
+                          "build (README: TORCH_SPEC/TORCH_INDEX) or use model.device=cpu / auto")
     return torch.device(device)
 
 
@@ -206,9 +216,11 @@ def load_policy(cfg: ModelConfig, weights_dir: str | Path | None = None) -> Load
 
     Raises:
         ModelNotFoundError: the model cannot be found (message has the fix).
+        ConfigError: ``cfg.device`` names a CUDA device this machine does not have.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    device = pick_device(cfg.device)  # a device this machine lacks fails before any loading
     dtype = getattr(torch, cfg.dtype)
     if cfg.name_or_path == TINY_RANDOM:
         lp = _tiny_random()
@@ -241,7 +253,7 @@ def load_policy(cfg: ModelConfig, weights_dir: str | Path | None = None) -> Load
         enable()
         if hasattr(lp.model, "config"):
             lp.model.config.use_cache = False
-    lp.model.to(pick_device(cfg.device))
+    lp.model.to(device)
     return lp
 
 

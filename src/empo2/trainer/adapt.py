@@ -9,6 +9,8 @@ score per trial gives the paper's "improvement after a few trials" figure: impro
 
 from __future__ import annotations
 
+import math
+
 import hashlib
 import json
 import logging
@@ -52,7 +54,8 @@ class AdaptResult:
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
-        d["improvement_pct"] = self.improvement_pct()
+        imp = self.improvement_pct()
+        d["improvement_pct"] = None if math.isnan(imp) else imp  # JSON has no NaN
         return d
 
 
