@@ -140,3 +140,13 @@ def test_one_iteration_on_real_scienceworld(tmp_path):
     lines = (tmp_path / "runs" / "sw" / "trajectories" / "iter-00000.jsonl").read_text().splitlines()
     ep = json.loads(lines[0])
     assert ep["task"] == "find-non-living-thing" and "non-living" in ep["task_description"]
+
+
+def test_resume_config_changes_are_listed_with_dotted_keys():
+    from empo2.trainer.loop import _config_changes
+
+    saved = {"trainer": {"iterations": 1, "lr": 1e-6}, "rollout": {"group_size": 2, "temperature": 1.0}}
+    now = {"trainer": {"iterations": 3, "lr": 1e-6}, "rollout": {"group_size": 8, "temperature": 1.0}, "new": 1}
+    assert _config_changes(saved, now, ignore={"trainer.iterations"}) == [
+        ("new", None, 1), ("rollout.group_size", 2, 8)]
+    assert _config_changes(saved, saved) == []

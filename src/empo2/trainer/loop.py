@@ -166,8 +166,13 @@ class Trainer:
             if int(state["iteration"]) > cfg.trainer.iterations:
                 raise ConfigError(f"the checkpoint has {state['iteration']} iterations but trainer.iterations is "
                                   f"{cfg.trainer.iterations}; raise trainer.iterations to continue")
-            if saved.get("model", {}) != config_to_dict(cfg)["model"]:
-                log.warning("resuming with a model section that differs from the checkpoint's")
+            changed = _config_changes(saved, config_to_dict(cfg), ignore={"trainer.iterations"})
+            if changed:
+                shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changed[:12])
+                more = f" (+{len(changed) - 12} more)" if len(changed) > 12 else ""
+                log.warning(f"--resume continues with --config and the overrides, which differ from the run's saved "
+                            f"config in: {shown}{more}. To continue the run exactly, pass --config "
+                            f"{self.run_dir / 'config.yaml'} instead.")
             weights = last.resolve()
             self.start_iteration = int(state["iteration"])
         else:
@@ -342,6 +347,20 @@ class Trainer:
         if self.hooks is not None:
             self.hooks.close()
         self.setup.close()
+
+
+def _config_changes(old: dict[str, Any], new: dict[str, Any], ignore: set[str] = frozenset(),
+                    prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """Dotted keys whose values differ between two resolved config dicts, as (key, old, new)."""
+    out: list[tuple[str, Any, Any]] = []
+    for k in sorted(set(old) | set(new)):
+        key = f"{prefix}{k}"
+        a, b = old.get(k), new.get(k)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _config_changes(a, b, ignore, key + ".")
+        elif a != b and key not in ignore:
+            out.append((key, a, b))
+    return out
 
 
 def load_run_config(path: Path) -> Config:
