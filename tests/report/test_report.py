@@ -76,7 +76,7 @@ def test_viewer_caps_iterations_and_says_so(built_report):
     assert [it["index"] for it in synth["iterations"]] == [0, 1, 9, 10, 11]
     assert synth["total_iterations"] == 12 and "5 of 12 iterations" in synth["note"]
     real = next(r for r in data["runs"] if r["name"] == "grpo-tiny")
-    assert [it["index"] for it in real["iterations"]] == [0, 1, 2] and real["note"] == ""
+    assert [it["index"] for it in real["iterations"]] == [1, 2, 3] and real["note"] == ""
     assert all(len(it["episodes"]) == 4 for it in real["iterations"])
 
 

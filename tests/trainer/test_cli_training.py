@@ -50,7 +50,7 @@ def test_two_iterations_change_parameters_and_write_metrics(tmp_path, tiny_polic
         assert key in rows[0], key
     assert (run / "config.yaml").is_file()
     assert (run / "checkpoints" / "last" / "optimizer.pt").is_file()
-    assert (run / "trajectories" / "iter-00000.jsonl").is_file()
+    assert (run / "trajectories" / "iter-00001.jsonl").is_file()
 
 
 def test_resume_reproduces_the_same_next_iteration(tmp_path):
@@ -137,7 +137,7 @@ def test_one_iteration_on_real_scienceworld(tmp_path):
     # constrained sampling only produces actions from the simulator's valid-combination list (which the
     # simulator can still reject, e.g. "pour sewer into outside"), so every action parses
     assert row["rollout/parsed_frac"] == 1.0 and row["rollout/valid_frac"] > 0.5
-    lines = (tmp_path / "runs" / "sw" / "trajectories" / "iter-00000.jsonl").read_text().splitlines()
+    lines = (tmp_path / "runs" / "sw" / "trajectories" / "iter-00001.jsonl").read_text().splitlines()
     ep = json.loads(lines[0])
     assert ep["task"] == "find-non-living-thing" and "non-living" in ep["task_description"]
 

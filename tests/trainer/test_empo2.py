@@ -65,7 +65,7 @@ def test_two_iterations_exercise_both_update_modes(tmp_path):
     # tips are readable through the CLI
     assert main(["memory", "show", str(run), "--top", "3"]) == 0
     # trajectories record the tips shown at each step
-    lines = (run / "trajectories" / "iter-00001.jsonl").read_text().splitlines()
+    lines = (run / "trajectories" / "iter-00002.jsonl").read_text().splitlines()
     assert any(s["tips"] for line in lines for s in json.loads(line)["steps"])
 
 

@@ -293,12 +293,13 @@ class Trainer:
         return metrics
 
     def _save_trajectories(self, trajs: list[Trajectory], it: int) -> None:
-        """Human-readable episodes of this iteration (``<run>/trajectories/iter-K.jsonl``)."""
+        """Human-readable episodes of this iteration (``<run>/trajectories/iter-K.jsonl``, K = ``it + 1``:
+        numbered like ``metrics.jsonl`` rows and ``checkpoints/iter-K``)."""
         import json
 
         d = self.run_dir / "trajectories"
         d.mkdir(exist_ok=True)
-        with (d / f"iter-{it:05d}.jsonl").open("w") as f:
+        with (d / f"iter-{it + 1:05d}.jsonl").open("w") as f:
             for t in trajs:
                 f.write(json.dumps({
                     "id": t.id, "task": t.task.task, "variation": t.task.variation, "mode": t.mode.value,
