@@ -70,6 +70,15 @@ def omp_threads(env: Mapping[str, str], cores: int) -> int:
     return n if n > 0 else max(1, cores)
 
 
+def _user_opt_out(env: Mapping[str, str]) -> OmpDecision | None:
+    """The decision when the user opted out (``EMPO2_OMP_AUTO=0`` or their own ``OMP_WAIT_POLICY``), else None."""
+    if env.get(OMP_AUTO_ENV, "").strip().lower() in _OFF:
+        return OmpDecision(False, f"{OMP_AUTO_ENV}={env[OMP_AUTO_ENV]}: OMP_WAIT_POLICY left as it is")
+    if env.get("OMP_WAIT_POLICY", "").strip():
+        return OmpDecision(False, f"OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']} set by the user: left as it is")
+    return None
+
+
 def decide_omp_wait_policy(busy_cores: float | None, cores: int | None, env: Mapping[str, str],
                            default_threads: int | None = None) -> OmpDecision:
     """Whether to set ``OMP_WAIT_POLICY=PASSIVE`` for this process. Pure: no I/O, no side effects.
@@ -89,11 +98,9 @@ def decide_omp_wait_policy(busy_cores: float | None, cores: int | None, env: Map
     Returns:
         The decision with its reason.
     """
-    auto = env.get(OMP_AUTO_ENV, "").strip().lower()
-    if auto in _OFF:
-        return OmpDecision(False, f"{OMP_AUTO_ENV}={env[OMP_AUTO_ENV]}: OMP_WAIT_POLICY left as it is")
-    if env.get("OMP_WAIT_POLICY", "").strip():
-        return OmpDecision(False, f"OMP_WAIT_POLICY={env['OMP_WAIT_POLICY']} set by the user: left as it is")
+    opted_out = _user_opt_out(env)
+    if opted_out is not None:
+        return opted_out
     if busy_cores is None or cores is None or cores < 1:
         return OmpDecision(False, "CPU use or core count unknown: OMP_WAIT_POLICY left unset")
     threads = omp_threads(env, default_threads or cores)
@@ -165,8 +172,9 @@ def apply_omp_wait_policy(env: MutableMapping[str, str] | None = None, *, busy_c
     if torch_imported:
         return OmpDecision(False, "torch is already imported (its OpenMP runtime has read OMP_WAIT_POLICY): "
                                   "left as it is")
-    if env.get(OMP_AUTO_ENV, "").strip().lower() in _OFF or env.get("OMP_WAIT_POLICY", "").strip():
-        return decide_omp_wait_policy(None, None, env)  # an opt-out: no need to sample the CPUs
+    opted_out = _user_opt_out(env)
+    if opted_out is not None:  # no need to sample the CPUs
+        return opted_out
     decision = decide_omp_wait_policy(busy_cores_now() if busy_cores is None else busy_cores,
                                       os.cpu_count() if cores is None else cores, env,
                                       default_threads=physical_cores() if cores is None else None)

@@ -63,6 +63,11 @@ logger = logging.getLogger(__name__)
 
 ENV_NAME = "scienceworld"
 AMBIGUITY_PREFIX = "Ambiguous request"
+def _canon(action: str) -> str:
+    """An action string lower-cased with single spaces (how the simulator's parser compares them)."""
+    return " ".join(action.lower().split())
+
+
 UNPARSED_PREFIX = "No known action matches that input."
 INVALID_PREFIXES = (UNPARSED_PREFIX, "Unknown action.", AMBIGUITY_PREFIX, "ERROR:")
 # Actions whose ambiguity is never resolved automatically: a wrong pick fails the task (−100).
@@ -368,7 +373,7 @@ class SciWorldEnv:
                 obs, score, done, moves = self._raw_step(action)
                 valid = is_valid_response(obs)
                 if obs.startswith(UNPARSED_PREFIX) and self.cfg.drop_refused_actions:
-                    self._rejected.add(" ".join(action.lower().split()))
+                    self._rejected.add(_canon(action))
                 if obs.startswith(AMBIGUITY_PREFIX):
                     obs, score, done, moves, valid = self._resolve_ambiguity(action, obs, info)
             reward = score - self._score
@@ -382,7 +387,7 @@ class SciWorldEnv:
         """Answer an ambiguity prompt: the alphabetically first option, or cancel for ``focus on``."""
         options = parse_ambiguity(prompt)
         info.update(ambiguous=True, ambiguity_options=options)
-        if not options or " ".join(action.lower().split()).startswith(NO_AUTO_RESOLVE):
+        if not options or _canon(action).startswith(NO_AUTO_RESOLVE):
             _, score, done, moves = self._raw_step("")  # leaves the ambiguous state (one tick)
             info["ambiguity_resolution"] = "cancelled"
             listing = "\n".join(f"  {o}" for o in options)
@@ -415,7 +420,7 @@ class SciWorldEnv:
                 with self._guard("admissible_actions"):
                     acts = [str(a) for a in sw.server.getValidActionObjectCombinations()]
             if self._rejected:
-                acts = [a for a in acts if " ".join(a.lower().split()) not in self._rejected]
+                acts = [a for a in acts if _canon(a) not in self._rejected]
             return acts
 
     def anchor(self) -> str:
