@@ -40,6 +40,19 @@ def _samples() -> list[PackedSample]:
     return out
 
 
+def _spy_entropy_grad(monkeypatch) -> list[bool]:
+    """Record the ``entropy_grad`` of every ``target_logprobs`` call the learner makes."""
+    calls: list[bool] = []
+    real = learner_mod.target_logprobs
+
+    def spy(*a, **kw):
+        calls.append(kw.get("entropy_grad", True))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(learner_mod, "target_logprobs", spy)
+    return calls
+
+
 def _learner(model, entropy_coef: float) -> Learner:
     trainer = TrainerConfig(lr=1e-3, micro_batch_tokens=64, logprob_chunk=8, tensorboard=False)
     return Learner(model, AlgoConfig(entropy_coef=entropy_coef), trainer, TEMPERATURE, pad_id=0)
@@ -80,14 +93,8 @@ def test_update_without_entropy_graph_reports_and_steps_the_same(tiny_policy, mo
     base = copy.deepcopy(tiny_policy.model).float()
     direct = _direct_entropy(base.eval(), samples)
 
-    calls: list[bool] = []
     real = learner_mod.target_logprobs
-
-    def spy(*a, **kw):
-        calls.append(kw.get("entropy_grad", True))
-        return real(*a, **kw)
-
-    monkeypatch.setattr(learner_mod, "target_logprobs", spy)
+    calls = _spy_entropy_grad(monkeypatch)
     new_model = copy.deepcopy(base)
     new = _learner(new_model, 0.0).update(copy.deepcopy(samples))
     assert calls and not any(calls), "entropy_coef == 0 must compute the entropy without grad"
@@ -112,14 +119,7 @@ def test_update_without_entropy_graph_reports_and_steps_the_same(tiny_policy, mo
 
 def test_entropy_bonus_keeps_the_graph(tiny_policy, monkeypatch):
     samples = _samples()
-    calls: list[bool] = []
-    real = learner_mod.target_logprobs
-
-    def spy(*a, **kw):
-        calls.append(kw.get("entropy_grad", True))
-        return real(*a, **kw)
-
-    monkeypatch.setattr(learner_mod, "target_logprobs", spy)
+    calls = _spy_entropy_grad(monkeypatch)
     base = copy.deepcopy(tiny_policy.model).float()
     direct = _direct_entropy(base.eval(), samples)
     out = _learner(copy.deepcopy(base), 0.01).update(copy.deepcopy(samples))
