@@ -309,12 +309,12 @@ _COMPUTE_COMMANDS = {"train", "eval", "adapt"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    # First, before anything imports torch (the imports below do): GNU OpenMP reads
-    # OMP_WAIT_POLICY once, when torch loads it. On a machine busy at start, PASSIVE.
+    # First, before anything imports torch (the imports below do; parsing does not): GNU OpenMP
+    # reads OMP_WAIT_POLICY once, when torch loads it. On a machine busy at start, PASSIVE.
     from empo2.threads import OmpDecision, apply_omp_wait_policy
 
-    args_peek = sys.argv[1:] if argv is None else argv
-    computes = any(a in _COMPUTE_COMMANDS for a in args_peek[:3]) and not any(a in ("-h", "--help") for a in args_peek)
+    args = build_parser().parse_args(argv)
+    computes = args.command in _COMPUTE_COMMANDS
     omp = apply_omp_wait_policy() if computes else OmpDecision(False, "not a compute command")
 
     from empo2.configschema import ConfigError
@@ -329,9 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     user_errors: tuple[type[BaseException], ...] = (
         ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError, FileNotFoundError, FileExistsError,
         MemoryStoreError, EmbedderUnavailableError, DataFileError)
-    args = build_parser().parse_args(argv)
     _setup_logging(args.verbose)
-    if omp.set_passive and args.command in _COMPUTE_COMMANDS:
+    if omp.set_passive and computes:
         log.warning(omp.reason)
     else:
         log.debug("OpenMP: %s", omp.reason)
