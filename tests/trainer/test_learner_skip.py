@@ -90,12 +90,14 @@ def test_no_skipping_with_a_kl_term(tiny_policy):
     assert out["train/zero_adv_samples_skipped"] == 0.0
 
 
-def test_all_zero_advantages_skip_the_update(tiny_policy):
+@pytest.mark.parametrize("skip", [True, False])
+def test_all_zero_advantages_skip_the_update(tiny_policy, skip):
+    """No optimiser step at all (AdamW weight decay/momentum would otherwise still move weights)."""
     m = copy.deepcopy(tiny_policy.model).float()
     samples = _samples()
     for s in samples:
         s.advantages = [0.0] * s.num_targets
-    trainer = TrainerConfig(lr=1e-3, micro_batch_tokens=48, tensorboard=False)
+    trainer = TrainerConfig(lr=1e-3, micro_batch_tokens=48, tensorboard=False, skip_zero_advantage=skip)
     before = {k: v.clone() for k, v in m.state_dict().items()}
     out = Learner(m, AlgoConfig(), trainer, 0.8, pad_id=0).update(samples)
     assert out["train/skipped_zero_advantage"] == 1.0

@@ -136,16 +136,19 @@ class Learner:
         for s in samples:
             masks[id(s)] = full_mask[off:off + s.num_targets]
             off += s.num_targets
-        n_all, tokens_all = len(samples), float(sum(s.num_targets for s in samples))
+        n_all, tokens_all = len(samples), float(all_lpb.numel())
         seq_tokens_all, off_all = float(sum(len(s.ids) for s in samples)), float(sum(s.off_policy for s in samples))
-        if self.cfg.skip_zero_advantage and algo.kl_coef == 0 and algo.entropy_coef == 0:
-            # Every loss term of such a trajectory is A·(clipped ratio) with A = 0: its gradient is
-            # exactly 0 while the normaliser above already counts its tokens, so dropping it leaves the
-            # update unchanged (tests/trainer/test_learner_skip.py) and saves its forward/backward.
+        if algo.kl_coef == 0 and algo.entropy_coef == 0:
+            # Every loss term of a trajectory with A = 0 is A·(clipped ratio): its gradient is exactly 0
+            # while the normaliser above already counts its tokens, so dropping it leaves the update
+            # unchanged (tests/trainer/test_learner_skip.py) and saves its forward/backward. When no
+            # trajectory is left the whole gradient is 0: no optimiser step at all.
             kept = [s for s in samples if any(a != 0.0 for a in s.advantages)]
             if not kept:
                 return {"train/skipped": 1.0, "train/skipped_zero_advantage": 1.0}
-            samples = kept
+            if self.cfg.skip_zero_advantage:
+                samples = kept
+        checkpoint_head = self._checkpointing()
         self.model.train()
         sums: dict[str, float] = {}
         counts: dict[str, float] = {}
@@ -162,7 +165,7 @@ class Learner:
                                           temperature=self.temperature, allowed=b["allowed"],
                                           chunk=self.cfg.logprob_chunk, with_entropy=True,
                                           entropy_grad=algo.entropy_coef > 0,
-                                          checkpoint_head=self._checkpointing())
+                                          checkpoint_head=checkpoint_head)
                 ref = self._ref_logprobs(b) if algo.kl_coef > 0 else None
                 loss, m = policy_loss(
                     lp, b["logp_behavior"], b["adv"], mask, b["seq"], clip_low=algo.clip_low,

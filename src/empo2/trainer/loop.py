@@ -272,10 +272,7 @@ class Trainer:
             samples.append(build_sample(t, a, i, seq_off, c.model.max_context))
             seq_off += t.num_steps
         t0 = time.perf_counter()
-        no_signal = all(x == 0.0 for a in step_adv for x in a) and c.algo.kl_coef == 0 and c.algo.entropy_coef == 0
-        if c.trainer.update and no_signal:  # every advantage is 0: the gradient would be exactly 0
-            train = {"train/skipped": 1.0, "train/skipped_zero_advantage": 1.0}
-        elif c.trainer.update:
+        if c.trainer.update:  # Learner.update skips the step when every advantage is 0
             with self.progress.task(f"iteration {it + 1}/{c.trainer.iterations}: update", total=None):
                 train = self.learner.update(samples)
         else:  # memory-only baseline: weights stay frozen
