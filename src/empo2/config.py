@@ -196,6 +196,19 @@ class TrainerConfig:
     weight_decay: float = doc("AdamW weight decay", default=0.0)
     grad_clip: float = doc("global gradient-norm clip (0 = off)", default=1.0)
     epochs: int = doc("passes over each iteration's batch (PPO epochs)", default=1)
+    mini_batch_size: int = doc(
+        "trajectories (or step-samples, see mini_batch_unit) per optimiser step: each epoch shuffles the "
+        "batch and takes one AdamW step per mini-batch, so the PPO clip binds on later mini-batches "
+        "(verl ppo_mini_batch_size); 0 = one step per epoch over the whole batch", default=0)
+    mini_batch_unit: Literal["trajectories", "step_samples"] = doc(
+        "unit of mini_batch_size: whole trajectories, or step-samples (one step of one episode, the "
+        "authors' verl layout; a mini-batch closes at the first whole trajectory that reaches the size)",
+        default="trajectories")
+    shuffle: bool = doc("shuffle the trajectories before splitting each epoch into mini-batches "
+                        "(seeded by run.seed, iteration, epoch)", default=True)
+    measure_policy_kl: bool = doc(
+        "after each update, score the on-policy action tokens again (one no-grad forward) and log "
+        "train/policy_kl = KL(policy before || after), train/ratio_after_mean, train/clip_frac_after", default=True)
     micro_batch_tokens: int = doc("tokens per forward/backward micro-batch (bounds memory)", default=4096)
     skip_zero_advantage: bool = doc(
         "skip the forward/backward of trajectories whose every advantage is 0 when algo.kl_coef = "
@@ -268,6 +281,7 @@ def validate(cfg: Config) -> None:
         "rollout.generation_batch_size": cfg.rollout.generation_batch_size, "rollout.top_k": cfg.rollout.top_k,
         "trainer.threads": cfg.trainer.threads, "trainer.grad_clip": cfg.trainer.grad_clip,
         "trainer.weight_decay": cfg.trainer.weight_decay, "eval.every": cfg.eval.every,
+        "trainer.mini_batch_size": cfg.trainer.mini_batch_size,
         "algo.kl_coef": cfg.algo.kl_coef, "algo.entropy_coef": cfg.algo.entropy_coef,
         "empo2.intrinsic.coef": cfg.empo2.intrinsic.coef, "empo2.memory.top_k": cfg.empo2.memory.top_k,
         "empo2.memory.max_tip_tokens": cfg.empo2.memory.max_tip_tokens,

@@ -70,6 +70,45 @@ def test_resume_reproduces_the_same_next_iteration(tmp_path):
         assert ra[k] == pytest.approx(rb[k], abs=1e-6), k
 
 
+def test_resume_with_kl_keeps_the_initial_policy_as_reference(tmp_path, tiny_policy):
+    """Spec §7: the KL is to the initial policy. A resumed full-fine-tuning run must not take the
+    checkpoint as its reference (it did: the learner deep-copied the model it was given)."""
+    from empo2.config import load_config
+    from empo2.trainer.loop import Trainer
+
+    kl = {"kl_coef": 0.5}
+    full = _cfg(tmp_path, "klfull", algo=kl)
+    assert main(["train", "--config", str(full)]) == 0
+    part = _cfg(tmp_path, "klpart", algo=kl, trainer={"iterations": 1})
+    assert main(["train", "--config", str(part)]) == 0
+    tr = Trainer(load_config(part, ["trainer.iterations=2"]), resume=True)
+    try:
+        ref = tr.learner.ref_model.state_dict()
+        init = tiny_policy.model.state_dict()
+        ckpt = _weights(tmp_path / "runs" / "klpart")
+        assert all(torch.equal(ref[k], init[k]) for k in init)
+        assert any(not torch.equal(ref[k], ckpt[k]) for k in ckpt if k in ref)
+    finally:
+        tr.close()
+    assert main(["train", "--config", str(part), "--resume", "trainer.iterations=2"]) == 0
+    wa, wb = _weights(tmp_path / "runs" / "klfull"), _weights(tmp_path / "runs" / "klpart")
+    for k in wa:
+        assert torch.allclose(wa[k], wb[k], atol=1e-6), k
+
+
+def test_mini_batches_take_several_steps_and_report_the_policy_shift(tmp_path):
+    cfg = _cfg(tmp_path, "mb", trainer={"iterations": 2, "mini_batch_size": 1, "epochs": 2})
+    assert main(["train", "--config", str(cfg)]) == 0
+    rows = _metrics(tmp_path / "runs" / "mb")
+    for r in rows:
+        assert r["train/mini_batches"] == 8.0  # 4 trajectories x 2 epochs
+        assert r["train/optimizer_steps"] + r["train/zero_adv_minibatches_skipped"] == 8.0
+        assert r["train/iterations_without_step"] == (0.0 if r["train/optimizer_steps"] > 0 else
+                                                      r["train/iterations_without_step"])
+        if r["train/optimizer_steps"] > 0:
+            assert r["train/policy_kl_k3"] > 0.0
+
+
 def test_zero_learning_rate_gives_ratio_one(tmp_path):
     cfg = _cfg(tmp_path, "lr0", trainer={"iterations": 1, "lr": 0.0, "epochs": 2})
     assert main(["train", "--config", str(cfg)]) == 0

@@ -41,12 +41,14 @@ def _samples() -> list[PackedSample]:
 
 
 def _spy_entropy_grad(monkeypatch) -> list[bool]:
-    """Record the ``entropy_grad`` of every ``target_logprobs`` call the learner makes."""
+    """Record the ``entropy_grad`` of every training ``target_logprobs`` call the learner makes (the
+    no-grad post-update KL pass computes no entropy and is left out)."""
     calls: list[bool] = []
     real = learner_mod.target_logprobs
 
     def spy(*a, **kw):
-        calls.append(kw.get("entropy_grad", True))
+        if kw.get("with_entropy"):
+            calls.append(kw.get("entropy_grad", True))
         return real(*a, **kw)
 
     monkeypatch.setattr(learner_mod, "target_logprobs", spy)
@@ -101,6 +103,8 @@ def test_update_without_entropy_graph_reports_and_steps_the_same(tiny_policy, mo
     assert new["train/micro_batches"] > 1
 
     def old_path(*a, **kw):  # the previous code: entropy built into the graph, detached afterwards
+        if not kw.get("with_entropy"):  # the post-update KL pass
+            return real(*a, **kw)
         lp, ent = real(*a, **{**kw, "entropy_grad": True})
         return lp, ent.detach()
 

@@ -3,8 +3,17 @@
 Current log-probs are recomputed teacher-forced over each packed sequence (``policy.logprobs``),
 with the same temperature and, for constrained sampling, the same per-position allowed-token
 sets the sampler used, so ρ = π_θ/μ compares like with like (ρ = 1 exactly at zero learning
-rate, up to float error). Micro-batches bound memory; the loss normaliser is computed over the
-whole batch so that gradient accumulation equals one full-batch step.
+rate, up to float error).
+
+One update is ``trainer.epochs`` passes over the iteration's trajectories. Each pass shuffles
+them (seeded by ``(run.seed, iteration, epoch)``) and splits them into mini-batches
+(``trainer.mini_batch_size`` trajectories, or step-samples with ``trainer.mini_batch_unit:
+step_samples`` — the authors' verl layout, where one step of one episode is one sample); each
+mini-batch is one AdamW step, so the PPO clip binds on the later mini-batches of an update, as
+in verl (``ppo_mini_batch_size``). ``mini_batch_size: 0`` is one step per epoch over the whole
+batch. Micro-batches (``trainer.micro_batch_tokens``) bound memory inside a mini-batch; the loss
+normaliser is computed over the whole mini-batch, so gradient accumulation equals one
+mini-batch-sized step exactly (tests/trainer/test_learner_minibatch.py).
 """
 
 from __future__ import annotations
@@ -12,8 +21,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-from typing import Any
+from typing import Any, Callable
 
+import numpy as np
 import torch
 
 from empo2.algo.loss import Aggregation, loss_normaliser, policy_loss
@@ -54,6 +64,89 @@ def _collate(batch: list[PackedSample], pad_id: int, device: torch.device) -> di
     }
 
 
+def num_step_samples(s: PackedSample) -> int:
+    """Step-samples (distinct ``seq_ids``: one per trained step) of a packed trajectory."""
+    return len(set(s.seq_ids))
+
+
+def split_mini_batches(samples: list[PackedSample], size: int, unit: str) -> list[list[PackedSample]]:
+    """Consecutive mini-batches of ``samples`` (keep their order; shuffle before calling).
+
+    Args:
+        samples: the trajectories of one epoch, in the order they are consumed.
+        size: trajectories (``unit='trajectories'``) or step-samples (``unit='step_samples'``) per
+            mini-batch; 0 = one mini-batch holding everything.
+        unit: ``'trajectories'`` or ``'step_samples'``. With step-samples a trajectory is never split
+            (its steps share one packed sequence): a mini-batch closes once it holds ≥ ``size``
+            step-samples, so its size is ``size`` rounded up to whole trajectories.
+
+    Returns:
+        A list of non-empty lists; their concatenation is ``samples``.
+
+    Raises:
+        ValueError: ``size < 0`` or an unknown ``unit``.
+    """
+    if size < 0 or unit not in ("trajectories", "step_samples"):
+        raise ValueError(f"need size >= 0 and unit 'trajectories'|'step_samples', got {size}, {unit!r}")
+    if size == 0 or not samples:
+        return [list(samples)] if samples else []
+    if unit == "trajectories":
+        return [samples[i:i + size] for i in range(0, len(samples), size)]
+    out: list[list[PackedSample]] = []
+    cur: list[PackedSample] = []
+    n = 0
+    for s in samples:
+        cur.append(s)
+        n += num_step_samples(s)
+        if n >= size:
+            out.append(cur)
+            cur, n = [], 0
+    if cur:
+        out.append(cur)
+    return out
+
+
+class _Meter:
+    """Accumulates the per-micro-batch metrics of ``policy_loss`` over an update.
+
+    Loss-like keys (``_SUMMED``) sum over the micro-batches of one optimiser step and are then
+    averaged over steps; token means are weighted by their token counts; ``_max``/``_min`` keys
+    take the extreme.
+    """
+
+    def __init__(self) -> None:
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, float] = {}
+        self.step_sums: dict[str, float] = {}
+        self.steps = 0
+
+    def add(self, m: dict[str, float], w: float) -> None:
+        for k, v in m.items():
+            if k.split("/")[0] in _SUMMED:
+                self.step_sums[k] = self.step_sums.get(k, 0.0) + v
+            elif k.endswith("_max") or "_max/" in k:
+                self.sums[k] = max(self.sums.get(k, float("-inf")), v)
+                self.counts[k] = 1.0
+            elif k.endswith("_min") or "_min/" in k:
+                self.sums[k] = min(self.sums.get(k, float("inf")), v)
+                self.counts[k] = 1.0
+            else:
+                label = k.split("/", 1)[1] if "/" in k else None
+                wk = m.get(f"n_tokens/{label}", w) if label else w
+                self.sums[k] = self.sums.get(k, 0.0) + v * wk
+                self.counts[k] = self.counts.get(k, 0.0) + wk
+
+    def end_step(self) -> None:
+        for k, v in self.step_sums.items():
+            self.sums[k] = self.sums.get(k, 0.0) + v
+            self.counts[k] = self.counts.get(k, 0.0) + 1.0
+        self.step_sums = {}
+        self.steps += 1
+
+    def result(self) -> dict[str, float]:
+        return {k: v / self.counts[k] for k, v in self.sums.items() if self.counts.get(k)}
+
+
 class Learner:
     """Owns the optimiser (and the frozen reference for KL) and performs updates.
 
@@ -63,20 +156,27 @@ class Learner:
         trainer: optimiser settings (``trainer`` section).
         temperature: the rollout temperature (log-probs are scaled the same way).
         pad_id: padding id.
+        seed: master seed of the mini-batch shuffles (``run.seed``).
+        ref_model: the frozen KL reference (the *initial* policy) when ``algo.kl_coef > 0`` with full
+            fine-tuning. None = a copy of ``model``, which is right only when ``model`` is the initial
+            policy: a resumed run must pass the initial weights (spec §7: KL to the initial policy).
+            With LoRA the reference is the base model (adapter disabled) and this is ignored.
     """
 
-    def __init__(self, model: Any, algo: AlgoConfig, trainer: TrainerConfig, temperature: float, pad_id: int):
+    def __init__(self, model: Any, algo: AlgoConfig, trainer: TrainerConfig, temperature: float, pad_id: int,
+                 seed: int = 0, ref_model: Any | None = None):
         self.model = model
         self.algo = algo
         self.cfg = trainer
         self.temperature = temperature
         self.pad_id = pad_id
+        self.seed = int(seed)
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=trainer.lr, weight_decay=trainer.weight_decay)
         self.ref_model = None
         self.is_peft = hasattr(model, "disable_adapter")
         if algo.kl_coef > 0 and not self.is_peft:
-            self.ref_model = copy.deepcopy(model).eval()
+            self.ref_model = (ref_model if ref_model is not None else copy.deepcopy(model)).eval()
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
 
@@ -92,35 +192,66 @@ class Learner:
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
 
+    def _logprobs(self, model: Any, b: dict[str, Any]) -> torch.Tensor:
+        lp, _ = target_logprobs(model, b["ids"], b["att"], b["rows"], b["cols"], temperature=self.temperature,
+                                allowed=b["allowed"], chunk=self.cfg.logprob_chunk)
+        return lp
+
     def _ref_logprobs(self, b: dict[str, Any]) -> torch.Tensor:
         with torch.no_grad():
             if self.ref_model is not None:
-                lp, _ = target_logprobs(self.ref_model, b["ids"], b["att"], b["rows"], b["cols"],
-                                        temperature=self.temperature, allowed=b["allowed"], chunk=self.cfg.logprob_chunk)
-                return lp
+                return self._logprobs(self.ref_model, b)
             ctx = self.model.disable_adapter() if self.is_peft else contextlib.nullcontext()
             with ctx:
-                lp, _ = target_logprobs(self.model, b["ids"], b["att"], b["rows"], b["cols"],
-                                        temperature=self.temperature, allowed=b["allowed"], chunk=self.cfg.logprob_chunk)
-            return lp
+                return self._logprobs(self.model, b)
 
-    def update(self, samples: list[PackedSample]) -> dict[str, float]:
-        """One update (``trainer.epochs`` passes) on the iteration's samples; returns metrics.
+    def _plan(self, samples: list[PackedSample], iteration: int) -> list[list[PackedSample]]:
+        """The mini-batches of every epoch, in order (shuffled per epoch when there are several)."""
+        plan: list[list[PackedSample]] = []
+        for epoch in range(self.cfg.epochs):
+            order = list(samples)
+            if self.cfg.mini_batch_size > 0 and self.cfg.shuffle:
+                rng = np.random.default_rng([self.seed, iteration, epoch, 11])
+                order = [order[i] for i in rng.permutation(len(order))]
+            plan.extend(split_mini_batches(order, self.cfg.mini_batch_size, self.cfg.mini_batch_unit))
+        return plan
 
-        Metrics are namespaced ``train/…``; on/off-policy splits appear as ``train/on/…`` and
-        ``train/off/…`` when both kinds are present. With ``trainer.skip_zero_advantage`` (default)
-        and no KL/entropy term, trajectories whose advantages are all 0 get no forward/backward (their
-        gradient is exactly 0; the normaliser still counts them): ``train/zero_adv_samples_skipped``,
-        ``train/updated_tokens``; the per-token metrics (ratio, clip, KL, entropy, ``adv_mean``)
-        then cover the updated trajectories only. The AdamW step is the same (with LoRA dropout > 0
-        its random stream shifts, so equal in distribution, not bit for bit).
+    def update(self, samples: list[PackedSample], iteration: int = 0,
+               on_step: Callable[[int, int], None] | None = None) -> dict[str, float]:
+        """One update (``trainer.epochs`` passes of shuffled mini-batches) on the iteration's samples.
+
+        Args:
+            samples: the packed trajectories of the iteration (``trainer.batch.build_sample``).
+            iteration: the iteration index (seeds the mini-batch shuffle).
+            on_step: progress callback ``on_step(done, total)`` called after every micro-batch
+                forward/backward (and every micro-batch of the post-update KL pass); ``total`` is
+                known from the start.
+
+        Returns:
+            Metrics namespaced ``train/…``: the ``policy_loss`` metrics averaged over every micro-batch
+            of every optimiser step (loss-like keys averaged per step; ``clip_frac_later`` over all steps
+            but the first, where on-policy ratios are exactly 1), ``optimizer_steps``, ``grad_norm`` (mean
+            over steps, before clipping) and ``grad_norm_max``, ``policy_kl`` (see below) and counts.
+            On/off-policy splits appear as ``train/on/…`` and ``train/off/…`` when both kinds are present.
+
+        ``train/policy_kl`` (``trainer.measure_policy_kl``): after the last step the on-policy action
+        tokens are scored again (no grad) and KL(π_before ‖ π_after) is estimated with k1 = mean(log μ
+        − log π_after) over tokens sampled from μ = π_before (``policy_kl_k3`` is the k3 estimate);
+        ``ratio_after_mean`` / ``clip_frac_after`` show how far the trained ratios moved.
+
+        Skipping: with ``trainer.skip_zero_advantage`` (default) and no KL/entropy term, trajectories
+        whose advantages are all 0 get no forward/backward (their gradient is exactly 0; each
+        mini-batch's normaliser still counts them), and a mini-batch with no other trajectory takes no
+        optimiser step (``train/zero_adv_minibatches_skipped``; verl would still apply AdamW's momentum
+        there). When no trajectory of the whole batch has a non-zero advantage there is no step at all
+        (``train/skipped_zero_advantage``).
         """
         samples = [s for s in samples if s.num_targets > 0]
         if not samples:
-            return {"train/skipped": 1.0}
+            return {"train/skipped": 1.0, "train/optimizer_steps": 0.0}
         algo = self.algo
         agg = Aggregation(algo.aggregation)
-        # masks and the normaliser are computed once over the whole batch
+        # low-probability masks are per token (or per step-sample): computed once over the whole batch
         all_lpb = torch.tensor([x for s in samples for x in s.logp_behavior])
         all_seq = torch.tensor([x for s in samples for x in s.seq_ids])
         full_mask = torch.ones_like(all_lpb, dtype=torch.bool)
@@ -128,9 +259,8 @@ class Learner:
         if algo.low_prob_mask.enabled:
             full_mask, masked_frac = low_prob_mask(all_lpb, full_mask, all_seq, algo.low_prob_mask.threshold_logp,
                                                    algo.low_prob_mask.granularity)
-        normaliser = loss_normaliser(full_mask, all_seq, agg)
-        if normaliser <= 0:  # every token masked (low-probability masking): nothing to train on
-            return {"train/skipped": 1.0, "train/masked_frac": masked_frac}
+        if not bool(full_mask.any()):  # every token masked (low-probability masking): nothing to train on
+            return {"train/skipped": 1.0, "train/masked_frac": masked_frac, "train/optimizer_steps": 0.0}
         masks: dict[int, torch.Tensor] = {}
         off = 0
         for s in samples:
@@ -138,23 +268,36 @@ class Learner:
             off += s.num_targets
         n_all, tokens_all = len(samples), float(all_lpb.numel())
         seq_tokens_all, off_all = float(sum(len(s.ids) for s in samples)), float(sum(s.off_policy for s in samples))
-        if algo.kl_coef == 0 and algo.entropy_coef == 0:
-            # Every loss term of a trajectory with A = 0 is A·(clipped ratio): its gradient is exactly 0
-            # while the normaliser above already counts its tokens, so dropping it leaves the update
-            # unchanged (tests/trainer/test_learner_skip.py) and saves its forward/backward. When no
-            # trajectory is left the whole gradient is 0: no optimiser step at all.
-            kept = [s for s in samples if any(a != 0.0 for a in s.advantages)]
-            if not kept:
-                return {"train/skipped": 1.0, "train/skipped_zero_advantage": 1.0}
-            if self.cfg.skip_zero_advantage:
-                samples = kept
+        signal = {id(s): any(a != 0.0 for a in s.advantages) for s in samples}
+        can_skip = algo.kl_coef == 0 and algo.entropy_coef == 0
+        if can_skip and not any(signal.values()):
+            # Every loss term is A·(clipped ratio) with A = 0: the whole gradient is 0, no step at all.
+            return {"train/skipped": 1.0, "train/skipped_zero_advantage": 1.0, "train/optimizer_steps": 0.0}
+        skip = can_skip and self.cfg.skip_zero_advantage
+        plan = self._plan(samples, iteration)
+        steps_plan = []  # (normaliser, micro-batches) per mini-batch
+        for mb in plan:
+            mask = torch.cat([masks[id(s)] for s in mb])
+            seq = torch.tensor([x for s in mb for x in s.seq_ids])
+            normaliser = loss_normaliser(mask, seq, agg)
+            trained = [s for s in mb if signal[id(s)]] if skip else list(mb)
+            steps_plan.append((normaliser, micro_batches(trained, self.cfg.micro_batch_tokens)
+                               if normaliser > 0 and trained else []))
+        updated = {id(s): s for _, mbs in steps_plan for mbatch in mbs for s in mbatch}
+        kl_samples = [s for s in samples if id(s) in updated and not s.off_policy] if self.cfg.measure_policy_kl else []
+        kl_mbs = micro_batches(kl_samples, self.cfg.micro_batch_tokens) if kl_samples else []
+        total = sum(len(mbs) for _, mbs in steps_plan) + len(kl_mbs)
+        done = 0
         checkpoint_head = self._checkpointing()
+        meter, later = _Meter(), _Meter()
+        grad_norms: list[float] = []
+        skipped_minibatches = 0
+        params = [p for p in self.model.parameters() if p.requires_grad]
         self.model.train()
-        sums: dict[str, float] = {}
-        counts: dict[str, float] = {}
-        mbs = micro_batches(samples, self.cfg.micro_batch_tokens)
-        for _epoch in range(self.cfg.epochs):
-            sums, counts = {}, {}  # report the last epoch
+        for normaliser, mbs in steps_plan:
+            if not mbs:
+                skipped_minibatches += 1
+                continue
             self.optimizer.zero_grad(set_to_none=True)
             for mb in mbs:
                 b = _collate(mb, self.pad_id, self.device)
@@ -174,34 +317,65 @@ class Learner:
                     entropy_coef=algo.entropy_coef, metrics_by=b["off"], metrics_by_names={0: "on", 1: "off"})
                 loss.backward()
                 w = max(float(mask.sum()), 1.0)
-                for k, v in m.items():
-                    if k.split("/")[0] in _SUMMED:
-                        sums[k] = sums.get(k, 0.0) + v
-                        counts[k] = 1.0
-                    elif k.endswith("_max") or "_max/" in k:
-                        sums[k] = max(sums.get(k, float("-inf")), v)
-                        counts[k] = 1.0
-                    elif k.endswith("_min") or "_min/" in k:
-                        sums[k] = min(sums.get(k, float("inf")), v)
-                        counts[k] = 1.0
-                    else:
-                        label = k.split("/", 1)[1] if "/" in k else None
-                        wk = m.get(f"n_tokens/{label}", w) if label else w
-                        sums[k] = sums.get(k, 0.0) + v * wk
-                        counts[k] = counts.get(k, 0.0) + wk
-            grad_norm = 0.0
-            if self.cfg.grad_clip > 0:
-                grad_norm = float(torch.nn.utils.clip_grad_norm_(
-                    [p for p in self.model.parameters() if p.requires_grad], self.cfg.grad_clip))
+                meter.add(m, w)
+                if meter.steps > 0 and "clip_frac" in m:
+                    later.add({"clip_frac": m["clip_frac"]}, w)
+                done += 1
+                if on_step is not None:
+                    on_step(done, total)
+            max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
+            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
             self.optimizer.step()
+            meter.end_step()
         self.model.eval()
-        out = {f"train/{k}": v / counts[k] for k, v in sums.items()}
-        out["train/grad_norm"] = grad_norm
+        out = {f"train/{k}": v for k, v in meter.result().items()}
+        if "clip_frac" in later.sums:
+            out["train/clip_frac_later"] = later.sums["clip_frac"] / later.counts["clip_frac"]
+        out.update(self._after_metrics(kl_mbs, masks, on_step, done, total))
+        out["train/optimizer_steps"] = float(meter.steps)
+        out["train/mini_batches"] = float(len(plan))
+        out["train/zero_adv_minibatches_skipped"] = float(skipped_minibatches)
+        out["train/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
+        out["train/grad_norm_max"] = float(np.max(grad_norms)) if grad_norms else 0.0
         out["train/masked_frac"] = masked_frac
         out["train/tokens"] = tokens_all
         out["train/seq_tokens"] = seq_tokens_all
-        out["train/micro_batches"] = float(len(mbs))
+        out["train/micro_batches"] = float(sum(len(mbs) for _, mbs in steps_plan))
         out["train/off_policy_samples"] = off_all
-        out["train/zero_adv_samples_skipped"] = float(n_all - len(samples))
-        out["train/updated_tokens"] = float(sum(s.num_targets for s in samples))
+        out["train/zero_adv_samples_skipped"] = float(n_all - len(updated))
+        out["train/updated_tokens"] = float(sum(s.num_targets for s in updated.values()))
+        if meter.steps == 0:
+            out["train/skipped"] = 1.0
         return out
+
+    def _after_metrics(self, kl_mbs: list[list[PackedSample]], masks: dict[int, torch.Tensor],
+                       on_step: Callable[[int, int], None] | None, done: int, total: int) -> dict[str, float]:
+        """KL(π_before ‖ π_after) and post-update ratios on the updated on-policy action tokens."""
+        if not kl_mbs:
+            return {}
+        d_all, adv_all = [], []
+        with torch.no_grad():
+            for mb in kl_mbs:
+                b = _collate(mb, self.pad_id, self.device)
+                mask = torch.cat([masks[id(s)] for s in mb]).to(self.device)
+                lp = self._logprobs(self.model, b)
+                d_all.append((lp.float() - b["logp_behavior"])[mask])
+                adv_all.append(b["adv"][mask])
+                done += 1
+                if on_step is not None:
+                    on_step(done, total)
+        d = torch.cat(d_all).clamp(-20.0, 20.0)  # log π_after − log μ per token
+        adv = torch.cat(adv_all)
+        if d.numel() == 0:
+            return {}
+        ratio = torch.exp(d)
+        lo, hi = 1.0 - self.algo.clip_low, 1.0 + self.algo.clip_high
+        clipped = ((adv > 0) & (ratio > hi)) | ((adv < 0) & (ratio < lo))
+        return {
+            "train/policy_kl": float((-d).mean()),
+            "train/policy_kl_k3": float((torch.expm1(d) - d).mean()),
+            "train/ratio_after_mean": float(ratio.mean()),
+            "train/clip_frac_after": float(clipped.float().mean()),
+            "train/logp_gain_pos_adv": float(d[adv > 0].mean()) if bool((adv > 0).any()) else 0.0,
+            "train/logp_gain_neg_adv": float(d[adv < 0].mean()) if bool((adv < 0).any()) else 0.0,
+        }

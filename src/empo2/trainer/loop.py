@@ -186,8 +186,14 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
         self.setup = build_setup(cfg, weights_dir=weights)
+        ref_model = None
+        if resume and cfg.algo.kl_coef > 0 and not cfg.model.lora.enabled:
+            # the KL reference is the initial policy, not the resumed checkpoint (spec §7)
+            ref_model = load_policy(cfg.model).model
         self.learner = Learner(self.setup.policy.model, cfg.algo, cfg.trainer, cfg.rollout.temperature,
-                               int(self.setup.policy.tokenizer.pad_token_id or 0))
+                               int(self.setup.policy.tokenizer.pad_token_id or 0), seed=cfg.run.seed,
+                               ref_model=ref_model)
+        self.iterations_without_step = 0
         self.modes = ModeSampler(cfg.empo2.p, cfg.empo2.q, cfg.empo2.mode_granularity, cfg.run.seed)
         self.logger = RunLogger(self.run_dir, cfg.trainer.tensorboard)
         self.thread_info = thread_info()
@@ -204,6 +210,7 @@ class Trainer:
             except Exception as e:
                 raise CheckpointError(f"{weights / 'rng.pt'} cannot be read ({type(e).__name__}: {e})") from None
             set_rng_state(extra["rng"])
+            self.iterations_without_step = int((extra.get("metrics") or {}).get("train/iterations_without_step", 0))
             if self.hooks is not None:
                 self.hooks.load_state(extra.get("tensors") or {})
                 dropped = self.hooks.truncate_after(self.start_iteration - 1)
@@ -274,10 +281,14 @@ class Trainer:
         t0 = time.perf_counter()
         if c.trainer.update:  # Learner.update skips the step when every advantage is 0
             with self.progress.task(f"iteration {it + 1}/{c.trainer.iterations}: update", total=None):
-                train = self.learner.update(samples)
+                train = self.learner.update(samples, iteration=it)
         else:  # memory-only baseline: weights stay frozen
             train = {"train/skipped": 1.0}
         timings["time/update"] = time.perf_counter() - t0
+        if c.trainer.update:
+            took = train.get("train/optimizer_steps", 0.0) > 0
+            self.iterations_without_step = 0 if took else self.iterations_without_step + 1
+            train["train/iterations_without_step"] = float(self.iterations_without_step)
         train["train/cut_steps"] = float(sum(s.cut_steps for s in samples))
         metrics.update(rollout_metrics(trajs))
         metrics.update(adv_stats)
