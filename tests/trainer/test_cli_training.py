@@ -107,6 +107,10 @@ def test_mini_batches_take_several_steps_and_report_the_policy_shift(tmp_path):
                                                       r["train/iterations_without_step"])
         if r["train/optimizer_steps"] > 0:
             assert r["train/policy_kl_k3"] > 0.0
+        assert abs(sum(v for k, v in r.items() if k.startswith("rollout/verb_share/")) - 1.0) < 1e-9
+    table = (tmp_path / "runs" / "mb" / "trajectories" / "scores.tsv").read_text().splitlines()
+    assert table[0].split("\t")[:3] == ["iteration", "task", "variation"]
+    assert [ln.split("\t")[0] for ln in table[1:]] == ["1", "1", "2", "2"]  # 2 groups per iteration
 
 
 def test_zero_learning_rate_gives_ratio_one(tmp_path):

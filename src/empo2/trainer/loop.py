@@ -43,7 +43,7 @@ from empo2.trainer.checkpoint import (
     CheckpointError, checkpoint_config, load_extra, load_state, save_checkpoint, set_rng_state)
 from empo2.trainer.evaluate import EvalResult, evaluate, write_eval
 from empo2.trainer.learner import Learner
-from empo2.trainer.metrics import RunLogger, rollout_metrics
+from empo2.trainer.metrics import SCORE_TABLE_COLUMNS, RunLogger, group_score_rows, rollout_metrics
 from empo2.trainer.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -307,6 +307,14 @@ class Trainer:
 
         d = self.run_dir / "trajectories"
         d.mkdir(exist_ok=True)
+        table = d / "scores.tsv"  # per-group score table, one block of rows per iteration
+        rows = group_score_rows(trajs, it + 1)
+        old = table.read_text().splitlines() if table.is_file() else ["\t".join(SCORE_TABLE_COLUMNS)]
+        keep = [ln for ln in old[1:] if ln.split("\t", 1)[0] != str(it + 1)]  # a re-run iteration replaces its rows
+        lines = [old[0]] + keep + ["\t".join(str(r[c]) for c in SCORE_TABLE_COLUMNS) for r in rows]
+        tmp = table.with_suffix(".tmp")
+        tmp.write_text("\n".join(lines) + "\n")
+        os.replace(tmp, table)
         with (d / f"iter-{it + 1:05d}.jsonl").open("w") as f:
             for t in trajs:
                 f.write(json.dumps({

@@ -45,7 +45,68 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
             len(seg.ids) for t in ok for seg in t.segments if seg.kind.value == "action") / len(steps)
     for mode, c in Counter(t.mode.value for t in trajs).items():
         out[f"rollout/mode/{mode}"] = float(c)
+    out.update(verb_shares([s.action for s in steps]))
     return out
+
+
+_TWO_WORD = {"look": {"at", "in", "around"}, "pick": {"up"}, "put": {"down"}, "go": {"to"}, "focus": {"on"},
+             "teleport": {"to"}, "turn": {"on", "off"}}
+
+
+def action_verb(action: str) -> str:
+    """The verb of an action text: ``'go to kitchen'`` → ``'go_to'``, ``'search[red mug]'`` → ``'search'``.
+
+    ScienceWorld's two-word verbs (``look at``, ``pick up``, ``focus on``, ``go to``, ...) keep both
+    words joined by ``_``; WebShop's ``verb[arg]`` gives ``verb``; otherwise the first word, lowercased.
+    An empty action gives ``'(none)'``.
+    """
+    text = action.strip().lower()
+    if "[" in text:
+        head = text.split("[", 1)[0].strip()
+        if head and " " not in head:
+            return head
+    words = text.split()
+    if not words:
+        return "(none)"
+    if len(words) > 1 and words[1] in _TWO_WORD.get(words[0], ()):
+        return f"{words[0]}_{words[1]}"
+    return words[0]
+
+
+def verb_shares(actions: list[str]) -> dict[str, float]:
+    """Share of each action verb among ``actions`` as ``rollout/verb_share/<verb>`` (sums to 1; {} if none).
+
+    Shows what the policy does and when exploration collapses (e.g. ``focus_on`` never sampled).
+    """
+    if not actions:
+        return {}
+    counts = Counter(action_verb(a) for a in actions)
+    return {f"rollout/verb_share/{v}": c / len(actions) for v, c in sorted(counts.items())}
+
+
+SCORE_TABLE_COLUMNS = ("iteration", "task", "variation", "group", "episodes", "score_mean", "score_min",
+                       "score_max", "distinct_scores", "success", "signal")
+
+
+def group_score_rows(trajs: list[Trajectory], iteration: int) -> list[dict[str, Any]]:
+    """One row per group (task variation) of an iteration: scores of its rollouts (crashed ones left out).
+
+    ``signal`` is 1 when the group's final scores differ (GRPO has a non-zero advantage to use), 0 when
+    every rollout scored the same (no learning signal from this group), the stall the logs must show.
+    Columns: ``SCORE_TABLE_COLUMNS``; scores are raw final scores (0..100, −100 on failure).
+    """
+    groups: dict[int, list[Trajectory]] = {}
+    for t in trajs:
+        if not t.crashed:
+            groups.setdefault(t.group, []).append(t)
+    rows = []
+    for g, ts in sorted(groups.items()):
+        scores = [t.final_score for t in ts]
+        rows.append({"iteration": iteration, "task": ts[0].task.task, "variation": ts[0].task.variation, "group": g,
+                     "episodes": len(ts), "score_mean": round(sum(scores) / len(scores), 3),
+                     "score_min": min(scores), "score_max": max(scores), "distinct_scores": len(set(scores)),
+                     "success": sum(t.success for t in ts), "signal": int(len(set(scores)) > 1)})
+    return rows
 
 
 class MetricsSink(Protocol):
