@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: setup run test bench clean-venv
+.PHONY: setup run test bench learn clean-venv
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: setup
 
 bench: setup
 	$(PY) -m benchmarks.run_all
+
+# the learning benchmark: base / GRPO / EMPO² / GiGPO x 3 seeds on ScienceWorld (docs/learning.md); LEARN_ARGS=--quick for a smoke test
+learn: setup
+	$(PY) -m benchmarks.learn $(LEARN_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -70,20 +70,33 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from empo2.config import Config
     from empo2.configschema import from_dict, parse_overrides, set_dotted
 
-    ckpt = Path(args.checkpoint)
+    if (args.checkpoint is None) == (args.config is None):
+        raise ConfigError("empo2 eval needs exactly one of --checkpoint CKPT (a trained policy) or --config FILE "
+                          "(the untrained model the config names)")
     if args.episodes is not None and args.episodes < 1:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
     if args.temperature is not None and not args.temperature > 0:
         raise ConfigError(f"--temperature must be > 0, got {args.temperature}")
-    load_state(ckpt)  # clear error if not a checkpoint
-    data = checkpoint_config(ckpt)
+    if args.checkpoint is not None:
+        ckpt = Path(args.checkpoint)
+        load_state(ckpt)  # clear error if not a checkpoint
+        data = checkpoint_config(ckpt)
+        weights = ckpt.resolve()
+    else:
+        from empo2.configschema import load_yaml
+
+        ckpt = Path(args.config)
+        data = load_yaml(ckpt)
+        weights = None
     for k, v in parse_overrides(args.overrides):
         set_dotted(data, k, v)
     cfg: Config = from_dict(Config, data)
     split = args.split or cfg.env.eval_split
     episodes = args.episodes or cfg.eval.episodes
     temperature = args.temperature if args.temperature is not None else cfg.eval.temperature
-    setup = build_setup(cfg, weights_dir=ckpt.resolve(), pool_size=min(cfg.env.num_workers, episodes))
+    if args.out is None and weights is None:
+        raise ConfigError("empo2 eval --config needs --out FILE.json (there is no checkpoint folder to write into)")
+    setup = build_setup(cfg, weights_dir=weights, pool_size=min(cfg.env.num_workers, episodes))
     hook = None
     runtime = None
     try:
@@ -257,8 +270,10 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("overrides", nargs="*", help="key=value overrides, e.g. trainer.iterations=2")
     t.set_defaults(fn=cmd_train)
 
-    e = sub.add_parser("eval", help="evaluate a checkpoint on held-out variations")
-    e.add_argument("--checkpoint", required=True, help="checkpoint folder, e.g. runs/<name>/checkpoints/last")
+    e = sub.add_parser("eval", help="evaluate a checkpoint (or a config's untrained model) on held-out variations")
+    e.add_argument("--checkpoint", default=None, help="checkpoint folder, e.g. runs/<name>/checkpoints/last")
+    e.add_argument("--config", default=None, help="instead of --checkpoint: evaluate the untrained model of this "
+                                                   "YAML config (the base-model baseline); needs --out")
     e.add_argument("--split", choices=["train", "dev", "test"], default=None)
     e.add_argument("--episodes", type=int, default=None)
     e.add_argument("--temperature", type=float, default=None)

@@ -139,3 +139,23 @@ def test_run_all_lists_every_module():
     for name in BENCHMARKS:
         mod = importlib.import_module(f"benchmarks.{name}")
         assert callable(mod.main) and mod.main.__doc__
+
+
+def test_learn_quick_runs_every_stage(tmp_path):
+    """``make learn LEARN_ARGS=--quick``: train, evaluate (test + train variations), aggregate, plot, report."""
+    from benchmarks import learn
+
+    rec = learn.main(["--quick", "--threads", "1", "--seeds", "0", "--methods", "base", "grpo", "--out", str(tmp_path)])
+    assert rec["benchmark"] == "learn" and rec["mode"] == "tiny"
+    methods = rec["results"]["methods"]
+    assert set(methods) == {"base", "grpo"}
+    assert methods["base"]["curve"] == [] and len(methods["grpo"]["curve"]) == 2
+    for m in methods.values():
+        assert m["test"]["episodes"] == 2 and m["train"]["episodes"] == 2
+        assert 0.0 <= m["test"]["score"] <= 100.0
+    assert methods["grpo"]["env_steps_total"] > 0
+    assert (tmp_path / "learn_curves.png").stat().st_size > 1000
+    table = (tmp_path / "learn.md").read_text()
+    assert "| base |" in table and "| grpo |" in table
+    assert (tmp_path / "report" / "report.md").is_file()
+    assert not (tmp_path / "runs" / "grpo-s0" / "checkpoints").exists()  # deleted after evaluation

@@ -193,3 +193,15 @@ def test_resume_config_changes_are_listed_with_dotted_keys():
     assert _config_changes(saved, now, ignore={"trainer.iterations"}) == [
         ("new", None, 1), ("rollout.group_size", 2, 8)]
     assert _config_changes(saved, saved) == []
+
+
+def test_eval_of_the_untrained_model_from_a_config(tmp_path, capsys):
+    cfg = _cfg(tmp_path, "basecfg")
+    out = tmp_path / "base.json"
+    assert main(["eval", "--config", str(cfg), "--episodes", "2", "--split", "train", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    assert res["split"] == "train" and res["overall"]["episodes"] == 2
+    assert main(["eval", "--config", str(cfg), "--episodes", "2"]) == 2  # no checkpoint folder to write into
+    assert "--out" in capsys.readouterr().err
+    assert main(["eval", "--episodes", "2"]) == 2
+    assert "exactly one of --checkpoint" in capsys.readouterr().err
