@@ -54,7 +54,7 @@ def write_synthetic_run(path: Path, iterations: int = 12, episodes: int = 3, p: 
                      "rollout/env_steps": None if it == 3 else 10.0, "rollout/intrinsic_sum_mean": 1.0 / it,
                      "rollout/valid_frac": 0.9, "memory/size": 4.0 * it,
                      "memory/retrieval_hit_rate": None if it == 2 else 0.5, "train/loss": 0.1,
-                     "time/iteration": 2.5})
+                     "train/optimizer_steps": 0.0 if it in (4, 5, 9) else 2.0, "time/iteration": 2.5})
         if it == iterations // 2:
             rows.append({"iteration": it, "eval/tiny/score": 30.0, "eval/tiny/success_rate": 0.25})
     rows.append({"iteration": iterations, "eval/tiny/score": 55.0, "eval/tiny/success_rate": 0.5})

@@ -74,7 +74,9 @@ DIAGNOSTIC_PANELS = (
     Panel("Memory size", "tips stored (entries)", "memory/size"),
     Panel("Retrieval hit rate", "fraction of steps with ≥ 1 tip", "memory/retrieval_hit_rate", ylim=RATE_LIM),
     Panel("Clip fraction", "fraction of action tokens clipped", "train/clip_frac"),
-    Panel("Approximate KL (behaviour → current)", "nats per token", "train/approx_kl"),
+    Panel("Policy shift per update: KL(before ‖ after)", "nats per token", "train/policy_kl"),
+    Panel("Optimiser steps per iteration (0 = stalled)", "AdamW steps", "train/optimizer_steps"),
+    Panel("Groups without a learning signal", "fraction of groups", "train/adv/zero_adv_group_frac", ylim=RATE_LIM),
     Panel("Valid actions", "fraction accepted by the env", "rollout/valid_frac", ylim=RATE_LIM),
 )
 

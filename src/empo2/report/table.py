@@ -28,6 +28,9 @@ class RunSummary:
         eval_score_before: score of ``eval_before.json``, for the before → after comparison.
         best_train_score, best_train_iteration: highest ``rollout/score_mean`` and where.
         train_time_s: sum of ``time/iteration`` (seconds; excludes evaluation).
+        optimizer_steps: total AdamW steps (sum of ``train/optimizer_steps``; None for runs logged
+            before that metric existed); ``stalled_iterations``: training iterations that took no step
+            (every group's rollouts scored alike); ``longest_stall``: the longest run of them.
     """
 
     name: str
@@ -47,6 +50,9 @@ class RunSummary:
     best_train_score: float | None = None
     best_train_iteration: int | None = None
     train_time_s: float | None = None
+    optimizer_steps: float | None = None
+    stalled_iterations: int | None = None
+    longest_stall: int | None = None
 
 
 def _ci(v: Any) -> tuple[float, float] | None:
@@ -96,6 +102,16 @@ def summarise_run(run: RunData) -> RunSummary:
         s.best_train_score, s.best_train_iteration = scores[best], its[best]
     times = series(train, "time/iteration")[1]
     s.train_time_s = sum(times) if times else None
+    updates = (run.config.get("trainer") or {}).get("update", True) is not False
+    _, steps_taken = series(train, "train/optimizer_steps")
+    if steps_taken and updates:
+        s.optimizer_steps = sum(steps_taken)
+        s.stalled_iterations = sum(v == 0 for v in steps_taken)
+        longest = cur = 0
+        for v in steps_taken:
+            cur = cur + 1 if v == 0 else 0
+            longest = max(longest, cur)
+        s.longest_stall = longest
     _apply_eval(s, run)
     return s
 
@@ -142,13 +158,16 @@ def _row_cells(s: RunSummary) -> list[str]:
     source = DASH if s.eval_tag is None else s.eval_tag + (f", n={s.eval_episodes}" if s.eval_episodes else "")
     best = DASH if s.best_train_score is None else f"{s.best_train_score:.1f} (it {s.best_train_iteration})"
     steps = DASH if s.env_steps is None else f"{s.env_steps:,.0f}"
+    opt = DASH if s.optimizer_steps is None else (
+        f"{s.optimizer_steps:.0f}" + (f" (stalled {s.stalled_iterations} it, longest {s.longest_stall})"
+                                       if s.stalled_iterations else ""))
     return [md_escape(s.name), s.algorithm, md_escape(f"{s.env}: {tasks}"), its, steps, score,
-            fmt_value_ci(s.eval_success, s.eval_success_ci, 2), md_escape(source), best,
+            fmt_value_ci(s.eval_success, s.eval_success_ci, 2), md_escape(source), best, opt,
             fmt_duration(s.train_time_s)]
 
 
 COLUMNS = ["Run", "Algorithm", "Env: tasks", "Iterations", "Env steps", "Eval score [95% CI]",
-           "Eval success [95% CI]", "Eval (episodes)", "Best train score", "Train time"]
+           "Eval success [95% CI]", "Eval (episodes)", "Best train score", "Optimiser steps", "Train time"]
 
 
 def comparison_table(summaries: list[RunSummary]) -> str:
@@ -200,6 +219,8 @@ def markdown_report(runs: list[RunData], figures: list[Path], viewer: Path | Non
              "`eval_before.json` (95% CI: Student t for the score, Wilson for the success rate); "
              "'metrics' means only `metrics.jsonl` eval rows were found (no CI). "
              "Best train score is the highest per-iteration mean of training rollouts. "
+             "Optimiser steps: AdamW steps taken; 'stalled' counts iterations without any (every group's "
+             "rollouts scored alike: GRPO had no advantage to learn from). "
              "Train time sums `time/iteration` (evaluation excluded).", ""]
     for f in figures:
         title = FIGURE_TITLES.get(f.stem, f.stem.replace("_", " ").capitalize())
