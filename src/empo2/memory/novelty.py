@@ -6,6 +6,15 @@ r_int = 1, the second visit of the same state 1/2, and so on. States are counted
 multiplicity: identical embeddings (bit for bit) share one row with a visit count, so repeated
 states (the initial observation of every rollout, say) cost memory once and counts stay exact.
 
+"Previously" for parallel rollouts: the B×N episodes of an iteration run side by side (in waves
+when there are fewer environments than episodes), so their turn index is the clock. States reached
+at the same turn never count each other, whatever the batch, wave or row order: ``observe_batch``
+counts every row against what was recorded before the call and then records them all, and
+``observe_episodes`` does that turn by turn over whole episodes (turn t sees turns < t of every
+episode). So the N rollouts of a GRPO group that reach the same state at the same turn get the
+same reward, and identical trajectories get identical returns (issue #10: counting the rows of
+one turn against each other gave 8 identical states 1, ½, …, ⅛).
+
 The authors' code instead uses n = (number of retrieved tips) + 1 (scienceworld §4.5):
 ``intrinsic_from_retrieved``. Which one feeds the return is ``empo2.intrinsic.count``.
 
@@ -133,23 +142,21 @@ class NoveltyCounter:
         """
         return float(self.observe_batch(bucket, np.asarray(embedding)[None])[0])
 
-    def observe_batch(self, buckets: str | Sequence[str], embeddings: np.ndarray,
-                      simultaneous: bool = False) -> np.ndarray:
-        """r_int of S states, then record them all (vectorised; one matrix product per bucket).
+    def observe_batch(self, buckets: str | Sequence[str], embeddings: np.ndarray) -> np.ndarray:
+        """r_int of S states reached at the same time, then record them all (one matrix product per bucket).
+
+        Every row is counted against the states recorded before this call only, never against the
+        other rows of the batch: S identical new states all get 1 (the next call sees S visits).
 
         Args:
             buckets: one bucket for all states, or S buckets.
             embeddings: float32 ``[S, D]``, rows L2-normalised.
-            simultaneous: ``False`` (default): as if ``observe`` were called on the rows in order,
-                so row i also counts the similar rows j < i of this batch. ``True``: every row
-                counts every other similar row of the batch (j ≠ i), so the N rollouts of a group
-                that reach the same state at the same step get the same reward regardless of order.
 
         Returns:
-            float64 ``[S]``: 1/n per state.
+            float64 ``[S]``: 1/n per state, n = (similar states recorded before in its bucket) + 1.
 
         Raises:
-            ValueError: shapes disagree.
+            ValueError: shapes disagree (D is fixed by the first state ever observed).
         """
         embs = self._check(embeddings)
         names = [buckets] * len(embs) if isinstance(buckets, str) else list(buckets)
@@ -160,13 +167,42 @@ class NoveltyCounter:
         for i, b in enumerate(names):
             groups.setdefault(b, []).append(i)
         for bucket, rows in groups.items():
-            e = embs[rows]
-            within = (e @ e.T) >= self.threshold  # [s, s]
-            within = np.tril(within, -1) if not simultaneous else within & ~np.eye(len(rows), dtype=bool)
-            n[rows] += self._prior_counts(bucket, e) + within.sum(axis=1)
+            n[rows] += self._prior_counts(bucket, embs[rows])
         for bucket, rows in groups.items():
             self._record(bucket, embs[rows])
         return 1.0 / n
+
+    def observe_episodes(self, buckets: Sequence[str], embeddings: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """r_int of every state of E episodes run in parallel (one rollout iteration), then record them.
+
+        Turn t of every episode is counted against the states recorded before this call plus the
+        states of turns < t of all E episodes (revisits within an episode included), never against
+        states of turn t: ``observe_batch`` applied turn by turn. The result does not depend on the
+        order of the episodes or on how they were split into waves.
+
+        Args:
+            buckets: E buckets (task + variation), one per episode.
+            embeddings: E float32 arrays ``[S_e, D]``: episode e's state embeddings in turn order
+                (``S_e`` may differ, and may be 0).
+
+        Returns:
+            E float64 arrays ``[S_e]``: 1/n of each state.
+
+        Raises:
+            ValueError: ``len(buckets) != len(embeddings)`` or an array is not ``[S_e, D]``.
+        """
+        if len(buckets) != len(embeddings):
+            raise ValueError(f"{len(buckets)} buckets for {len(embeddings)} episodes")
+        eps = [np.asarray(e, dtype=np.float32) for e in embeddings]
+        if any(e.ndim != 2 for e in eps):
+            raise ValueError(f"episode embeddings must be [S_e, D], got {[e.shape for e in eps]}")
+        out = [np.ones(len(e)) for e in eps]
+        for t in range(max((len(e) for e in eps), default=0)):
+            live = [i for i, e in enumerate(eps) if len(e) > t]
+            r = self.observe_batch([buckets[i] for i in live], np.stack([eps[i][t] for i in live]))
+            for i, ri in zip(live, r):
+                out[i][t] = ri
+        return out
 
     def _record(self, bucket: str, embs: np.ndarray) -> None:
         if self.dim is None:

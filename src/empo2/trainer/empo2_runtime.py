@@ -5,9 +5,11 @@ trainer after each rollout:
 
 * ``before_turn`` (every turn, all live episodes at once): embed each episode's current state
   text (``empo2.memory.key_text``: the chat so far without tips, plus the new observation), retrieve
-  up to k tips of the episode's bucket (task + variation) for memory-augmented rollouts, and compute
-  the intrinsic reward r_int = 1/n (n = similar states seen before + 1, or the authors' retrieved + 1).
-* ``after_rollout``: the current policy writes one tip per finished episode (batched, no gradient;
+  up to k tips of the episode's bucket (task + variation) for memory-augmented rollouts, and keep
+  the state embedding; with ``intrinsic.count: retrieved`` set the authors' r_int = 1/(retrieved + 1).
+* ``after_rollout``: with ``intrinsic.count: similar_states``, r_int = 1/n of every step (n = similar
+  states seen before + 1; states of the same turn never count each other, ``assign_intrinsic``);
+  then the current policy writes one tip per finished episode (batched, no gradient;
   the tip tokens never enter the update), cleaned to one sentence; the episode's entries (one per
   step with the authors' wording, or one per episode) are added to the SQLite memory of the run.
   The tip prompt continues the trajectory, so tip writing starts from the episode's KV cache kept
@@ -70,7 +72,7 @@ class Empo2Runtime:
         self._reset_counters()
 
     def _reset_counters(self) -> None:
-        self.c = {"queries": 0, "hits": 0, "tips_shown": 0, "intrinsic_sum": 0.0, "intrinsic_n": 0}
+        self.c = {"queries": 0, "hits": 0, "tips_shown": 0}
 
     # ------------------------------------------------------------------ StepHook
     def step_hook(self) -> "Empo2Runtime":
@@ -83,7 +85,13 @@ class Empo2Runtime:
         return key_text(msgs, self.mcfg.key_text, self.mcfg.recent_turns)
 
     def before_turn(self, states: list[EpisodeState]) -> None:
-        """Set ``state.tips`` and ``state.intrinsic`` for every live episode (batched embedding)."""
+        """Set ``state.tips`` for every live episode (batched embedding) and keep the state embedding.
+
+        ``state.intrinsic`` is set here only for ``intrinsic.count: retrieved`` (it needs this
+        turn's retrieval); ``similar_states`` novelty is computed after the rollout by
+        ``assign_intrinsic``, when every episode's states are known, so that it does not depend
+        on which rollout or wave ran first.
+        """
         if not states:
             return
         embs = self.embedder.encode([self._state_text(st) for st in states])
@@ -99,19 +107,11 @@ class Empo2Runtime:
                 self.c["queries"] += 1
                 self.c["hits"] += int(n_retrieved > 0)
                 self.c["tips_shown"] += n_retrieved
-            st.info.setdefault("state_embedding", e)
-            st.info["last_embedding"] = e
-        if self.icfg.enabled:
-            if self.icfg.count == "similar_states":
-                r = self.novelty.observe_batch([st.spec.task.bucket for st in states], embs)
-                for st, ri in zip(states, r):
-                    st.intrinsic = float(ri)
-            else:  # authors: 1/(retrieved + 1) in tip modes, 0 in plain mode
-                for st in states:
-                    st.intrinsic = (intrinsic_from_retrieved(len(st.tips)) if st.spec.mode is not Mode.PLAIN else 0.0)
-            for st in states:
-                self.c["intrinsic_sum"] += st.intrinsic
-                self.c["intrinsic_n"] += 1
+            # one per turn: state_embeddings[i] is the state step i was chosen in (novelty, after the rollout)
+            st.info.setdefault("state_embeddings", []).append(e)
+        if self.icfg.enabled and self.icfg.count == "retrieved":
+            for st in states:  # authors: 1/(retrieved + 1) in tip modes, 0 in plain mode
+                st.intrinsic = (intrinsic_from_retrieved(len(st.tips)) if st.spec.mode is not Mode.PLAIN else 0.0)
 
     def keep_episode_kv(self, st: EpisodeState) -> bool:
         """``StepHook`` extension: keep a finished episode's KV cache when it will write a tip."""
@@ -209,13 +209,39 @@ class Empo2Runtime:
             out["memory/tip_words_mean"] = float(np.mean(words))
         return out
 
+    def assign_intrinsic(self, trajs: list[Trajectory]) -> None:
+        """Set ``StepRecord.intrinsic`` of every step for ``intrinsic.count: similar_states`` (spec §5).
+
+        r_int = 1/n with n = similar states seen before + 1, where "before" means earlier
+        iterations and earlier turns of this one (``NoveltyCounter.observe_episodes``): states of
+        the same turn never count each other, so identical rollouts get identical rewards
+        whatever their order or wave. The iteration's states are recorded afterwards. Does
+        nothing for ``count: retrieved`` (set during the rollout) or when the reward is off.
+        """
+        if not self.icfg.enabled or self.icfg.count != "similar_states":
+            return
+        trajs = [t for t in trajs if t.num_steps]
+        embs = []
+        for t in trajs:
+            e = t.info.get("state_embeddings", [])[: t.num_steps]
+            if len(e) != t.num_steps:
+                raise ValueError(f"{t.id}: {len(e)} state embeddings for {t.num_steps} steps; "
+                                 "was the rollout run with this runtime's step_hook()?")
+            embs.append(np.stack(e))
+        r = self.novelty.observe_episodes([t.task.bucket for t in trajs], embs)
+        for t, rt in zip(trajs, r):
+            for s, ri in zip(t.steps, rt):
+                s.intrinsic = float(ri)
+
     def after_rollout(self, trajs: list[Trajectory], iteration: int) -> dict[str, float]:
-        """Write tips/entries; return the ``memory/…`` metrics of this iteration."""
+        """Intrinsic rewards (``assign_intrinsic``), tips/entries; return the ``memory/…`` metrics."""
+        self.assign_intrinsic(trajs)
         m = self.write_tips(trajs, iteration)
         q = self.c["queries"]
         m["memory/retrieval_hit_rate"] = self.c["hits"] / q if q else 0.0
         m["memory/tips_per_step"] = self.c["tips_shown"] / q if q else 0.0
-        m["memory/intrinsic_mean"] = self.c["intrinsic_sum"] / self.c["intrinsic_n"] if self.c["intrinsic_n"] else 0.0
+        r_int = [s.intrinsic for t in trajs for s in t.steps] if self.icfg.enabled else []
+        m["memory/intrinsic_mean"] = float(np.mean(r_int)) if r_int else 0.0
         truncated = [x for t in trajs for x in t.info.get("tips_truncated", [])]
         m["memory/tips_truncated"] = float(sum(truncated))
         snap = self.store.snapshot()
