@@ -111,6 +111,10 @@ class Trajectory:
         success: the environment reported success.
         crashed: the environment died; excluded from the update, counted in metrics.
         tip: the tip written after the episode ('' if none/malformed).
+        final_observation: the observation the environment returned after the last action (how the
+            episode ended, e.g. "... Task failed."), or the reset observation when no step was taken;
+            '' for a crashed episode. No segment holds it: the acting policy never saw it, and it is
+            not trained on. The tip prompt shows it (``Empo2Runtime.tip_prompts``).
         info: extras (e.g. crash message).
     """
 
@@ -128,6 +132,7 @@ class Trajectory:
     success: bool = False
     crashed: bool = False
     tip: str = ""
+    final_observation: str = ""
     info: dict[str, Any] = field(default_factory=dict)
 
     @property

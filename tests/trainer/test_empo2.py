@@ -67,6 +67,8 @@ def test_two_iterations_exercise_both_update_modes(tmp_path):
     # trajectories record the tips shown at each step
     lines = (run / "trajectories" / "iter-00002.jsonl").read_text().splitlines()
     assert any(s["tips"] for line in lines for s in json.loads(line)["steps"])
+    # ... and how each episode ended (the observation after the last action, shown to the tip writer)
+    assert all(json.loads(line)["final_observation"] for line in lines)
 
 
 def test_off_policy_ratio_matches_a_direct_computation(tiny_policy, chat_format):

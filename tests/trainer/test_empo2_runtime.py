@@ -1,5 +1,5 @@
-"""EMPO² runtime contracts on the tiny env (issue #10): novelty does not depend on which rollout of
-a turn or wave came first."""
+"""EMPO² runtime contracts on the tiny env (issue #10): the tip writer and the memory key see how
+the episode ended, and novelty does not depend on which rollout of a turn or wave came first."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import pytest
 
 from empo2.config import load_config
 from empo2.envs.base import TaskSpec
-from empo2.envs.tiny.env import TinyFamily
-from empo2.records import Mode
+from empo2.envs.tiny.env import TinyEnv, TinyFamily
+from empo2.records import Mode, SegmentKind
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
 from empo2.rollout.pool import EnvPool
+from empo2.trainer.batch import build_sample
 from empo2.trainer.empo2_runtime import Empo2Runtime
 from empo2.trainer.loop import compute_step_advantages
 
@@ -31,6 +32,52 @@ def _roll(tmp_path, policy, fmt, specs, settings, pool_size, *overrides):
     eng = RolloutEngine(policy.model, fmt, fam, pool)
     rt = _runtime(tmp_path, policy, fmt, eng, *overrides)
     return pool, rt, eng.run(specs, settings, iteration=IT, hook=rt.step_hook())
+
+
+def _replay_final_observation(t):
+    """The observation the environment returned after the trajectory's last action (replayed)."""
+    env = TinyEnv()
+    obs = env.reset(t.task).text
+    for s in t.steps:
+        obs = env.step(s.action).observation
+    return obs
+
+
+def test_tip_prompt_and_memory_key_see_the_final_observation_and_score(tmp_path, tiny_policy, chat_format):
+    """Issue #10 bug 1: the final observation (never shown to the acting policy) and the final score
+    are in the tip prompt, which still continues the trajectory's ids; the packed update sequence is
+    unchanged; the entries' key text ends with the final observation."""
+    fmt = chat_format
+    # free text with a random model: most episodes end at the turn cap, the pit ends some early
+    specs = [EpisodeSpec(TaskSpec("tiny", "fetch-key", v), v, r, v, Mode.ON_TIPS) for v in range(3) for r in range(2)]
+    settings = RolloutSettings(temperature=1.0, max_new_tokens=4, max_turns=2, action_mode="constrained",
+                               correction="none", seed=4)
+    pool, rt, trajs = _roll(tmp_path, tiny_policy, fmt, specs, settings, 6)
+    try:
+        assert all(t.num_steps > 0 and not t.crashed for t in trajs)
+        assert any(not t.done for t in trajs)  # ended by the turn cap: the last observation counts too
+        prompts = rt.tip_prompts(trajs)
+        for t, p in zip(trajs, prompts):
+            final = _replay_final_observation(t)
+            assert t.final_observation == final
+            ids = t.token_ids(with_tips=True)
+            assert p[:len(ids)] == ids  # continues the trajectory: the kept KV cache is a prefix
+            suffix = fmt.decode(p[len(ids):])
+            assert final in suffix
+            assert f"Eventually you got the score {round(max(t.final_score, 0.0), 1)}/100." in suffix
+            # not a segment: the update's packed sequence and the rollout's OBS segments are unchanged
+            assert sum(s.kind is SegmentKind.OBS for s in t.segments) == t.num_steps
+            smp = build_sample(t, [1.0] * t.num_steps, 0, 0, 4096)
+            assert smp.ids == ids
+        m = rt.write_tips(trajs, IT)
+        assert m["memory/tips_written"] > 0
+        for t in trajs:
+            if t.tip:
+                keys = {e.key_text for e in rt.store.entries(t.task.bucket) if e.tip == t.tip}
+                assert keys and all(k.endswith(t.final_observation) for k in keys)
+    finally:
+        rt.close()
+        pool.close()
 
 
 def test_identical_rollouts_get_identical_intrinsic_rewards_and_advantages(tmp_path, tiny_policy, chat_format):

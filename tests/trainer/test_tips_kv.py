@@ -96,9 +96,9 @@ def test_tips_equal_reprefilled_tips(tmp_path, tiny_policy, chat_format, monkeyp
         got = rt.sample_tips(todo, IT)
         _assert_same(ref, got)
         assert eng._kv_kept == {}  # handed over and released
-        suffix = len(rt.tip_prompts(todo)[0]) - len(todo[0].token_ids())
         for t, p, n in zip(todo, prompts, prefilled):
-            if id(t) in expect_cached:  # the last action's closing markup + the tip instruction turn
+            suffix = len(p) - len(t.token_ids())
+            if id(t) in expect_cached:  # the last action's closing markup + the final observation + the tip instruction
                 assert n <= suffix + 8
             else:  # everything after the prompts' shared prefix (system prompt, few-shot turns)
                 assert n > suffix + 8

@@ -38,6 +38,7 @@ from empo2.memory.text import (
     KeyTextMode,
     clean_tip,
     episode_entry_text,
+    final_score_text,
     key_text,
     one_line,
     step_entry_text,
@@ -48,6 +49,6 @@ __all__ = [
     "Compare", "Embedder", "EmbedderUnavailableError", "EntryTextMode", "HashingEmbedder", "KeyTextMode",
     "MemoryBackend", "MemoryEntry", "MemoryStore", "MemoryStoreError", "NoveltyCounter", "Retrieved",
     "TextEmbedder", "Ties",
-    "build_entries", "clean_tip", "episode_entry_text", "intrinsic_from_retrieved", "key_text",
+    "build_entries", "clean_tip", "episode_entry_text", "final_score_text", "intrinsic_from_retrieved", "key_text",
     "load_embedder", "one_line", "open_run_memory", "rank_order", "retrieve", "search", "select", "step_entry_text",
 ]

@@ -94,6 +94,20 @@ def _fmt_score(score: float) -> str:
     return f"{round(float(score), 1)}"
 
 
+def final_score_text(score: float) -> str:
+    """The authors' wording of an episode's final score: ``"Eventually you got the score {R}/100."``.
+
+    Used in the entry texts and, after the final observation, in the tip prompt (scienceworld §4.3).
+
+    Args:
+        score: the episode score, 0..100 scale (may be negative, e.g. ScienceWorld −100).
+
+    Returns:
+        The sentence, with ``R = round(score, 1)``.
+    """
+    return f"Eventually you got the score {_fmt_score(score)}/{MAX_SCORE}."
+
+
 def step_entry_text(tip: str, action: str, score: float) -> str:
     """The authors' per-step memory entry text (scienceworld §4.3), typo fixed.
 
@@ -107,10 +121,7 @@ def step_entry_text(tip: str, action: str, score: float) -> str:
         ``"{tip}; At that timestep, the specific action you took was {action}; Eventually you got
         the score {round(score, 1)}/100."`` on one line, without ``<tip>`` markers.
     """
-    return one_line(
-        f"{tip}; At that timestep, the specific action you took was {action}; "
-        f"Eventually you got the score {_fmt_score(score)}/{MAX_SCORE}."
-    )
+    return one_line(f"{tip}; At that timestep, the specific action you took was {action}; {final_score_text(score)}")
 
 
 def episode_entry_text(tip: str, score: float) -> str:
@@ -123,7 +134,7 @@ def episode_entry_text(tip: str, score: float) -> str:
     Returns:
         ``"{tip}; Eventually you got the score {round(score, 1)}/100."`` on one line.
     """
-    return one_line(f"{tip}; Eventually you got the score {_fmt_score(score)}/{MAX_SCORE}.")
+    return one_line(f"{tip}; {final_score_text(score)}")
 
 
 def _cap_words(text: str, max_words: int) -> str:

@@ -461,5 +461,6 @@ class RolloutEngine:
             iteration=iteration, task_index=sp.task_index, rollout=sp.rollout, task=sp.task, group=sp.group,
             mode=sp.mode, segments=st.chat.segments, steps=st.steps, initial_score=st.initial_score,
             final_score=st.score, done=st.done, success=st.success, crashed=st.crashed,
+            final_observation="" if st.crashed else st.observation,
             info={k: v for k, v in st.info.items() if k not in ("shown_tips",)} | {"messages": st.chat.messages,
                                                                                    "task_description": st.task_description})

@@ -12,9 +12,11 @@ trainer after each rollout:
   then the current policy writes one tip per finished episode (batched, no gradient;
   the tip tokens never enter the update), cleaned to one sentence; the episode's entries (one per
   step with the authors' wording, or one per episode) are added to the SQLite memory of the run.
-  The tip prompt continues the trajectory, so tip writing starts from the episode's KV cache kept
-  by the rollout engine (``keep_episode_kv``) and prefills only the closing markup and the tip
-  instruction; without one (KV reuse off, over its byte cap) each prompt is prefilled unpadded.
+  The tip prompt continues the trajectory with how the episode ended (final observation and score)
+  and the tip instruction, so tip writing starts from the episode's KV cache kept by the rollout
+  engine (``keep_episode_kv``) and prefills only that suffix; without one (KV reuse off, over its
+  byte cap) each prompt is prefilled unpadded. The entries' key is the final state, final
+  observation included.
 
 The memory persists in ``<run>/memory.sqlite`` so a resumed run continues with the same memory; the
 novelty counter's state is saved in checkpoints.
@@ -31,7 +33,8 @@ import numpy as np
 from empo2.memory.embedder import load_embedder
 from empo2.memory.novelty import NoveltyCounter, intrinsic_from_retrieved
 from empo2.memory.store import MemoryStore, build_entries, open_run_memory
-from empo2.memory.text import TIP_INSTRUCTION, clean_tip, key_text
+from empo2.agent.prompts import later_user_text
+from empo2.memory.text import TIP_INSTRUCTION, clean_tip, final_score_text, key_text
 from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
 from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
 from empo2.records import Mode, Trajectory
@@ -127,17 +130,37 @@ class Empo2Runtime:
             return False
         return self._writes_mode(t.mode)
 
+    def entry_score(self, t: Trajectory) -> float:
+        """The episode score the memory records and the tip prompt shows (0..100; ScienceWorld failures
+        −100 become 0 with ``env.scienceworld.failure: zero``, as in the return)."""
+        return max(t.final_score, 0.0) if self.cfg.env.scienceworld.failure == "zero" else t.final_score
+
+    def final_messages(self, t: Trajectory) -> list[tuple[str, str]]:
+        """The trajectory's chat messages (tip-free) plus its final observation as the last user message:
+        the text of the episode's final state, embedded as the key of its entries (spec §4)."""
+        return list(t.info.get("messages", [])) + [("user", later_user_text(t.final_observation))]
+
     def tip_prompts(self, trajs: list[Trajectory]) -> list[list[int]]:
-        """The tip prompt of each trajectory: its ids (with tips) + a user turn asking for a tip.
+        """The tip prompt of each trajectory (spec §4; issue #10 bug 1).
+
+        Layout: the trajectory's ids (with tips, exactly as sampled), then a user turn with how the
+        episode ended — ``later_user_text(final_observation)`` and the final score in the authors'
+        wording (``final_score_text``) — then a user turn with ``TIP_INSTRUCTION``, then the opening
+        of the assistant turn. The authors' tip prompt also ends with the final observation as its
+        own user message before the instruction; the score sentence is our addition (the same one
+        the entries carry). The trajectory's ids stay a prefix, so the KV cache kept by the rollout
+        engine is reused and only this suffix is prefilled; the final observation is in no segment,
+        so the update's packed sequences do not change.
 
         Cut from the left to ``model.max_context - tips.max_new_tokens`` ids if longer.
         """
         fmt = self.setup.fmt
         budget = self.cfg.model.max_context - self.cfg.empo2.tips.max_new_tokens
-        suffix = fmt.open("user") + fmt.encode(TIP_INSTRUCTION) + fmt.close("user") + fmt.open("assistant")
+        ask = fmt.open("user") + fmt.encode(TIP_INSTRUCTION) + fmt.close("user") + fmt.open("assistant")
         out = []
         for t in trajs:
-            ids = t.token_ids(with_tips=True) + suffix
+            ending = f"{later_user_text(t.final_observation)}\n\n{final_score_text(self.entry_score(t))}"
+            ids = t.token_ids(with_tips=True) + fmt.open("user") + fmt.encode(ending) + fmt.close("user") + ask
             out.append(ids[-budget:] if len(ids) > budget else ids)
         return out
 
@@ -190,8 +213,8 @@ class Empo2Runtime:
         fmt = self.setup.fmt
         gens = self.sample_tips(todo, iteration)
         words = []
-        finals = [" ".join(f"{r}: {c}" for r, c in t.info.get("messages", [])) for t in todo]
-        keys = self.embedder.encode([key_text(list(t.info.get("messages", [])), self.mcfg.key_text,
+        finals = [" ".join(f"{r}: {c}" for r, c in self.final_messages(t)) for t in todo]
+        keys = self.embedder.encode([key_text(self.final_messages(t), self.mcfg.key_text,
                                               self.mcfg.recent_turns) for t in todo])
         for t, g, key, final in zip(todo, gens, keys, finals):
             tip = clean_tip(fmt.decode(g.ids))
@@ -201,8 +224,7 @@ class Empo2Runtime:
             t.tip = tip
             out["memory/tips_written"] += 1
             words.append(len(tip.split()))
-            entries = build_entries(t.task.bucket, key, final[:2000], tip, max(t.final_score, 0.0) if
-                                    self.cfg.env.scienceworld.failure == "zero" else t.final_score,
+            entries = build_entries(t.task.bucket, key, final[:2000], tip, self.entry_score(t),
                                     iteration, [s.action for s in t.steps], self.mcfg.entry_text)
             out["memory/entries_added"] += self.store.add(entries)
         if words:

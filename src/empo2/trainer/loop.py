@@ -323,7 +323,8 @@ class Trainer:
                     "task_description": t.info.get("task_description", ""),
                     "steps": [{"observation": s.observation, "tips": s.tips, "raw": s.raw_text, "action": s.action,
                                "valid": s.env_valid, "corrected": s.corrected, "reward": s.reward, "score": s.score,
-                               "intrinsic": s.intrinsic} for s in t.steps]}) + "\n")
+                               "intrinsic": s.intrinsic} for s in t.steps],
+                    "final_observation": t.final_observation}) + "\n")
 
     def checkpoint(self, iteration: int, metrics: dict[str, float]) -> Path:
         extra: dict[str, Any] = {"metrics": {k: v for k, v in metrics.items() if isinstance(v, float)}}
