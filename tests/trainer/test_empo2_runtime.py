@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from empo2.config import load_config
 from empo2.envs.base import TaskSpec
 from empo2.envs.tiny.env import TinyEnv, TinyFamily
+from empo2.memory.text import key_text
 from empo2.records import Mode, SegmentKind
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
 from empo2.rollout.pool import EnvPool
@@ -97,6 +99,61 @@ def test_identical_rollouts_get_identical_intrinsic_rewards_and_advantages(tmp_p
         assert m["memory/intrinsic_mean"] == pytest.approx(sum(r_int[0]) / len(r_int[0]))
         adv, _ = compute_step_advantages(trajs, rt.cfg)
         assert all(a == 0.0 for row in adv for a in row)
+    finally:
+        rt.close()
+        pool.close()
+
+
+def test_state_text_is_the_user_turn_the_prompt_shows(tmp_path, tiny_policy, chat_format):
+    """Audit: the state text embedded before turn t (retrieval query, novelty) is the tip-free chat as
+    the prompt of turn t shows it — the first turn with the task, later ones as 'Observation: …' —
+    i.e. the same text that state has inside later keys and inside the entries' final-state keys."""
+    fam = TinyFamily()
+    seen: dict[int, list[str]] = {}
+    with EnvPool(fam, 2) as pool:
+        eng = RolloutEngine(tiny_policy.model, chat_format, fam, pool)
+        rt = _runtime(tmp_path, tiny_policy, chat_format, eng)
+
+        class Spy:
+            def before_turn(self, states):
+                for st in states:
+                    seen.setdefault(st.spec.rollout, []).append(rt._state_text(st))
+                rt.before_turn(states)
+
+        specs = [EpisodeSpec(TaskSpec("tiny", "fetch-key", 1), 0, r, 0, Mode.ON_TIPS) for r in range(2)]
+        # free text from a random model: no pit, every episode runs to the turn cap
+        trajs = eng.run(specs, RolloutSettings(temperature=1.0, max_new_tokens=4, max_turns=3,
+                                               action_mode="free", correction="none", seed=2),
+                        iteration=IT, hook=Spy())
+        rt.close()
+    for t in trajs:
+        msgs = t.info["messages"]
+        assert t.num_steps >= 2
+        for turn, text in enumerate(seen[t.rollout][: t.num_steps]):
+            assert text == key_text(msgs[: 2 * turn + 1])
+        assert seen[t.rollout][0].startswith("user: Task: ")
+
+
+def test_entries_store_the_key_text_that_was_embedded(tmp_path, tiny_policy, chat_format):
+    """Audit: ``MemoryEntry.key_text`` is the text whose embedding is the entry's key (recent_window here)."""
+    specs = [EpisodeSpec(TaskSpec("tiny", "fetch-key", 2), 0, r, 0, Mode.ON_TIPS) for r in range(3)]
+    # free text from a random model: no pit, every episode runs to the turn cap
+    settings = RolloutSettings(temperature=1.0, max_new_tokens=4, max_turns=3, action_mode="free",
+                               correction="none", seed=5)
+    pool, rt, trajs = _roll(tmp_path, tiny_policy, chat_format, specs, settings, 3,
+                            "empo2.memory.key_text=recent_window", "empo2.memory.recent_turns=1")
+    try:
+        rt.write_tips(trajs, IT)
+        entries = rt.store.entries()
+        assert entries
+        for t in trajs:
+            if not t.tip:
+                continue
+            want = key_text(rt.final_messages(t), "recent_window", 1)
+            assert want.endswith(t.final_observation) and len(want) < len(key_text(rt.final_messages(t)))
+            mine = [e for e in entries if e.tip == t.tip]
+            assert mine and all(e.key_text == want for e in mine)
+            assert np.allclose(mine[0].key, rt.embedder.encode([want])[0], atol=1e-6)
     finally:
         rt.close()
         pool.close()

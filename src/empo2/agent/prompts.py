@@ -40,6 +40,11 @@ def later_user_text(observation: str) -> str:
     return f"Observation: {observation.strip()}"
 
 
+def user_text(task_description: str, observation: str, turn: int) -> str:
+    """Content of the user turn of ``turn`` (0-based): ``first_user_text`` at turn 0, else ``later_user_text``."""
+    return first_user_text(task_description, observation) if turn == 0 else later_user_text(observation)
+
+
 class EpisodeChat:
     """The growing chat of one episode, kept as token segments and as plain messages.
 

@@ -33,7 +33,7 @@ import numpy as np
 from empo2.memory.embedder import load_embedder
 from empo2.memory.novelty import NoveltyCounter, intrinsic_from_retrieved
 from empo2.memory.store import MemoryStore, build_entries, open_run_memory
-from empo2.agent.prompts import later_user_text
+from empo2.agent.prompts import later_user_text, user_text
 from empo2.memory.text import TIP_INSTRUCTION, clean_tip, final_score_text, key_text
 from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
 from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
@@ -41,6 +41,10 @@ from empo2.records import Mode, Trajectory
 from empo2.rollout.engine import EpisodeState
 
 log = logging.getLogger(__name__)
+
+KEY_TEXT_MAX_CHARS = 2000
+"""Characters of an entry's key text kept in the memory file (the head: all-MiniLM-L6-v2 embeds only
+the first 256 word pieces, ≈ 1000 characters; recent-window keys are ≤ 900 characters anyway)."""
 
 
 class Empo2Runtime:
@@ -84,7 +88,10 @@ class Empo2Runtime:
         return self
 
     def _state_text(self, st: EpisodeState) -> str:
-        msgs = list(st.chat.messages) + [("user", st.observation)]
+        """The state text of ``st`` before its coming turn: the tip-free chat plus the coming user turn
+        exactly as the prompt will show it (task + observation at turn 0), so a state has the same
+        text in its own query and inside later keys (spec §1: s_t is what the prompt shows)."""
+        msgs = list(st.chat.messages) + [("user", user_text(st.task_description, st.observation, st.turn))]
         return key_text(msgs, self.mcfg.key_text, self.mcfg.recent_turns)
 
     def before_turn(self, states: list[EpisodeState]) -> None:
@@ -213,10 +220,9 @@ class Empo2Runtime:
         fmt = self.setup.fmt
         gens = self.sample_tips(todo, iteration)
         words = []
-        finals = [" ".join(f"{r}: {c}" for r, c in self.final_messages(t)) for t in todo]
-        keys = self.embedder.encode([key_text(self.final_messages(t), self.mcfg.key_text,
-                                              self.mcfg.recent_turns) for t in todo])
-        for t, g, key, final in zip(todo, gens, keys, finals):
+        key_texts = [key_text(self.final_messages(t), self.mcfg.key_text, self.mcfg.recent_turns) for t in todo]
+        keys = self.embedder.encode(key_texts)
+        for t, g, key, final in zip(todo, gens, keys, key_texts):
             tip = clean_tip(fmt.decode(g.ids))
             if tip is None:
                 out["memory/tips_malformed"] += 1
@@ -224,7 +230,8 @@ class Empo2Runtime:
             t.tip = tip
             out["memory/tips_written"] += 1
             words.append(len(tip.split()))
-            entries = build_entries(t.task.bucket, key, final[:2000], tip, self.entry_score(t),
+            # the embedded text; full_history keys are long, and MiniLM reads only their head anyway
+            entries = build_entries(t.task.bucket, key, final[:KEY_TEXT_MAX_CHARS], tip, self.entry_score(t),
                                     iteration, [s.action for s in t.steps], self.mcfg.entry_text)
             out["memory/entries_added"] += self.store.add(entries)
         if words:
