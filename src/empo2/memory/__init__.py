@@ -7,6 +7,7 @@
 - ``retriever``: ``retrieve`` — cosine ≥ τ, best episode score first, at most k.
 - ``novelty``: ``NoveltyCounter`` (r_int = 1/n), ``intrinsic_from_retrieved`` (authors' 1/(k+1)).
 - ``text``: entry texts, the tip instruction, ``clean_tip``, ``key_text``.
+- ``tipinfo``: ``tip_informativeness`` — does a tip name the outcome, a task object, a scoring action.
 
 Importing this package does not import torch or sentence-transformers (``Embedder`` does, lazily).
 """
@@ -43,12 +44,14 @@ from empo2.memory.text import (
     one_line,
     step_entry_text,
 )
+from empo2.memory.tipinfo import TipInformativeness, informativeness_shares, tip_informativeness
 
 __all__ = [
     "MEMORY_FILENAME", "MINILM_NAME", "SCHEMA_VERSION", "TIP_INSTRUCTION",
     "Compare", "Embedder", "EmbedderUnavailableError", "EntryTextMode", "HashingEmbedder", "KeyTextMode",
     "MemoryBackend", "MemoryEntry", "MemoryStore", "MemoryStoreError", "NoveltyCounter", "Retrieved",
-    "TextEmbedder", "Ties",
-    "build_entries", "clean_tip", "episode_entry_text", "final_score_text", "intrinsic_from_retrieved", "key_text",
-    "load_embedder", "one_line", "open_run_memory", "rank_order", "retrieve", "search", "select", "step_entry_text",
+    "TextEmbedder", "Ties", "TipInformativeness",
+    "build_entries", "clean_tip", "episode_entry_text", "final_score_text", "informativeness_shares",
+    "intrinsic_from_retrieved", "key_text", "load_embedder", "one_line", "open_run_memory", "rank_order",
+    "retrieve", "search", "select", "step_entry_text", "tip_informativeness",
 ]

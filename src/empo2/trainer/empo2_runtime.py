@@ -30,11 +30,12 @@ from typing import Any
 
 import numpy as np
 
+from empo2.agent.prompts import later_user_text, user_text
 from empo2.memory.embedder import load_embedder
 from empo2.memory.novelty import NoveltyCounter, intrinsic_from_retrieved
 from empo2.memory.store import MemoryStore, build_entries, open_run_memory
-from empo2.agent.prompts import later_user_text, user_text
 from empo2.memory.text import TIP_INSTRUCTION, clean_tip, final_score_text, key_text
+from empo2.memory.tipinfo import TipInformativeness, informativeness_shares, tip_informativeness
 from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
 from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
 from empo2.records import Mode, Trajectory
@@ -219,7 +220,8 @@ class Empo2Runtime:
             return out
         fmt = self.setup.fmt
         gens = self.sample_tips(todo, iteration)
-        words = []
+        words: list[int] = []
+        informative: list[TipInformativeness] = []
         key_texts = [key_text(self.final_messages(t), self.mcfg.key_text, self.mcfg.recent_turns) for t in todo]
         keys = self.embedder.encode(key_texts)
         for t, g, key, final in zip(todo, gens, keys, key_texts):
@@ -230,12 +232,14 @@ class Empo2Runtime:
             t.tip = tip
             out["memory/tips_written"] += 1
             words.append(len(tip.split()))
+            informative.append(tip_informativeness(tip, t))
             # the embedded text; full_history keys are long, and MiniLM reads only their head anyway
             entries = build_entries(t.task.bucket, key, final[:KEY_TEXT_MAX_CHARS], tip, self.entry_score(t),
                                     iteration, [s.action for s in t.steps], self.mcfg.entry_text)
             out["memory/entries_added"] += self.store.add(entries)
         if words:
             out["memory/tip_words_mean"] = float(np.mean(words))
+        out.update(informativeness_shares(informative))  # memory/tip_informative_{outcome,object,action,any}
         return out
 
     def assign_intrinsic(self, trajs: list[Trajectory]) -> None:

@@ -1,0 +1,159 @@
+"""Tip informativeness: does a written tip name what happened? (issue #10 item 7)
+
+A tip can only help a later rollout if it carries information about the episode. This module
+decides, with plain word matching (no model), whether a tip names
+
+- **outcome**: how the episode ended — a success or failure claim that is *right* for the
+  episode (``"failed"``, ``"did not complete"``, ``"partially"`` for an episode that did not
+  succeed; ``"succeeded"``, ``"completed"`` for one that did), or the final score as a number
+  next to a score word (``"scored 50"``, ``"score of 50.0"``, ``"50/100"``, ``"50 points"``,
+  ``"50%"``). A wrong claim (``"completed the task"`` after a failure) does not count.
+- **object**: an object of the task — a content word of the task description, e.g. the animal,
+  the light bulb, the workshop (instruction words such as *task*, *focus*, *first*, *thing*
+  and action verbs are not objects).
+- **action**: an action that raised the score (a step with reward > 0): every content word of
+  that action (articles and prepositions dropped) appears in the tip, inflections allowed
+  (``"focused on the red bulb"`` names ``focus on red bulb``). False when no step raised the score.
+
+Words are compared by their Snowball (Porter2) stems after lower-casing (PyStemmer), with a few
+irregular verbs mapped to their base first (went/gone → go, took → take, …). This is a heuristic
+measure for comparing runs and iterations, not a judgement of tip quality: it can miss
+paraphrases ("the creature" for *animal*) and count a word used in passing.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import Stemmer
+
+from empo2.records import Trajectory
+
+_WORD = re.compile(r"[a-z]+")
+_NUMBER = r"(-?\d+(?:\.\d+)?)"
+_SCORE_MENTIONS = (
+    re.compile(r"\b(?:scor\w*|points?|reward)\b[^\d\-.]{0,20}" + _NUMBER),
+    re.compile(_NUMBER + r"\s*(?:/\s*100\b|%|points?\b|pts\b)"),
+)
+_ACHIEVE = r"(?:succe|complet|finish|solv|accomplish|achiev)\w*"
+_FAILURE = re.compile(
+    r"\b(?:fail\w*|unsuccessful\w*|incomplete|partial\w*|far from|no progress)\b"
+    r"|\b(?:not|never|unable to|without|didn't|couldn't|wasn't|haven't|hasn't)\s+(?:\w+\s+){0,2}?" + _ACHIEVE
+)
+_SUCCESS = re.compile(r"\b" + _ACHIEVE + r"\b")
+
+STOPWORDS = frozenset(
+    "a an the to of on in into onto at with from by for and or up down out off it its this that these those "
+    "is are was were be been being you your yours i me my we our they them their he she his her then first "
+    "there here which what who whom when where how all any some each every other than".split())
+"""Words never counted as objects or as content words of an action."""
+
+INSTRUCTION_WORDS = frozenset(
+    "task tasks focus thing things object objects item items move take make find use using used create "
+    "determine measure cause change turn put pick open close activate deactivate connect disconnect look "
+    "examine read pour mix eat drink dunk flush wait go teleport inventory reset action actions acceptable "
+    "also without will should must can could would may might need not only just once both either "
+    "east west north south left right last next following new state matter substance".split())
+"""Words of task descriptions that are instructions or verbs, not objects of the task."""
+
+_IRREGULAR = {"went": "go", "gone": "go", "took": "take", "taken": "take", "ate": "eat", "drank": "drink",
+              "found": "find", "made": "make", "held": "hold", "poured": "pour"}
+
+_STEMMER = Stemmer.Stemmer("english")  # Snowball (Porter2), the package the WebShop search uses
+_STEM_LOCK = threading.Lock()  # PyStemmer objects are not safe to share between threads
+
+
+def _stem_all(words: list[str]) -> list[str]:
+    """Snowball stems of lower-cased words, irregular verb forms mapped to their base first."""
+    words = [_IRREGULAR.get(w, w) for w in words]
+    with _STEM_LOCK:
+        return _STEMMER.stemWords(words)
+
+
+def _stems(text: str) -> set[str]:
+    return set(_stem_all(_WORD.findall(text.lower())))
+
+
+def task_objects(task_description: str) -> set[str]:
+    """Stems of the object words of a task description (content words of ≥ 3 letters).
+
+    Args:
+        task_description: the task text (e.g. ScienceWorld's "Your task is to find a(n) animal. …").
+
+    Returns:
+        Snowball stems of its words minus ``STOPWORDS`` and ``INSTRUCTION_WORDS`` (``{"anim", "purpl",
+        "box", "workshop"}`` for find-animal).
+    """
+    words = [w for w in _WORD.findall(task_description.lower())
+             if len(w) >= 3 and w not in STOPWORDS and w not in INSTRUCTION_WORDS]
+    return set(_stem_all(words)) - set(_stem_all(sorted(INSTRUCTION_WORDS)))
+
+
+def _names_action(tip_stems: set[str], action: str) -> bool:
+    content = _stem_all([w for w in _WORD.findall(action.lower()) if w not in STOPWORDS])
+    return bool(content) and all(c in tip_stems for c in content)
+
+
+def _mentions_score(tip: str, scores: Iterable[float]) -> bool:
+    text = tip.lower()
+    numbers = [float(m.group(1)) for pat in _SCORE_MENTIONS for m in pat.finditer(text)]
+    return any(abs(n - s) < 0.051 for n in numbers for s in scores)
+
+
+@dataclass(frozen=True)
+class TipInformativeness:
+    """What a tip names (see the module docstring for the rules)."""
+
+    outcome: bool
+    object: bool
+    action: bool
+
+    @property
+    def any(self) -> bool:
+        """The tip names at least one of outcome, object, scoring action."""
+        return self.outcome or self.object or self.action
+
+
+def tip_informativeness(tip: str, traj: Trajectory) -> TipInformativeness:
+    """Decide whether ``tip`` names the episode's outcome, an object of its task, or a scoring action.
+
+    Args:
+        tip: the cleaned tip text of the episode.
+        traj: its trajectory: ``success``, ``final_score`` (0..100; the score may also be named as
+            0 after a −100 failure, the value entries record with ``failure: zero``),
+            ``info["task_description"]`` and the steps' ``action`` and ``reward`` (score delta).
+
+    Returns:
+        ``TipInformativeness(outcome, object, action)``. Pure: reads its arguments only.
+    """
+    lower = tip.lower()
+    tip_stems = _stems(tip)
+    claims_failure = bool(_FAILURE.search(lower))
+    claims_success = not claims_failure and bool(_SUCCESS.search(lower))
+    right_claim = claims_success if traj.success else claims_failure
+    scores = {float(traj.final_score), max(float(traj.final_score), 0.0)}
+    outcome = right_claim or _mentions_score(tip, scores)
+    objects = task_objects(str(traj.info.get("task_description", "")))
+    scoring = [s.action for s in traj.steps if s.reward > 0]
+    return TipInformativeness(outcome=outcome, object=bool(objects & tip_stems),
+                              action=any(_names_action(tip_stems, a) for a in scoring))
+
+
+def informativeness_shares(flags: list[TipInformativeness]) -> dict[str, float]:
+    """Shares of tips naming each kind of information, as ``memory/`` metrics.
+
+    Args:
+        flags: one ``TipInformativeness`` per written tip.
+
+    Returns:
+        ``{"memory/tip_informative_outcome", "…_object", "…_action", "…_any"}`` in [0, 1];
+        ``{}`` when no tip was written (a share of nothing is undefined).
+    """
+    if not flags:
+        return {}
+    n = len(flags)
+    return {f"memory/tip_informative_{k}": sum(getattr(f, k) for f in flags) / n
+            for k in ("outcome", "object", "action", "any")}

@@ -1,0 +1,79 @@
+"""Tip informativeness (issue #10 item 7) on hand-made tips and trajectories."""
+
+from __future__ import annotations
+
+import pytest
+
+from empo2.envs.base import TaskSpec
+from empo2.memory.tipinfo import TipInformativeness, informativeness_shares, task_objects, tip_informativeness
+from empo2.records import StepRecord, Trajectory
+
+FIND_ANIMAL = ("Your task is to find a(n) animal. First, focus on the thing. Then, move it to the purple box "
+               "in the workshop.")
+POWER = ("Your task is to turn on the red light bulb by powering it using a renewable power source. First, focus "
+         "on the red light bulb. Then, create an electrical circuit that powers it on.")
+
+
+def _traj(task: str, steps: list[tuple[str, float]], final: float, success: bool = False) -> Trajectory:
+    recs = [StepRecord(index=i, observation="", raw_text=a, action=a, parsed_ok=True, corrected=False, env_valid=True,
+                       reward=r, score=0.0) for i, (a, r) in enumerate(steps)]
+    return Trajectory(iteration=0, task_index=0, rollout=0, task=TaskSpec("scienceworld", "t", 0), group=0,
+                      steps=recs, final_score=final, success=success, info={"task_description": task})
+
+
+FAILED = _traj(FIND_ANIMAL, [("go to hallway", 0.0), ("go to workshop", 17.0), ("focus on table", -125.0)], -100.0)
+PARTIAL = _traj(POWER, [("go to workshop", 13.0), ("focus on red light bulb", 50.0), ("wait", 0.0)], 63.0)
+SOLVED = _traj(FIND_ANIMAL, [("go to outside", 17.0), ("focus on crocodile egg", 25.0),
+                             ("move crocodile egg to purple box", 50.0)], 100.0, success=True)
+
+
+def _check(tip, traj):
+    f = tip_informativeness(tip, traj)
+    return (f.outcome, f.object, f.action)
+
+
+@pytest.mark.parametrize("tip,traj,want", [
+    # outcome: a right failure claim; object: the workshop; action: 'go to workshop' raised the score
+    ("I went to the workshop and then focused on the table, which failed the task.", FAILED, (True, True, True)),
+    # a success claim after a failure is wrong; no object, no scoring action
+    ("I explored a few rooms and completed everything.", FAILED, (False, False, False)),
+    # the score, with the failure clamped to 0 as the entries record it
+    ("Eventually I got a score of 0 after wandering around the hallway.", FAILED, (True, False, False)),
+    ("Scored -100/100 by focusing on something random.", FAILED, (True, False, False)),
+    # the score as 'x/100'; the bulb is an object; 'focus on red light bulb' (every content word, inflected)
+    ("Reached 63/100: focusing on the red light bulb helped, but no circuit was built.", PARTIAL, (True, True, True)),
+    # a partial-progress claim is a right failure claim; 'bulb' alone does not name the scoring focus action
+    ("The agent partially completed the task by looking at the bulb.", PARTIAL, (True, True, False)),
+    # a wrong number is not the outcome; 'room' is not an object of this task
+    ("You got 40 points for walking from room to room.", PARTIAL, (False, False, False)),
+    # success named, object named (purple box), scoring action named ('moved the crocodile egg to the purple box')
+    ("Succeeded: I moved the crocodile egg to the purple box.", SOLVED, (True, True, True)),
+    # a failure claim for a success is wrong, but the animal is named
+    ("I did not complete it but saw an animal.", SOLVED, (False, True, False)),
+    # nothing at all
+    ("Try harder next time.", SOLVED, (False, False, False)),
+])
+def test_hand_made_tips(tip, traj, want):
+    assert _check(tip, traj) == want
+
+
+def test_no_scoring_step_means_no_action_can_be_named():
+    t = _traj(FIND_ANIMAL, [("go to workshop", 0.0), ("look around", 0.0)], 0.0)
+    assert not tip_informativeness("go to workshop and look around", t).action
+    assert tip_informativeness("go to workshop and look around", t).object  # workshop
+
+
+def test_task_objects_drop_instruction_words():
+    assert task_objects(FIND_ANIMAL) == {"anim", "purpl", "box", "workshop"}  # Snowball stems
+    assert {"red", "light", "bulb", "circuit"} <= task_objects(POWER)
+    assert not {"task", "focus", "thing", "first", "turn"} & task_objects(POWER)
+    assert task_objects("") == set()
+
+
+def test_shares():
+    flags = [TipInformativeness(True, False, False), TipInformativeness(False, False, False),
+             TipInformativeness(True, True, True), TipInformativeness(False, True, False)]
+    assert informativeness_shares(flags) == {
+        "memory/tip_informative_outcome": 0.5, "memory/tip_informative_object": 0.5,
+        "memory/tip_informative_action": 0.25, "memory/tip_informative_any": 0.75}
+    assert informativeness_shares([]) == {}
