@@ -46,6 +46,16 @@ class ModelConfig:
 
 
 @dataclass
+class EnvRayConfig:
+    """Ray environment workers (``env.ray``; used when ``env.backend: ray``)."""
+
+    envs_per_actor: int = doc("environments hosted by one Ray actor (one batched remote call per actor per turn)",
+                              default=4)
+    actor_cpus: float = doc("CPUs Ray reserves for each environment actor (scheduling only; a ScienceWorld JVM "
+                            "uses about one core while it steps)", default=1.0)
+
+
+@dataclass
 class EnvConfig:
     """The environment and its tasks (``env``)."""
 
@@ -55,7 +65,12 @@ class EnvConfig:
     eval_split: Literal["train", "dev", "test"] = doc("split evaluation variations come from", default="test")
     variations: list[int] = doc("restrict training to these variation indices ([] = whole split)", default_factory=list)
     max_turns: int = doc("agent-turn cap per episode (separate from the simulator's own limit)", default=30)
-    num_workers: int = doc("environment instances stepped concurrently (threads)", default=4)
+    num_workers: int = doc("environment instances stepped concurrently (threads or Ray actors' envs)", default=4)
+    backend: Literal["thread", "ray"] = doc(
+        "where the environments run: 'thread' (this process, a thread pool) or 'ray' (Ray actors, "
+        "env.ray.envs_per_actor each, on the cluster of the `ray` section; needs `pip install empo2[ray]`)",
+        default="thread")
+    ray: EnvRayConfig = field(default_factory=EnvRayConfig)
     scienceworld: SciWorldConfig = field(default_factory=SciWorldConfig)
     webshop: WebShopConfig = field(default_factory=WebShopConfig)
     tiny: TinyConfig = field(default_factory=TinyConfig)
@@ -236,6 +251,20 @@ class RunConfig:
 
 
 @dataclass
+class RayClusterConfig:
+    """The Ray cluster of ``env.backend: ray`` and ``empo2.memory.backend: ray`` (``ray``)."""
+
+    address: str = doc(
+        "cluster to join: '' starts a private local cluster in this process (stopped at the end); 'auto' "
+        "joins the cluster `ray start --head` runs on this machine; 'HOST:6379' a head node; "
+        "'ray://HOST:10001' through Ray Client", default="")
+    num_cpus: int = doc("CPUs of the private local cluster (address ''; 0 = every core)", default=0)
+    object_store_mb: int = doc("object store of the private local cluster in MiB (address ''; 0 = Ray's default, "
+                               "30% of RAM; only small env results and memory entries travel through it)",
+                               default=256)
+
+
+@dataclass
 class Config:
     """The whole run configuration."""
 
@@ -248,6 +277,7 @@ class Config:
     empo2: Empo2Config = field(default_factory=Empo2Config)
     eval: EvalConfig = field(default_factory=EvalConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    ray: RayClusterConfig = field(default_factory=RayClusterConfig)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -337,6 +367,11 @@ def validate(cfg: Config) -> None:
         raise ConfigError("algo.clip_low must be in [0, 1) and algo.clip_high >= 0")
     if cfg.algo.dual_clip and cfg.algo.dual_clip <= 1:
         raise ConfigError("algo.dual_clip must be > 1 (or 0 to turn it off)")
+    if cfg.env.ray.envs_per_actor < 1 or cfg.env.ray.actor_cpus < 0:
+        raise ConfigError("env.ray.envs_per_actor must be >= 1 and env.ray.actor_cpus >= 0")
+    if cfg.ray.num_cpus < 0 or (cfg.ray.object_store_mb and cfg.ray.object_store_mb < 80):
+        raise ConfigError("ray.num_cpus must be >= 0 and ray.object_store_mb 0 (Ray's default) or >= 80 "
+                          "(Ray's minimum object store is 75 MiB)")
     if not cfg.env.tasks:
         raise ConfigError("env.tasks is empty; list at least one task (see `empo2 envs`)")
     if cfg.rollout.group_size == 1 and cfg.algo.advantage in ("grpo", "gigpo"):

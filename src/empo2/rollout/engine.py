@@ -16,7 +16,8 @@ pooled environment each):
    A hook with ``keep_episode_kv`` (EMPO²'s tip writer) may ask to keep a finished episode's
    cache past its end: ``take_episode_kv(trajectory)`` then hands it over (it covers a prefix of
    ``trajectory.token_ids()``), so a prompt that continues the trajectory only prefills its suffix;
-4. the text is parsed (``agent.parse``), optionally corrected, and the environments step in threads.
+4. the text is parsed (``agent.parse``), optionally corrected, and the environments step: one batched
+   ``step_many`` call on the pool (threads in this process, or one remote call per Ray actor).
 
 An environment that raises ``EnvError`` marks its episode ``crashed`` (excluded from the update,
 counted as ``rollout/env_crashes``) and is restarted; the run goes on.
@@ -32,13 +33,13 @@ from typing import Any, Callable, Protocol
 
 from empo2.agent.parse import correct_action, parse_action
 from empo2.agent.prompts import EpisodeChat, first_user_text, later_user_text, tip_block
-from empo2.envs.base import EnvError, EnvFamily, Observation, StepResult, TaskSpec
+from empo2.envs.base import EnvFamily, TaskSpec
 from empo2.policy.chat import ChatFormat
 from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
 from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
 from empo2.policy.trie import TokenTrie
 from empo2.records import Mode, StepRecord, Trajectory
-from empo2.rollout.pool import EnvPool
+from empo2.rollout.pool import EnvPoolBase
 
 log = logging.getLogger(__name__)
 
@@ -142,10 +143,10 @@ class RolloutEngine:
         model: the causal LM used for sampling.
         fmt: its ``ChatFormat``.
         family: the environment family (system prompt, few-shot turns).
-        pool: the environment pool.
+        pool: the environment pool (thread or Ray backend; one batched call per turn and method).
     """
 
-    def __init__(self, model: Any, fmt: ChatFormat, family: EnvFamily, pool: EnvPool):
+    def __init__(self, model: Any, fmt: ChatFormat, family: EnvFamily, pool: EnvPoolBase):
         self.model = model
         self.fmt = fmt
         self.family = family
@@ -208,18 +209,6 @@ class RolloutEngine:
             table.clear()
 
     # ------------------------------------------------------------------ internals
-    def _reset(self, slot: int, task: TaskSpec) -> Observation | Exception:
-        try:
-            return self.pool.get(slot).reset(task)
-        except EnvError as e:
-            return e
-
-    def _step(self, slot: int, action: str) -> StepResult | Exception:
-        try:
-            return self.pool.get(slot).step(action)
-        except EnvError as e:
-            return e
-
     def _crash(self, st: EpisodeState, err: Exception) -> None:
         log.warning("environment crashed in %s: %s; episode excluded, env restarted", st.spec.task, err)
         st.crashed = st.finished = True
@@ -231,7 +220,7 @@ class RolloutEngine:
         few = self.family.few_shot() if s.few_shot else []
         system = self.family.system_prompt()
         t0 = time.perf_counter()
-        resets = self.pool.map(self._reset, range(len(wave)), [e.task for e in wave])
+        resets = self.pool.reset_many(list(range(len(wave))), [e.task for e in wave])
         self.timings["env"] += time.perf_counter() - t0
         states: list[EpisodeState] = []
         for slot, (spec, obs) in enumerate(zip(wave, resets)):
@@ -253,7 +242,7 @@ class RolloutEngine:
                 self.timings["hook"] += time.perf_counter() - t0
             anchors: dict[int, str] = {}
             if s.need_anchor:
-                res = self.pool.map(lambda st: self._safe(lambda: self.pool.get(st.slot).anchor()), live)
+                res = self.pool.anchor_many([st.slot for st in live])
                 anchors = {id(st): a if isinstance(a, str) else "" for st, a in zip(live, res)}
             for st in live:
                 text = (first_user_text(st.task_description, st.observation) if st.turn == 0
@@ -269,7 +258,7 @@ class RolloutEngine:
             admissible: list[list[str] | None] = [None] * len(live)
             if s.action_mode == "constrained" or s.correction == "safe":
                 t0 = time.perf_counter()
-                res = self.pool.map(lambda st: self._safe(lambda: self.pool.get(st.slot).admissible_actions()), live)
+                res = self.pool.admissible_many([st.slot for st in live])
                 self.timings["env"] += time.perf_counter() - t0
                 for i, (st, r) in enumerate(zip(live, res)):
                     if isinstance(r, Exception):
@@ -294,7 +283,7 @@ class RolloutEngine:
                 actions.append(act)
                 meta.append((raw, ok, corrected))
             t0 = time.perf_counter()
-            results = self.pool.map(self._step, [st.slot for st in live], actions)
+            results = self.pool.step_many([st.slot for st in live], actions)
             self.timings["env"] += time.perf_counter() - t0
             for st, act, (raw, ok, corrected), r in zip(live, actions, meta, results):
                 if isinstance(r, Exception):
@@ -326,13 +315,6 @@ class RolloutEngine:
             self._kv_kept[id(traj)] = (weakref.ref(traj), ekv)
         else:
             ekv.clear()
-
-    @staticmethod
-    def _safe(fn: Callable[[], Any]) -> Any:
-        try:
-            return fn()
-        except EnvError as e:
-            return e
 
     def _budget_tips(self, tips: list[str], prompt_len: int, s: RolloutSettings) -> tuple[list[int], list[str]]:
         """Ids of the tip block with as many tips as fit ``max_tip_tokens`` and the context."""

@@ -1,24 +1,96 @@
-"""A pool of long-lived environment instances, stepped concurrently in threads.
+"""Pools of long-lived environment instances, driven with one batched call per turn.
 
 Environment instances are expensive to start (a ScienceWorld JVM: 1–2 s, more under load) and
-cheap to reuse, so the pool keeps ``size`` of them for the whole run. py4j calls release the GIL,
-so threads give real concurrency for ScienceWorld.
+cheap to reuse, so a pool keeps ``size`` of them (slots ``0 … size−1``) for the whole run. The
+rollout engine talks to a pool only through the batched methods of ``EnvPoolBase``
+(``reset_many`` / ``step_many`` / ``admissible_many`` / ``anchor_many`` / ``restart``), so the
+backend decides how the calls travel:
+
+* ``EnvPool`` (``env.backend: thread``): the instances live in this process and each batched call
+  fans out over a thread pool (py4j releases the GIL, so ScienceWorld JVMs step concurrently);
+* ``RayEnvPool`` (``env.backend: ray``, ``rollout/ray_pool.py``): the instances live in Ray actors,
+  several per actor, and a batched call is one remote call per actor.
+
+Crash semantics are the same for every backend: a slot whose environment raised ``EnvError``
+gets that error back in its place in the result list (the engine marks the episode crashed and
+calls ``restart(slot)``); any other exception propagates.
 """
 
 from __future__ import annotations
 
 import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
-from empo2.envs.base import EnvFamily, TextEnv
+from empo2.envs.base import EnvError, EnvFamily, Observation, StepResult, TaskSpec, TextEnv
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-class EnvPool:
-    """``size`` environment instances of one family plus a thread pool to drive them.
+class EnvPoolBase:
+    """The batched interface the rollout engine uses (see the module docstring).
+
+    Attributes:
+        size: number of slots.
+        restarts: environments restarted after a crash so far (``rollout/env_restarts``).
+    """
+
+    size: int
+    restarts: int
+
+    def reset_many(self, slots: Sequence[int], tasks: Sequence[TaskSpec]) -> list[Observation | EnvError]:
+        """``reset(task)`` of each slot's environment; an ``EnvError`` in place of a crashed one."""
+        raise NotImplementedError
+
+    def step_many(self, slots: Sequence[int], actions: Sequence[str]) -> list[StepResult | EnvError]:
+        """``step(action)`` of each slot's environment; an ``EnvError`` in place of a crashed one."""
+        raise NotImplementedError
+
+    def admissible_many(self, slots: Sequence[int]) -> list[list[str] | EnvError]:
+        """``admissible_actions()`` of each slot's environment; an ``EnvError`` in place of a crashed one."""
+        raise NotImplementedError
+
+    def anchor_many(self, slots: Sequence[int]) -> list[str | EnvError]:
+        """``anchor()`` of each slot's environment; an ``EnvError`` in place of a crashed one."""
+        raise NotImplementedError
+
+    def restart(self, slot: int) -> None:
+        """Replace the environment of ``slot`` after a crash (counted in ``restarts``)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release every environment. Idempotent; never raises."""
+        raise NotImplementedError
+
+    def __enter__(self) -> "EnvPoolBase":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _checked(slots: Sequence[int], others: Sequence[Any], size: int, what: str) -> None:
+    if len(slots) != len(others):
+        raise ValueError(f"{len(slots)} slots but {len(others)} {what}")
+    bad = [s for s in slots if not 0 <= s < size]
+    if bad:
+        raise ValueError(f"slots {bad} outside the pool of {size}")
+
+
+def call_env(env_of: Callable[[int], TextEnv], slot: int, method: str, *args: Any) -> Any:
+    """``getattr(env_of(slot), method)(*args)``, returning an ``EnvError`` instead of raising it."""
+    try:
+        return getattr(env_of(slot), method)(*args)
+    except EnvError as e:
+        return e
+
+
+class LocalEnvs:
+    """``size`` environments of one family in this process, created on first use, and a thread
+    pool that runs one batched call over them concurrently (results in input order).
+
+    Used directly by ``EnvPool`` and inside each Ray actor of ``RayEnvPool``.
 
     Args:
         family: the environment family (its ``make()`` creates instances).
@@ -32,7 +104,6 @@ class EnvPool:
         self.size = size
         self.envs: list[TextEnv | None] = [None] * size
         self.executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="env")
-        self.restarts = 0
 
     def get(self, i: int) -> TextEnv:
         """Instance ``i``, created on first use."""
@@ -42,9 +113,14 @@ class EnvPool:
             self.envs[i] = env
         return env
 
+    def call_many(self, method: str, slots: Sequence[int], *arg_lists: Sequence[Any]) -> list[Any]:
+        """``slots[j]``'s ``method(arg_lists[0][j], …)`` for every j, concurrently; ``EnvError`` returned."""
+        if len(slots) == 1:  # no thread hop for a single call
+            return [call_env(self.get, slots[0], method, *(a[0] for a in arg_lists))]
+        return list(self.executor.map(lambda s, *a: call_env(self.get, s, method, *a), slots, *arg_lists))
+
     def restart(self, i: int) -> None:
-        """Replace instance ``i`` after a crash (``restart()`` if the env has one, else close + make)."""
-        self.restarts += 1
+        """Replace instance ``i`` after a crash (``restart()`` if the env has one, else close + make lazily)."""
         env = self.envs[i]
         if env is not None and hasattr(env, "restart"):
             try:
@@ -59,10 +135,6 @@ class EnvPool:
                 pass
         self.envs[i] = None
 
-    def map(self, fn: Callable[..., T], *iterables: Any) -> list[T]:
-        """``list(executor.map(fn, ...))``: run ``fn`` concurrently, results in order."""
-        return list(self.executor.map(fn, *iterables))
-
     def close(self) -> None:
         """Close every instance and the thread pool. Never raises."""
         for i, env in enumerate(self.envs):
@@ -74,8 +146,80 @@ class EnvPool:
                 self.envs[i] = None
         self.executor.shutdown(wait=True, cancel_futures=True)
 
-    def __enter__(self) -> "EnvPool":
-        return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+class EnvPool(EnvPoolBase):
+    """``size`` environment instances of one family in this process, stepped in threads
+    (``env.backend: thread``).
+
+    Args:
+        family: the environment family (its ``make()`` creates instances).
+        size: number of instances (and worker threads).
+
+    Raises:
+        ValueError: ``size <= 0``.
+    """
+
+    def __init__(self, family: EnvFamily, size: int):
+        self.local = LocalEnvs(family, size)
+        self.family = family
+        self.size = size
+        self.restarts = 0
+
+    @property
+    def envs(self) -> list[TextEnv | None]:
+        """The instances (None = not created yet)."""
+        return self.local.envs
+
+    def get(self, i: int) -> TextEnv:
+        """Instance ``i``, created on first use."""
+        return self.local.get(i)
+
+    def map(self, fn: Callable[..., T], *iterables: Any) -> list[T]:
+        """``list(executor.map(fn, ...))``: run ``fn`` concurrently, results in order (tools, benchmarks)."""
+        return list(self.local.executor.map(fn, *iterables))
+
+    def reset_many(self, slots: Sequence[int], tasks: Sequence[TaskSpec]) -> list[Observation | EnvError]:
+        _checked(slots, tasks, self.size, "tasks")
+        return self.local.call_many("reset", slots, tasks)
+
+    def step_many(self, slots: Sequence[int], actions: Sequence[str]) -> list[StepResult | EnvError]:
+        _checked(slots, actions, self.size, "actions")
+        return self.local.call_many("step", slots, actions)
+
+    def admissible_many(self, slots: Sequence[int]) -> list[list[str] | EnvError]:
+        _checked(slots, slots, self.size, "slots")
+        return self.local.call_many("admissible_actions", slots)
+
+    def anchor_many(self, slots: Sequence[int]) -> list[str | EnvError]:
+        _checked(slots, slots, self.size, "slots")
+        return self.local.call_many("anchor", slots)
+
+    def restart(self, slot: int) -> None:
+        self.restarts += 1
+        self.local.restart(slot)
+
+    def close(self) -> None:
+        self.local.close()
+
+
+def make_pool(env_cfg: Any, family: EnvFamily, size: int, ray_cfg: Any = None) -> EnvPoolBase:
+    """The pool ``env_cfg.backend`` asks for (``"thread"`` or ``"ray"``) with ``size`` slots.
+
+    Args:
+        env_cfg: the ``env`` config section (``backend``, ``ray.envs_per_actor``, ``ray.actor_cpus``).
+        family: the family built from ``env_cfg`` in this process (system prompt, tasks).
+        size: slots (environments).
+        ray_cfg: the ``ray`` config section (cluster address, local cluster size) for ``"ray"``.
+
+    Raises:
+        ValueError: unknown backend.
+        ImportError: ``"ray"`` without the ``ray`` package (message has the install command).
+    """
+    backend = getattr(env_cfg, "backend", "thread")
+    if backend == "thread":
+        return EnvPool(family, size)
+    if backend == "ray":
+        from empo2.rollout.ray_pool import RayEnvPool
+
+        return RayEnvPool(env_cfg, size, ray_cfg)
+    raise ValueError(f"unknown env.backend {backend!r}; use 'thread' or 'ray'")

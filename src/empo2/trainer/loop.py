@@ -36,7 +36,7 @@ from empo2.policy.chat import ChatFormat
 from empo2.policy.loading import LoadedPolicy, load_policy, save_weights
 from empo2.records import Trajectory
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
-from empo2.rollout.pool import EnvPool
+from empo2.rollout.pool import EnvPoolBase, make_pool
 from empo2.threads import thread_info
 from empo2.trainer.batch import build_sample
 from empo2.trainer.checkpoint import (
@@ -103,7 +103,7 @@ class Setup:
     fmt: ChatFormat
     family: EnvFamily
     tasks: list[str]
-    pool: EnvPool
+    pool: EnvPoolBase
     engine: RolloutEngine
 
     def settings(self, temperature: float) -> RolloutSettings:
@@ -130,7 +130,7 @@ def build_setup(cfg: Config, weights_dir: Path | None = None, pool_size: int | N
     policy.model.eval()
     fmt = ChatFormat(policy.tokenizer)
     size = pool_size or min(cfg.env.num_workers, cfg.rollout.tasks_per_iteration * cfg.rollout.group_size)
-    pool = EnvPool(family, max(1, size))
+    pool = make_pool(cfg.env, family, max(1, size), cfg.ray)
     engine = RolloutEngine(policy.model, fmt, family, pool)
     return Setup(cfg, policy, fmt, family, tasks, pool, engine)
 
