@@ -25,3 +25,19 @@ def chat_format(tiny_policy):
     from empo2.policy.chat import ChatFormat
 
     return ChatFormat(tiny_policy.tokenizer)
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """A small local Ray cluster (1 CPU, 80 MiB object store) shared by the Ray tests; skipped without ray.
+
+    Pools and memory services created inside it join it (``raycluster.acquire`` nests) and leave it running.
+    """
+    ray = pytest.importorskip("ray")
+    from empo2 import raycluster
+    from empo2.config import RayClusterConfig
+
+    raycluster.acquire(RayClusterConfig(num_cpus=1, object_store_mb=80))
+    yield ray
+    raycluster.release()
+    assert not ray.is_initialized()

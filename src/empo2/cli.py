@@ -102,10 +102,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     try:
         mode = None
         if args.with_memory:
-            from empo2.trainer.empo2_runtime import Empo2Runtime
+            from empo2.trainer.empo2_hooks import make_runtime
             from empo2.records import Mode
 
-            runtime = Empo2Runtime(cfg, setup, Path(args.with_memory), read_only=True)
+            runtime = make_runtime(cfg, setup, Path(args.with_memory), read_only=True)
             hook = runtime.step_hook()
             mode = Mode.ON_TIPS
         from empo2.records import Mode as _M
@@ -141,7 +141,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     from empo2.configschema import from_dict, parse_overrides, set_dotted
     from empo2.trainer.adapt import adapt, write_adapt
     from empo2.trainer.checkpoint import checkpoint_config, load_state
-    from empo2.trainer.empo2_runtime import Empo2Runtime
+    from empo2.trainer.empo2_hooks import make_runtime
     from empo2.trainer.loop import build_setup
 
     ckpt = Path(args.checkpoint)
@@ -166,7 +166,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     temperature = args.temperature if args.temperature is not None else cfg.eval.temperature
     setup = build_setup(cfg, weights_dir=ckpt.resolve(), pool_size=min(cfg.env.num_workers, episodes))
     console = Console()
-    runtime = Empo2Runtime(cfg, setup, out_dir)
+    runtime = make_runtime(cfg, setup, out_dir)
     try:
         res = adapt(setup, runtime, args.trials, args.split, episodes, temperature,
                     on_trial=lambda k, s: console.print(

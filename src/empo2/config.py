@@ -150,6 +150,10 @@ class MemoryConfig:
     top_k: int = doc("k: at most this many tips per step", default=10)
     capacity: int = doc("entries per bucket; the oldest are evicted (FIFO)", default=1000)
     max_tip_tokens: int = doc("token budget of the tip block of one step (longer blocks are cut, counted)", default=512)
+    backend: Literal["local", "ray"] = doc(
+        "where the memory and the novelty counts live: 'local' (this process) or 'ray' (one Ray actor per run "
+        "folder, shared by every process of the run on the cluster of the `ray` section; same results)",
+        default="local")
 
 
 @dataclass

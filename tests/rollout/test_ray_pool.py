@@ -7,7 +7,7 @@
   marked crashed, the JVM is restarted / the actor replaced, and every other episode — including
   a later wave on the replaced actor — equals the thread backend's.
 
-The cluster is kept small (1 CPU, 80 MiB object store, ≤ 2 actors of 1 environment).
+The cluster is kept small (``ray_cluster`` in tests/conftest.py: 1 CPU, 80 MiB object store; ≤ 2 actors).
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from empo2 import raycluster  # noqa: E402
-from empo2.config import EnvConfig, RayClusterConfig  # noqa: E402
+from empo2.config import EnvConfig  # noqa: E402
 from empo2.envs.base import TaskSpec  # noqa: E402
 from empo2.envs.registry import make_family  # noqa: E402
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings  # noqa: E402
@@ -30,13 +29,10 @@ from empo2.rollout.ray_pool import RayEnvPool  # noqa: E402
 from tests.fakes import BigramLM  # noqa: E402
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    """A local Ray cluster shared by this module's tests (the pools' own acquire/release nest inside)."""
-    raycluster.acquire(RayClusterConfig(num_cpus=1, object_store_mb=80))
-    yield
-    raycluster.release()
-    assert not ray.is_initialized()
+@pytest.fixture
+def cluster(ray_cluster):
+    """The session's local Ray cluster (tests/conftest.py); the pools' own acquire/release nest inside."""
+    return ray_cluster
 
 
 def _env_cfg(name: str, per_actor: int, **kw) -> EnvConfig:

@@ -17,7 +17,7 @@ from empo2.policy.sampling import row_generator, sample
 from empo2.records import Mode
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
 from empo2.rollout.pool import EnvPool
-from empo2.trainer.empo2_runtime import Empo2Runtime
+from empo2.trainer.empo2_hooks import make_runtime
 
 ATOL = 1e-4
 IT = 4
@@ -27,7 +27,7 @@ def _runtime(tmp_path, policy, fmt, engine, write_memory="always"):
     cfg = load_config(None, ["empo2.memory.embedder=hashing", "empo2.p=1.0", "empo2.tips.max_new_tokens=10",
                              "run.seed=5", f"empo2.write_memory={write_memory}"])
     setup = SimpleNamespace(cfg=cfg, policy=policy, fmt=fmt, engine=engine)
-    return Empo2Runtime(cfg, setup, tmp_path)
+    return make_runtime(cfg, setup, tmp_path)
 
 
 def _rollout(tmp_path, policy, fmt, *, kv_cache=True, max_bytes=2 * 1024 ** 3, write_memory="always"):

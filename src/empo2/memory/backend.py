@@ -1,9 +1,13 @@
 """``MemoryBackend``: what the EMPO² runtime needs from the memory, batched per turn.
 
 The runtime (``trainer.empo2_runtime``) never builds a store itself; it receives a
-``MemoryBackend`` and, per rollout turn, makes one call for the retrieval of all memory-augmented
-states, one for their novelty, and per iteration one ``add`` of all new entries. Two backends
+``MemoryBackend`` and makes one ``query`` per rollout turn for the retrieval of all memory-augmented
+states, and per iteration one ``observe_episodes`` (novelty of every state) and one ``add`` of all new
+entries. Two backends
 implement the protocol with the same results:
+
+Novelty per iteration: ``observe_episodes`` takes every episode's states at once (one call; states of
+the same turn never count each other, ``NoveltyCounter.observe_episodes``).
 
 * ``LocalMemory`` (``empo2.memory.backend: local``): a ``MemoryStore`` (``<run>/memory.sqlite``)
   and a ``NoveltyCounter`` in this process;
@@ -47,6 +51,11 @@ class MemoryBackend(Protocol):
     def observe_novelty(self, buckets: Sequence[str], embeddings: np.ndarray) -> np.ndarray:
         """r_int = 1/n of each of the ``S`` states of one turn (float64 ``[S]``), then record them
         (``NoveltyCounter.observe_batch``; shared by every rollout worker using this backend)."""
+        ...
+
+    def observe_episodes(self, buckets: Sequence[str], embeddings: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """r_int of every state of E parallel episodes (E arrays ``[S_e, D]`` in turn order), then record
+        them (``NoveltyCounter.observe_episodes``: turn t counts earlier calls and turns < t only)."""
         ...
 
     def add(self, entries: Iterable[MemoryEntry]) -> int:
@@ -107,6 +116,9 @@ class LocalMemory:
 
     def observe_novelty(self, buckets: Sequence[str], embeddings: np.ndarray) -> np.ndarray:
         return self.novelty.observe_batch(list(buckets), _rows(buckets, embeddings))
+
+    def observe_episodes(self, buckets: Sequence[str], embeddings: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return self.novelty.observe_episodes(list(buckets), list(embeddings))
 
     def add(self, entries: Iterable[MemoryEntry]) -> int:
         return self.store.add(entries)

@@ -129,6 +129,9 @@ class RayMemory:
     def observe_novelty(self, buckets: Sequence[str], embeddings: np.ndarray) -> np.ndarray:
         return self._call("observe_novelty", list(buckets), np.asarray(embeddings, dtype=np.float32))
 
+    def observe_episodes(self, buckets: Sequence[str], embeddings: Sequence[np.ndarray]) -> list[np.ndarray]:
+        return self._call("observe_episodes", list(buckets), [np.asarray(e, dtype=np.float32) for e in embeddings])
+
     def add(self, entries: Iterable[MemoryEntry]) -> int:
         return self._call("add", list(entries))
 

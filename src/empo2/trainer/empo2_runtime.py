@@ -18,22 +18,24 @@ trainer after each rollout:
   byte cap) each prompt is prefilled unpadded. The entries' key is the final state, final
   observation included.
 
-The memory persists in ``<run>/memory.sqlite`` so a resumed run continues with the same memory; the
-novelty counter's state is saved in checkpoints.
+The runtime does not build its memory: it receives a ``memory.backend.MemoryBackend`` (in process,
+or a Ray actor shared by rollout workers: ``empo2.memory.backend``; ``make_runtime`` in
+``trainer/empo2_hooks.py`` opens the one the config asks for). Either persists in
+``<run>/memory.sqlite`` so a resumed run continues with the same memory; the novelty counter's
+state is saved in checkpoints.
 """
 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from empo2.agent.prompts import later_user_text, user_text
-from empo2.memory.embedder import load_embedder
-from empo2.memory.novelty import NoveltyCounter, intrinsic_from_retrieved
-from empo2.memory.store import MemoryStore, build_entries, open_run_memory
+from empo2.memory.backend import MemoryBackend
+from empo2.memory.novelty import intrinsic_from_retrieved
+from empo2.memory.store import build_entries
 from empo2.memory.text import TIP_INSTRUCTION, clean_tip, final_score_text, key_text
 from empo2.memory.tipinfo import TipInformativeness, informativeness_shares, tip_informativeness
 from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
@@ -54,29 +56,19 @@ class Empo2Runtime:
     Args:
         cfg: the run ``Config``.
         setup: the run ``Setup`` (model, chat format, engine).
-        run_dir: folder holding ``memory.sqlite``.
-        read_only: open the memory without writing (evaluation/adaptation with another run's memory).
-
-    Raises:
-        EmbedderUnavailableError: the embedder cannot be loaded (message names the package).
-        MemoryStoreError: a corrupt or mismatched memory file (message names the file).
+        memory: the run's memory (entries + novelty counts), opened by the caller (``make_runtime``).
+        embedder: the state embedder (``memory.embedder.load_embedder``) whose vectors ``memory`` holds.
+        read_only: never write to the memory (evaluation/adaptation with another run's memory).
     """
 
-    def __init__(self, cfg: Any, setup: Any, run_dir: Path, read_only: bool = False):
+    def __init__(self, cfg: Any, setup: Any, memory: MemoryBackend, embedder: Any, read_only: bool = False):
         self.cfg = cfg
         self.setup = setup
         self.mcfg = cfg.empo2.memory
         self.icfg = cfg.empo2.intrinsic
-        self.embedder = load_embedder(self.mcfg.embedder)
-        path = Path(run_dir) / "memory.sqlite"
-        if read_only:
-            if not path.is_file():
-                raise FileNotFoundError(f"{path} does not exist: that run has no memory (was empo2.p > 0?)")
-            self.store: MemoryStore = MemoryStore(path, readonly=True)
-        else:
-            self.store = open_run_memory(run_dir, self.embedder.dim, self.embedder.name, self.mcfg.capacity)
+        self.embedder = embedder
+        self.memory = memory
         self.read_only = read_only
-        self.novelty = NoveltyCounter(self.icfg.threshold)
         self._reset_counters()
 
     def _reset_counters(self) -> None:
@@ -106,13 +98,15 @@ class Empo2Runtime:
         if not states:
             return
         embs = self.embedder.encode([self._state_text(st) for st in states])
-        for st, e in zip(states, embs):
+        tipped = [i for i, st in enumerate(states) if st.spec.mode is not Mode.PLAIN]
+        found = self.memory.query([states[i].spec.task.bucket for i in tipped], embs[tipped], self.mcfg.threshold,
+                                  self.mcfg.top_k, compare=self.mcfg.compare, ties=self.mcfg.ties) if tipped else []
+        hits_of = dict(zip(tipped, found))
+        for i, (st, e) in enumerate(zip(states, embs)):
             st.tips = []
-            bucket = st.spec.task.bucket
             n_retrieved = 0
             if st.spec.mode is not Mode.PLAIN:
-                hits = self.store.query(bucket, e, self.mcfg.threshold, self.mcfg.top_k,
-                                        compare=self.mcfg.compare, ties=self.mcfg.ties)
+                hits = hits_of[i]
                 st.tips = [h.text for h in hits]
                 n_retrieved = len(hits)
                 self.c["queries"] += 1
@@ -236,7 +230,7 @@ class Empo2Runtime:
             # the embedded text; full_history keys are long, and MiniLM reads only their head anyway
             entries = build_entries(t.task.bucket, key, final[:KEY_TEXT_MAX_CHARS], tip, self.entry_score(t),
                                     iteration, [s.action for s in t.steps], self.mcfg.entry_text)
-            out["memory/entries_added"] += self.store.add(entries)
+            out["memory/entries_added"] += self.memory.add(entries)
         if words:
             out["memory/tip_words_mean"] = float(np.mean(words))
         out.update(informativeness_shares(informative))  # memory/tip_informative_{outcome,object,action,any}
@@ -261,7 +255,7 @@ class Empo2Runtime:
                 raise ValueError(f"{t.id}: {len(e)} state embeddings for {t.num_steps} steps; "
                                  "was the rollout run with this runtime's step_hook()?")
             embs.append(np.stack(e))
-        r = self.novelty.observe_episodes([t.task.bucket for t in trajs], embs)
+        r = self.memory.observe_episodes([t.task.bucket for t in trajs], embs)
         for t, rt in zip(trajs, r):
             for s, ri in zip(t.steps, rt):
                 s.intrinsic = float(ri)
@@ -277,7 +271,7 @@ class Empo2Runtime:
         m["memory/intrinsic_mean"] = float(np.mean(r_int)) if r_int else 0.0
         truncated = [x for t in trajs for x in t.info.get("tips_truncated", [])]
         m["memory/tips_truncated"] = float(sum(truncated))
-        snap = self.store.snapshot()
+        snap = self.memory.snapshot()
         m["memory/size"] = float(snap["entries"])
         m["memory/buckets"] = float(len(snap["buckets"]))
         for b, n in sorted(snap["buckets"].items())[:50]:
@@ -288,15 +282,15 @@ class Empo2Runtime:
     # ------------------------------------------------------------------ checkpointing
     def state(self) -> dict[str, Any]:
         """Novelty-counter state for the checkpoint (the memory itself lives in SQLite)."""
-        return {"novelty": self.novelty.state_dict()}
+        return {"novelty": self.memory.novelty_state()}
 
     def load_state(self, tensors: dict[str, Any]) -> None:
         if tensors and "novelty" in tensors:
-            self.novelty.load_state_dict(tensors["novelty"])
+            self.memory.load_novelty_state(tensors["novelty"])
 
     def truncate_after(self, iteration: int) -> int:
         """Drop entries written after ``iteration`` (resuming from an older checkpoint)."""
-        return self.store.truncate(iteration) if not self.read_only else 0
+        return self.memory.truncate(iteration) if not self.read_only else 0
 
     def close(self) -> None:
-        self.store.close()
+        self.memory.close()
