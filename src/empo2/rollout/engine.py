@@ -36,6 +36,7 @@ from empo2.agent.prompts import EpisodeChat, first_user_text, later_user_text, t
 from empo2.envs.base import EnvFamily, TaskSpec
 from empo2.policy.chat import ChatFormat
 from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
+from empo2.policy.precision import autocast, model_device
 from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
 from empo2.policy.trie import TokenTrie
 from empo2.records import Mode, StepRecord, Trajectory
@@ -129,6 +130,8 @@ class RolloutSettings:
     """Keep each episode's KV cache between turns and prefill only its new ids (same samples and
     log-probs as re-prefilling, up to float rounding; falls back to re-prefill for models whose cache
     cannot be sliced)."""
+    autocast: str = "none"
+    """``model.autocast``: sample under ``torch.autocast`` in this dtype (``policy.precision``)."""
     kv_cache_max_bytes: int = 2 * 1024 ** 3
     """Cap on the bytes of all kept episode caches (0 = no cap). Episodes past the cap (in live
     order) are re-prefilled each turn instead. SmolLM2-135M fp32 uses 46 KiB per cached token
@@ -353,15 +356,16 @@ class RolloutEngine:
                   newline_ids=self.fmt.newline_ids, stop_at_newline=True,
                   pad_id=int(self.fmt.tokenizer.pad_token_id or 0), top_k=s.top_k)
         out: list[Generation] | None = None
-        if s.kv_cache and self._kv_supported:
-            out = self._generate_cached(live, prompts, tries, bs, kw, s, iteration)
-        if out is None:
-            self._kv.clear()
-            gens_ = self._row_generators(live, s, iteration)
-            out = []
-            for b in range(0, len(live), bs):
-                out.extend(sample(self.model, prompts[b:b + bs], generators=gens_[b:b + bs],
-                                  tries=tries[b:b + bs] if tries is not None else None, **kw))
+        with autocast(model_device(self.model), s.autocast):
+            if s.kv_cache and self._kv_supported:
+                out = self._generate_cached(live, prompts, tries, bs, kw, s, iteration)
+            if out is None:
+                self._kv.clear()
+                gens_ = self._row_generators(live, s, iteration)
+                out = []
+                for b in range(0, len(live), bs):
+                    out.extend(sample(self.model, prompts[b:b + bs], generators=gens_[b:b + bs],
+                                      tries=tries[b:b + bs] if tries is not None else None, **kw))
         self.timings["generation"] += time.perf_counter() - t0
         return out
 

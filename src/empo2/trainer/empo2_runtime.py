@@ -39,6 +39,7 @@ from empo2.memory.store import build_entries
 from empo2.memory.text import TIP_INSTRUCTION, clean_tip, final_score_text, key_text
 from empo2.memory.tipinfo import TipInformativeness, informativeness_shares, tip_informativeness
 from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
+from empo2.policy.precision import autocast, model_device
 from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
 from empo2.records import Mode, Trajectory
 from empo2.rollout.engine import EpisodeState
@@ -191,9 +192,11 @@ class Empo2Runtime:
             return [row_generator(self.cfg.run.seed, iteration, t.task_index, t.rollout, 99991) for t in trajs]
 
         try:
-            return sample_with_cache(model, ekvs, prompts, generators=generators(), **kw)
-        except KVCacheUnsupported:
-            return sample(model, prompts, generators=generators(), **kw)
+            with autocast(model_device(model), self.cfg.model.autocast):
+                try:
+                    return sample_with_cache(model, ekvs, prompts, generators=generators(), **kw)
+                except KVCacheUnsupported:
+                    return sample(model, prompts, generators=generators(), **kw)
         finally:
             for e in ekvs:
                 e.clear()

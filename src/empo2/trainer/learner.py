@@ -30,6 +30,7 @@ from empo2.algo.loss import Aggregation, loss_normaliser, policy_loss
 from empo2.algo.masking import low_prob_mask
 from empo2.config import AlgoConfig, TrainerConfig
 from empo2.policy.logprobs import target_logprobs
+from empo2.policy.precision import autocast
 from empo2.trainer.batch import PackedSample, micro_batches
 
 log = logging.getLogger(__name__)
@@ -161,11 +162,14 @@ class Learner:
             fine-tuning. None = a copy of ``model``, which is right only when ``model`` is the initial
             policy: a resumed run must pass the initial weights (spec §7: KL to the initial policy).
             With LoRA the reference is the base model (adapter disabled) and this is ignored.
+        amp: ``model.autocast`` (``"none"``, ``"bfloat16"``, ``"float16"``): forward passes run under
+            ``torch.autocast`` in that dtype (``policy.precision``); log-probs stay float32.
     """
 
     def __init__(self, model: Any, algo: AlgoConfig, trainer: TrainerConfig, temperature: float, pad_id: int,
-                 seed: int = 0, ref_model: Any | None = None):
+                 seed: int = 0, ref_model: Any | None = None, amp: str = "none"):
         self.model = model
+        self.amp = amp
         self.algo = algo
         self.cfg = trainer
         self.temperature = temperature
@@ -193,8 +197,9 @@ class Learner:
         return next(self.model.parameters()).device
 
     def _logprobs(self, model: Any, b: dict[str, Any]) -> torch.Tensor:
-        lp, _ = target_logprobs(model, b["ids"], b["att"], b["rows"], b["cols"], temperature=self.temperature,
-                                allowed=b["allowed"], chunk=self.cfg.logprob_chunk)
+        with autocast(self.device, self.amp):
+            lp, _ = target_logprobs(model, b["ids"], b["att"], b["rows"], b["cols"], temperature=self.temperature,
+                                    allowed=b["allowed"], chunk=self.cfg.logprob_chunk)
         return lp
 
     def _ref_logprobs(self, b: dict[str, Any]) -> torch.Tensor:
@@ -304,11 +309,12 @@ class Learner:
                 mask = torch.cat([masks[id(s)] for s in mb]).to(self.device)
                 # the entropy is always reported; it joins the graph only as a bonus (entropy_coef > 0),
                 # otherwise it is computed without grad (same values, no [chunk, V] buffers kept for backward)
-                lp, ent = target_logprobs(self.model, b["ids"], b["att"], b["rows"], b["cols"],
-                                          temperature=self.temperature, allowed=b["allowed"],
-                                          chunk=self.cfg.logprob_chunk, with_entropy=True,
-                                          entropy_grad=algo.entropy_coef > 0,
-                                          checkpoint_head=checkpoint_head)
+                with autocast(self.device, self.amp):
+                    lp, ent = target_logprobs(self.model, b["ids"], b["att"], b["rows"], b["cols"],
+                                              temperature=self.temperature, allowed=b["allowed"],
+                                              chunk=self.cfg.logprob_chunk, with_entropy=True,
+                                              entropy_grad=algo.entropy_coef > 0,
+                                              checkpoint_head=checkpoint_head)
                 ref = self._ref_logprobs(b) if algo.kl_coef > 0 else None
                 loss, m = policy_loss(
                     lp, b["logp_behavior"], b["adv"], mask, b["seq"], clip_low=algo.clip_low,

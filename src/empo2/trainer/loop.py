@@ -114,7 +114,7 @@ class Setup:
             max_tip_tokens=c.empo2.memory.max_tip_tokens, generation_batch_size=c.rollout.generation_batch_size,
             top_k=c.rollout.top_k, seed=c.run.seed, few_shot=c.action.few_shot,
             need_anchor=c.algo.advantage == "gigpo", lowercase_actions=c.env.name == "scienceworld",
-            kv_cache=c.rollout.kv_cache)
+            kv_cache=c.rollout.kv_cache, autocast=c.model.autocast)
 
     def close(self) -> None:
         self.pool.close()
@@ -192,7 +192,7 @@ class Trainer:
             ref_model = load_policy(cfg.model).model
         self.learner = Learner(self.setup.policy.model, cfg.algo, cfg.trainer, cfg.rollout.temperature,
                                int(self.setup.policy.tokenizer.pad_token_id or 0), seed=cfg.run.seed,
-                               ref_model=ref_model)
+                               ref_model=ref_model, amp=cfg.model.autocast)
         self.iterations_without_step = 0
         self.modes = ModeSampler(cfg.empo2.p, cfg.empo2.q, cfg.empo2.mode_granularity, cfg.run.seed)
         self.logger = RunLogger(self.run_dir, cfg.trainer.tensorboard)
