@@ -14,6 +14,17 @@ in verl (``ppo_mini_batch_size``). ``mini_batch_size: 0`` is one step per epoch 
 batch. Micro-batches (``trainer.micro_batch_tokens``) bound memory inside a mini-batch; the loss
 normaliser is computed over the whole mini-batch, so gradient accumulation equals one
 mini-batch-sized step exactly (tests/trainer/test_learner_minibatch.py).
+
+Data-parallel (``trainer.strategy: ddp | fsdp``, ``empo2.distributed``): each rank calls ``update``
+on its own trajectories. The forward pass goes through the DDP wrapper (``_Scorer``: the teacher-
+forced log-probs as one module, so DDP sees every parameter used and all-reduces the gradients) or
+through an FSDP2-sharded copy of the model (backbone and LM head sharded as separate units, the
+rollout model re-synced from it after each step). Every decision that leads to a collective is taken
+on reduced values: whether there is anything to train, each mini-batch's loss normaliser (summed,
+or max for ``seq-mean-token-sum-norm``), the number of mini-batches and of micro-batches (max; a rank
+with fewer runs zero-weight micro-batches), so no rank skips a collective. The loss is multiplied by
+the world size because DDP/FSDP average gradients; the step then equals one process's step on the
+union of the ranks' trajectories (tests/trainer/test_distributed.py).
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ import numpy as np
 import torch
 
 from empo2.algo.loss import Aggregation, loss_normaliser, policy_loss
+from empo2.distributed import DistContext
 from empo2.algo.masking import low_prob_mask
 from empo2.config import AlgoConfig, TrainerConfig
 from empo2.policy.logprobs import target_logprobs
@@ -148,6 +160,55 @@ class _Meter:
         return {k: v / self.counts[k] for k, v in self.sums.items() if self.counts.get(k)}
 
 
+NORMALISER_REDUCE = {Aggregation.SEQ_MEAN_TOKEN_SUM_NORM: "max"}
+"""How a mini-batch's loss normaliser combines over ranks: ``max`` for the longest-sequence normaliser,
+``sum`` (the default) for token and sequence counts."""
+
+
+class _Scorer(torch.nn.Module):
+    """``target_logprobs`` of a model as one module, so a DDP wrapper's ``forward`` covers it (DDP only
+    all-reduces gradients of parameters used inside its own forward)."""
+
+    def __init__(self, model: Any):
+        super().__init__()
+        self.model = model
+
+    def forward(self, ids: torch.Tensor, att: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
+                **kw: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``target_logprobs(self.model, ids, att, rows, cols, **kw)``."""
+        return target_logprobs(self.model, ids, att, rows, cols, **kw)
+
+
+def shard_fsdp(model: Any) -> _Scorer:
+    """``_Scorer(model)`` sharded in place with FSDP2 (``fully_shard``): every decoder layer is a unit and
+    the scorer is the root, holding the embeddings, final norm and LM head.
+
+    The root's forward gathers its parameters once and keeps them until its backward, so the LM head
+    applied in several chunks costs no further collective; each layer gathers once per forward and once
+    per backward. The collectives of one micro-batch therefore do not depend on how many targets or
+    chunks it has, which lets ranks with different data (or a zero-weight pass) stay in step. (Sharding
+    only the causal LM as root fails because ``target_logprobs`` calls its backbone and head directly,
+    bypassing the root's forward; sharding the head as its own unit re-gathers it per chunk.)
+
+    Raises:
+        ValueError: the model's backbone has no ``layers`` list.
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    from empo2.policy.logprobs import split_model
+
+    backbone, _ = split_model(model)
+    layers = getattr(backbone, "layers", None)
+    if layers is None:
+        raise ValueError(f"trainer.strategy=fsdp needs a backbone with a .layers list; {type(backbone).__name__} has "
+                         "none (use trainer.strategy=ddp)")
+    for layer in layers:
+        fully_shard(layer)
+    scorer = _Scorer(model)
+    fully_shard(scorer)
+    return scorer
+
+
 class Learner:
     """Owns the optimiser (and the frozen reference for KL) and performs updates.
 
@@ -164,18 +225,34 @@ class Learner:
             With LoRA the reference is the base model (adapter disabled) and this is ignored.
         amp: ``model.autocast`` (``"none"``, ``"bfloat16"``, ``"float16"``): forward passes run under
             ``torch.autocast`` in that dtype (``policy.precision``); log-probs stay float32.
+        dist: the data-parallel context (``empo2.distributed``); None = one process. Under ``ddp`` the
+            model is wrapped with DDP; under ``fsdp`` the learner trains a sharded copy and copies the
+            full weights back into ``model`` (which the rollout uses) after every update.
     """
 
     def __init__(self, model: Any, algo: AlgoConfig, trainer: TrainerConfig, temperature: float, pad_id: int,
-                 seed: int = 0, ref_model: Any | None = None, amp: str = "none"):
+                 seed: int = 0, ref_model: Any | None = None, amp: str = "none", dist: DistContext | None = None):
         self.model = model
         self.amp = amp
+        self.dist = dist or DistContext()
+        self.train_model = model  # what the optimiser updates (an FSDP2-sharded copy under fsdp)
+        self.scorer: Any = None  # the DDP wrapper (ddp) or the FSDP2 root (fsdp) every forward goes through
+        self._ddp = self.dist.strategy == "ddp"
+        if self._ddp:
+            from torch.nn.parallel import DistributedDataParallel
+
+            dev = next(model.parameters()).device
+            self.scorer = DistributedDataParallel(_Scorer(model), device_ids=[dev.index] if dev.type == "cuda" else None,
+                                                  broadcast_buffers=False)
+        elif self.dist.strategy == "fsdp":
+            self.train_model = copy.deepcopy(model)
+            self.scorer = shard_fsdp(self.train_model)
         self.algo = algo
         self.cfg = trainer
         self.temperature = temperature
         self.pad_id = pad_id
         self.seed = int(seed)
-        params = [p for p in model.parameters() if p.requires_grad]
+        params = [p for p in self.train_model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=trainer.lr, weight_decay=trainer.weight_decay)
         self.ref_model = None
         self.is_peft = hasattr(model, "disable_adapter")
@@ -252,19 +329,21 @@ class Learner:
         (``train/skipped_zero_advantage``).
         """
         samples = [s for s in samples if s.num_targets > 0]
-        if not samples:
+        D = self.dist
+        if not D.all_reduce([float(bool(samples))], "max")[0]:
             return {"train/skipped": 1.0, "train/optimizer_steps": 0.0}
         algo = self.algo
         agg = Aggregation(algo.aggregation)
         # low-probability masks are per token (or per step-sample): computed once over the whole batch
-        all_lpb = torch.tensor([x for s in samples for x in s.logp_behavior])
-        all_seq = torch.tensor([x for s in samples for x in s.seq_ids])
+        all_lpb = torch.tensor([x for s in samples for x in s.logp_behavior], dtype=torch.float32)
+        all_seq = torch.tensor([x for s in samples for x in s.seq_ids], dtype=torch.long)
         full_mask = torch.ones_like(all_lpb, dtype=torch.bool)
         masked_frac = 0.0
-        if algo.low_prob_mask.enabled:
+        if algo.low_prob_mask.enabled and samples:
             full_mask, masked_frac = low_prob_mask(all_lpb, full_mask, all_seq, algo.low_prob_mask.threshold_logp,
                                                    algo.low_prob_mask.granularity)
-        if not bool(full_mask.any()):  # every token masked (low-probability masking): nothing to train on
+        if not D.all_reduce([float(bool(full_mask.any()))], "max")[0]:
+            # every token masked (low-probability masking): nothing to train on
             return {"train/skipped": 1.0, "train/masked_frac": masked_frac, "train/optimizer_steps": 0.0}
         masks: dict[int, torch.Tensor] = {}
         off = 0
@@ -275,53 +354,66 @@ class Learner:
         seq_tokens_all, off_all = float(sum(len(s.ids) for s in samples)), float(sum(s.off_policy for s in samples))
         signal = {id(s): any(a != 0.0 for a in s.advantages) for s in samples}
         can_skip = algo.kl_coef == 0 and algo.entropy_coef == 0
-        if can_skip and not any(signal.values()):
+        if can_skip and not D.all_reduce([float(any(signal.values()))], "max")[0]:
             # Every loss term is A·(clipped ratio) with A = 0: the whole gradient is 0, no step at all.
             return {"train/skipped": 1.0, "train/skipped_zero_advantage": 1.0, "train/optimizer_steps": 0.0}
         skip = can_skip and self.cfg.skip_zero_advantage
         plan = self._plan(samples, iteration)
-        steps_plan = []  # (normaliser, micro-batches) per mini-batch
+        n_steps = int(D.all_reduce([len(plan)], "max")[0])
+        plan += [[] for _ in range(n_steps - len(plan))]  # a rank with fewer mini-batches joins with empty ones
+        local_norm = []
         for mb in plan:
+            if not mb:
+                local_norm.append(0.0)
+                continue
             mask = torch.cat([masks[id(s)] for s in mb])
             seq = torch.tensor([x for s in mb for x in s.seq_ids])
-            normaliser = loss_normaliser(mask, seq, agg)
+            local_norm.append(loss_normaliser(mask, seq, agg))
+        norms = D.all_reduce(local_norm, NORMALISER_REDUCE.get(agg, "sum"))
+        local_mbs = []
+        for mb, normaliser in zip(plan, norms):
             trained = [s for s in mb if signal[id(s)]] if skip else list(mb)
-            steps_plan.append((normaliser, micro_batches(trained, self.cfg.micro_batch_tokens)
-                               if normaliser > 0 and trained else []))
-        updated = {id(s): s for _, mbs in steps_plan for mbatch in mbs for s in mbatch}
+            local_mbs.append(micro_batches(trained, self.cfg.micro_batch_tokens) if normaliser > 0 and trained else [])
+        n_micro = [int(x) for x in D.all_reduce([len(m) for m in local_mbs], "max")]
+        steps_plan = list(zip(norms, local_mbs, n_micro))  # (normaliser, this rank's micro-batches, micro-batches to run)
+        updated = {id(s): s for _, mbs, _ in steps_plan for mbatch in mbs for s in mbatch}
         kl_samples = [s for s in samples if id(s) in updated and not s.off_policy] if self.cfg.measure_policy_kl else []
         kl_mbs = micro_batches(kl_samples, self.cfg.micro_batch_tokens) if kl_samples else []
-        total = sum(len(mbs) for _, mbs in steps_plan) + len(kl_mbs)
+        n_kl = int(D.all_reduce([len(kl_mbs)], "max")[0]) if self.cfg.measure_policy_kl else 0
+        total = sum(n for _, _, n in steps_plan) + n_kl
         done = 0
         checkpoint_head = self._checkpointing()
         meter, later = _Meter(), _Meter()
         grad_norms: list[float] = []
         skipped_minibatches = 0
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.model.train()
-        for normaliser, mbs in steps_plan:
-            if not mbs:
+        params = [p for p in self.train_model.parameters() if p.requires_grad]
+        scale = float(D.world) if D.distributed else 1.0  # DDP and FSDP average gradients over ranks
+        self.train_model.train()
+        for normaliser, mbs, n_run in steps_plan:
+            if n_run == 0:
                 skipped_minibatches += 1
                 continue
             self.optimizer.zero_grad(set_to_none=True)
-            for mb in mbs:
-                b = _collate(mb, self.pad_id, self.device)
-                mask = torch.cat([masks[id(s)] for s in mb]).to(self.device)
-                # the entropy is always reported; it joins the graph only as a bonus (entropy_coef > 0),
-                # otherwise it is computed without grad (same values, no [chunk, V] buffers kept for backward)
-                with autocast(self.device, self.amp):
-                    lp, ent = target_logprobs(self.model, b["ids"], b["att"], b["rows"], b["cols"],
-                                              temperature=self.temperature, allowed=b["allowed"],
-                                              chunk=self.cfg.logprob_chunk, with_entropy=True,
-                                              entropy_grad=algo.entropy_coef > 0,
-                                              checkpoint_head=checkpoint_head)
-                ref = self._ref_logprobs(b) if algo.kl_coef > 0 else None
-                loss, m = policy_loss(
-                    lp, b["logp_behavior"], b["adv"], mask, b["seq"], clip_low=algo.clip_low,
-                    clip_high=algo.clip_high, dual_clip=algo.dual_clip, aggregation=agg, normaliser=normaliser,
-                    logp_ref=ref, kl_coef=algo.kl_coef, entropy=ent,
-                    entropy_coef=algo.entropy_coef, metrics_by=b["off"], metrics_by_names={0: "on", 1: "off"})
-                loss.backward()
+            for i in range(n_run):
+                sync = self.scorer.no_sync() if self._ddp and i < n_run - 1 else contextlib.nullcontext()
+                with sync:
+                    if i >= len(mbs):  # nothing left on this rank: join the collectives with a zero-weight pass
+                        self._zero_pass(grad=True)
+                        continue
+                    mb = mbs[i]
+                    b = _collate(mb, self.pad_id, self.device)
+                    mask = torch.cat([masks[id(s)] for s in mb]).to(self.device)
+                    # the entropy is always reported; it joins the graph only as a bonus (entropy_coef > 0),
+                    # otherwise it is computed without grad (same values, no [chunk, V] buffers kept for backward)
+                    lp, ent = self._score(b, with_entropy=True, entropy_grad=algo.entropy_coef > 0,
+                                          checkpoint_head=checkpoint_head)
+                    ref = self._ref_logprobs(b) if algo.kl_coef > 0 else None
+                    loss, m = policy_loss(
+                        lp, b["logp_behavior"], b["adv"], mask, b["seq"], clip_low=algo.clip_low,
+                        clip_high=algo.clip_high, dual_clip=algo.dual_clip, aggregation=agg, normaliser=normaliser,
+                        logp_ref=ref, kl_coef=algo.kl_coef, entropy=ent,
+                        entropy_coef=algo.entropy_coef, metrics_by=b["off"], metrics_by_names={0: "on", 1: "off"})
+                    (loss * scale if scale != 1.0 else loss).backward()
                 w = max(float(mask.sum()), 1.0)
                 meter.add(m, w)
                 if meter.steps > 0 and "clip_frac" in m:
@@ -332,12 +424,16 @@ class Learner:
             max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
             self.optimizer.step()
-            meter.end_step()
-        self.model.eval()
+            if meter.step_sums or not D.distributed:
+                meter.end_step()
+            else:  # this rank only ran zero-weight passes: count the step, report no loss for it
+                meter.steps += 1
+        self.train_model.eval()
+        self._sync_rollout_model()
         out = {f"train/{k}": v for k, v in meter.result().items()}
         if "clip_frac" in later.sums:
             out["train/clip_frac_later"] = later.sums["clip_frac"] / later.counts["clip_frac"]
-        out.update(self._after_metrics(kl_mbs, masks, on_step, done, total))
+        out.update(self._after_metrics(kl_mbs, n_kl, masks, on_step, done, total))
         out["train/optimizer_steps"] = float(meter.steps)
         out["train/mini_batches"] = float(len(plan))
         out["train/zero_adv_minibatches_skipped"] = float(skipped_minibatches)
@@ -346,7 +442,7 @@ class Learner:
         out["train/masked_frac"] = masked_frac
         out["train/tokens"] = tokens_all
         out["train/seq_tokens"] = seq_tokens_all
-        out["train/micro_batches"] = float(sum(len(mbs) for _, mbs in steps_plan))
+        out["train/micro_batches"] = float(sum(len(mbs) for _, mbs, _ in steps_plan))
         out["train/off_policy_samples"] = off_all
         out["train/zero_adv_samples_skipped"] = float(n_all - len(updated))
         out["train/updated_tokens"] = float(sum(s.num_targets for s in updated.values()))
@@ -354,22 +450,61 @@ class Learner:
             out["train/skipped"] = 1.0
         return out
 
-    def _after_metrics(self, kl_mbs: list[list[PackedSample]], masks: dict[int, torch.Tensor],
+    def _score(self, b: dict[str, Any], **kw: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Current log-probs (and entropy) of a collated micro-batch, through the DDP wrapper when there is one."""
+        args = (b["ids"], b["att"], b["rows"], b["cols"])
+        kw = dict(temperature=self.temperature, allowed=b["allowed"], chunk=self.cfg.logprob_chunk, **kw)
+        with autocast(self.device, self.amp):
+            if self.scorer is not None:
+                return self.scorer(*args, **kw)
+            return target_logprobs(self.train_model, *args, **kw)
+
+    def _zero_pass(self, grad: bool) -> None:
+        """A forward (and, with ``grad``, a backward of 0·loss) over one 2-token row: joins the collectives of
+        a micro-batch this rank does not have (DDP's gradient all-reduce, FSDP's all-gathers and
+        reduce-scatters) while adding exactly 0 to every gradient."""
+        ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=self.device)
+        b = {"ids": ids, "att": torch.ones_like(ids), "rows": torch.zeros(1, dtype=torch.long, device=self.device),
+             "cols": torch.ones(1, dtype=torch.long, device=self.device), "allowed": None}
+        with contextlib.nullcontext() if grad else torch.no_grad():
+            lp, _ = self._score(b)
+            if grad:
+                (lp.sum() * 0.0).backward()
+
+    def _sync_rollout_model(self) -> None:
+        """Under fsdp: copy the full trained weights into the rollout model (a collective on every rank)."""
+        if self.train_model is self.model:
+            return
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(self.scorer, options=StateDictOptions(full_state_dict=True))
+        self.model.load_state_dict({k.removeprefix("model."): v for k, v in full.items()})
+
+    def _after_metrics(self, kl_mbs: list[list[PackedSample]], n_kl: int, masks: dict[int, torch.Tensor],
                        on_step: Callable[[int, int], None] | None, done: int, total: int) -> dict[str, float]:
         """KL(π_before ‖ π_after) and post-update ratios on the updated on-policy action tokens."""
-        if not kl_mbs:
+        if not n_kl:
             return {}
         d_all, adv_all = [], []
         with torch.no_grad():
-            for mb in kl_mbs:
+            for i in range(n_kl):
+                if i >= len(kl_mbs):  # keep FSDP's all-gathers in step with the other ranks
+                    if self.dist.strategy == "fsdp":
+                        self._zero_pass(grad=False)
+                    continue
+                mb = kl_mbs[i]
                 b = _collate(mb, self.pad_id, self.device)
                 mask = torch.cat([masks[id(s)] for s in mb]).to(self.device)
-                lp = self._logprobs(self.model, b)
+                lp = self._score(b)[0] if self.dist.strategy == "fsdp" else self._logprobs(self.train_model, b)
                 d_all.append((lp.float() - b["logp_behavior"])[mask])
                 adv_all.append(b["adv"][mask])
                 done += 1
                 if on_step is not None:
                     on_step(done, total)
+        if self.dist.strategy == "fsdp":
+            self.scorer.reshard()  # a forward without backward leaves the root's gathered parameters in memory
+        if not d_all:
+            return {}
         d = torch.cat(d_all).clamp(-20.0, 20.0)  # log π_after − log μ per token
         adv = torch.cat(adv_all)
         if d.numel() == 0:
