@@ -48,7 +48,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from empo2.trainer.progress import table_before_after
 
     cfg = load_config(args.config, args.overrides)
-    console = Console(stderr=False)
+    main_rank = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 talks
+    console = Console(stderr=False, quiet=not main_rank)
     console.print(f"[bold]empo2 train[/] run={cfg.run_dir} env={cfg.env.name} tasks={cfg.env.tasks} "
                   f"model={cfg.model.name_or_path} p={cfg.empo2.p} iterations={cfg.trainer.iterations}")
     trainer = Trainer(cfg, resume=args.resume, console=console)

@@ -246,6 +246,10 @@ class TrainerConfig:
                        "EMPO2_OMP_AUTO=0 or set OMP_WAIT_POLICY); recorded as sys/torch_threads and "
                        "sys/omp_wait_passive in metrics.jsonl", default=0)
     tensorboard: bool = doc("also write TensorBoard events if tensorboard is installed", default=True)
+    strategy: Literal["single", "ddp", "fsdp"] = doc(
+        "data parallelism: 'single' (one process), 'ddp' (DistributedDataParallel) or 'fsdp' (FSDP2, sharded "
+        "weights and optimiser state); ddp/fsdp run one process per device under `torchrun --nproc_per_node K "
+        "-m empo2.cli train ...`, each rank rolling out whole groups (docs/scaling.md)", default="single")
 
 
 @dataclass
@@ -380,6 +384,11 @@ def validate(cfg: Config) -> None:
     if cfg.ray.num_cpus < 0 or (cfg.ray.object_store_mb and cfg.ray.object_store_mb < 80):
         raise ConfigError("ray.num_cpus must be >= 0 and ray.object_store_mb 0 (Ray's default) or >= 80 "
                           "(Ray's minimum object store is 75 MiB)")
+    if cfg.trainer.strategy == "fsdp" and cfg.model.lora.enabled:
+        raise ConfigError("trainer.strategy=fsdp shards full weights; with model.lora.enabled use trainer.strategy=ddp")
+    if cfg.trainer.strategy != "single" and cfg.empo2.p > 0 and (cfg.empo2.memory.backend != "ray" or not cfg.ray.address):
+        raise ConfigError(f"EMPO² under trainer.strategy={cfg.trainer.strategy} needs one memory shared by every rank: "
+                          "set empo2.memory.backend=ray and ray.address (e.g. 'auto' after `ray start --head`)")
     if not cfg.env.tasks:
         raise ConfigError("env.tasks is empty; list at least one task (see `empo2 envs`)")
     if cfg.rollout.group_size == 1 and cfg.algo.advantage in ("grpo", "gigpo"):

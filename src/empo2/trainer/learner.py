@@ -209,6 +209,29 @@ def shard_fsdp(model: Any) -> _Scorer:
     return scorer
 
 
+class FullOptimizerState:
+    """The FSDP2 optimiser's full (unsharded, CPU) state behind the ``state_dict`` / ``load_state_dict``
+    interface ``trainer.checkpoint`` uses. Built on every rank (gathering is a collective)."""
+
+    def __init__(self, learner: "Learner"):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        self.learner = learner
+        self._full = get_optimizer_state_dict(learner.scorer, learner.optimizer,
+                                              options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The gathered state (complete on rank 0)."""
+        return self._full
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Shard a full state (saved by any world size) into this rank's optimiser (a collective)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(self.learner.scorer, self.learner.optimizer, state,
+                                 options=StateDictOptions(full_state_dict=True))
+
+
 class Learner:
     """Owns the optimiser (and the frozen reference for KL) and performs updates.
 
@@ -260,6 +283,15 @@ class Learner:
             self.ref_model = (ref_model if ref_model is not None else copy.deepcopy(model)).eval()
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
+
+    def checkpoint_optimizer(self) -> Any:
+        """What checkpoints save and load as the optimiser: ``self.optimizer`` (single, ddp: every rank holds
+        the same full state), or under fsdp a ``FullOptimizerState`` gathered now (a collective: call it on
+        every rank, then let rank 0 save it). Both hold full, unsharded state, so a checkpoint resumes with
+        any world size (see docs/scaling.md for resuming under another strategy)."""
+        if self.dist.strategy != "fsdp":
+            return self.optimizer
+        return FullOptimizerState(self)
 
     def _checkpointing(self) -> bool:
         """Whether the model runs with activation checkpointing (then the LM head is checkpointed too)."""

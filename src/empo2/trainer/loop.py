@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from empo2.algo.modes import ModeSampler
 from empo2.algo.returns import episode_return
 from empo2.config import Config, config_to_dict
 from empo2.configschema import ConfigError, from_dict
+from empo2.distributed import combine_metrics, init_distributed, rank_device
 from empo2.envs.base import EnvFamily, TaskSpec, UnknownTaskError
 from empo2.envs.registry import make_family
 from empo2.policy.chat import ChatFormat
@@ -43,7 +44,7 @@ from empo2.trainer.checkpoint import (
     CheckpointError, checkpoint_config, load_extra, load_state, save_checkpoint, set_rng_state)
 from empo2.trainer.evaluate import EvalResult, evaluate, write_eval
 from empo2.trainer.learner import Learner
-from empo2.trainer.metrics import SCORE_TABLE_COLUMNS, RunLogger, group_score_rows, rollout_metrics
+from empo2.trainer.metrics import SCORE_TABLE_COLUMNS, NullSink, RunLogger, group_score_rows, rollout_metrics
 from empo2.trainer.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -145,6 +146,8 @@ class Trainer:
 
     def __init__(self, cfg: Config, resume: bool = False, console: Any = None):
         self.cfg = cfg
+        # trainer.strategy ddp/fsdp: one process per device under torchrun; rank 0 writes the run folder
+        self.dist = init_distributed(cfg.trainer.strategy, cfg.model.device)
         self.run_dir = cfg.run_dir
         self.ckpt_root = self.run_dir / "checkpoints"
         self.start_iteration = 0
@@ -183,28 +186,36 @@ class Trainer:
                 raise ConfigError(
                     f"run folder {self.run_dir} already holds a run; continue it with --resume, pick another"
                     f" run.name (e.g. run.name={cfg.run.name}-2), or delete the folder")
+        self.dist.barrier()  # every rank checked the run folder before rank 0 writes into it
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
-        self.setup = build_setup(cfg, weights_dir=weights)
+        if self.dist.is_main:
+            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+        device = rank_device(cfg.model.device, self.dist)
+        self.setup = build_setup(cfg if device == cfg.model.device else replace(cfg, model=replace(cfg.model, device=device)),
+                                 weights_dir=weights)
         ref_model = None
         if resume and cfg.algo.kl_coef > 0 and not cfg.model.lora.enabled:
             # the KL reference is the initial policy, not the resumed checkpoint (spec §7)
             ref_model = load_policy(cfg.model).model
         self.learner = Learner(self.setup.policy.model, cfg.algo, cfg.trainer, cfg.rollout.temperature,
                                int(self.setup.policy.tokenizer.pad_token_id or 0), seed=cfg.run.seed,
-                               ref_model=ref_model, amp=cfg.model.autocast)
+                               ref_model=ref_model, amp=cfg.model.autocast, dist=self.dist)
         self.iterations_without_step = 0
         self.modes = ModeSampler(cfg.empo2.p, cfg.empo2.q, cfg.empo2.mode_granularity, cfg.run.seed)
-        self.logger = RunLogger(self.run_dir, cfg.trainer.tensorboard)
+        self.logger = RunLogger(self.run_dir, cfg.trainer.tensorboard) if self.dist.is_main else NullSink()
         self.thread_info = thread_info()
         log.info("torch threads %d, OMP_WAIT_POLICY=%s", int(self.thread_info["sys/torch_threads"]),
                  os.environ.get("OMP_WAIT_POLICY", "unset"))
-        self.progress = Progress(enabled=cfg.run.progress, console=console)
+        self.progress = Progress(enabled=cfg.run.progress and self.dist.is_main, console=console)
         self.hooks = self._make_empo2_hooks()
         if resume:
             opt = weights / "optimizer.pt"
             if opt.is_file():
-                self.learner.optimizer.load_state_dict(torch.load(opt, weights_only=False))
+                try:
+                    self.learner.checkpoint_optimizer().load_state_dict(torch.load(opt, weights_only=False))
+                except (KeyError, ValueError, RuntimeError) as e:  # fsdp's name-keyed format vs single/ddp's
+                    log.warning("resume: the optimiser state in %s does not fit trainer.strategy=%s (%s); AdamW "
+                                "restarts from zero moments", opt, cfg.trainer.strategy, e)
             try:
                 extra = load_extra(weights)
             except Exception as e:
@@ -240,7 +251,16 @@ class Trainer:
         return [TaskSpec(env, pool[i][0], int(pool[i][1]), self.cfg.env.train_split) for i in idx]
 
     # ------------------------------------------------------------------ evaluation
-    def run_eval(self, tag: str, iteration: int) -> EvalResult:
+    def run_eval(self, tag: str, iteration: int) -> EvalResult | None:
+        """Evaluate on rank 0 (the other ranks wait at a barrier and return None)."""
+        if not self.dist.is_main:
+            self.dist.barrier()
+            return None
+        res = self._run_eval(tag, iteration)
+        self.dist.barrier()
+        return res
+
+    def _run_eval(self, tag: str, iteration: int) -> EvalResult:
         c = self.cfg
         with self.progress.task(f"eval ({tag})", total=None) as tick:
             res, trajs = evaluate(self.setup.engine, self.setup.family, self.setup.tasks, c.env.eval_split,
@@ -259,8 +279,10 @@ class Trainer:
         tasks = self.sample_tasks(it)
         N = c.rollout.group_size
         modes = self.modes.sample(it, len(tasks) * N)
-        episodes = [EpisodeSpec(task, ti, r, group=ti, mode=modes[ti * N + r])
-                    for ti, task in enumerate(tasks) for r in range(N)]
+        # data parallel: this rank's share of the task instances, each with its whole group (global ids keep
+        # the per-episode seeds of a single process)
+        episodes = [EpisodeSpec(tasks[ti], ti, r, group=ti, mode=modes[ti * N + r])
+                    for ti in self.dist.shard(len(tasks)) for r in range(N)]
         hook = self.hooks.step_hook() if self.hooks is not None else None
         with self.progress.task(f"iteration {it + 1}/{c.trainer.iterations}: rollout", total=None) as tick:
             trajs = self.setup.engine.run(episodes, self.setup.settings(c.rollout.temperature), it, hook, tick)
@@ -297,7 +319,12 @@ class Trainer:
         timings["time/iteration"] = time.perf_counter() - t_start
         metrics.update(timings)
         metrics.update(self.thread_info)
-        self._save_trajectories(trajs, it)
+        if self.dist.distributed:  # one row for the whole batch; rank 0 writes every rank's episodes
+            metrics = combine_metrics(self.dist.gather_objects(metrics))
+            trajs = sorted((t for part in self.dist.gather_objects(trajs) for t in part),
+                           key=lambda t: (t.task_index, t.rollout))
+        if self.dist.is_main:
+            self._save_trajectories(trajs, it)
         return metrics
 
     def _save_trajectories(self, trajs: list[Trajectory], it: int) -> None:
@@ -327,12 +354,17 @@ class Trainer:
                     "final_observation": t.final_observation}) + "\n")
 
     def checkpoint(self, iteration: int, metrics: dict[str, float]) -> Path:
-        extra: dict[str, Any] = {"metrics": {k: v for k, v in metrics.items() if isinstance(v, float)}}
-        if self.hooks is not None:
-            extra["tensors"] = self.hooks.state()
-        return save_checkpoint(self.ckpt_root, iteration, lambda d: save_weights(self.setup.policy, d),
-                               self.learner.optimizer, config_to_dict(self.cfg), extra,
-                               keep=self.cfg.trainer.keep_checkpoints)
+        """Rank 0 writes ``checkpoints/iter-K`` (full weights and optimiser state, whatever the strategy)."""
+        optimizer = self.learner.checkpoint_optimizer()  # under fsdp a gather: every rank takes part
+        path = self.ckpt_root / f"iter-{iteration:05d}"
+        if self.dist.is_main:
+            extra: dict[str, Any] = {"metrics": {k: v for k, v in metrics.items() if isinstance(v, float)}}
+            if self.hooks is not None:
+                extra["tensors"] = self.hooks.state()
+            path = save_checkpoint(self.ckpt_root, iteration, lambda d: save_weights(self.setup.policy, d),
+                                   optimizer, config_to_dict(self.cfg), extra, keep=self.cfg.trainer.keep_checkpoints)
+        self.dist.barrier()
+        return path
 
     # ------------------------------------------------------------------ the loop
     def train(self) -> dict[str, Any]:
@@ -342,7 +374,7 @@ class Trainer:
         try:
             if c.eval.before_after and self.start_iteration == 0:
                 out["before"] = self.run_eval("before", 0)
-                if c.trainer.iterations == 0:  # base-model baseline: "after" = "before"
+                if c.trainer.iterations == 0 and out["before"] is not None:  # base-model baseline: "after" = "before"
                     out["after"] = out["before"]
                     write_eval(out["after"], self.run_dir / "eval_after.json")
             for it in range(self.start_iteration, c.trainer.iterations):
@@ -365,6 +397,7 @@ class Trainer:
         if self.hooks is not None:
             self.hooks.close()
         self.setup.close()
+        self.dist.close()
 
 
 def _config_changes(old: dict[str, Any], new: dict[str, Any], ignore: set[str] = frozenset(),
