@@ -159,3 +159,17 @@ def test_learn_quick_runs_every_stage(tmp_path):
     assert "| base |" in table and "| grpo |" in table
     assert (tmp_path / "report" / "report.md").is_file()
     assert not (tmp_path / "runs" / "grpo-s0" / "checkpoints").exists()  # deleted after evaluation
+
+
+def test_gpu_check_runs_on_cpu_with_the_tiny_shape(tmp_path):
+    """``benchmarks/gpu_check`` (the first-GPU-machine script) end to end on the CPU: a random model written
+    and reloaded offline, one GRPO and one EMPO² iteration on WebShop, throughput and MFU reported."""
+    from benchmarks import gpu_check
+
+    res = gpu_check.main(["--shape", "tiny", "--device", "cpu", "--out", str(tmp_path / "gpu_check.json")])
+    assert json.loads((tmp_path / "gpu_check.json").read_text())["shape"] == "tiny"
+    assert [c["case"] for c in res["cases"]] == ["grpo", "empo2"]
+    for c in res["cases"]:
+        assert c["generated_tokens"] > 0 and c["generation_tok_s"] > 0
+        assert c["update_tokens"] > 0 and not c["update_skipped"] and 0 < c["update_mfu"]
+    assert res["cases"][1]["tips_s"] > 0  # the EMPO² iteration wrote tips
