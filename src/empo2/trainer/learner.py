@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import inspect
 import logging
 from typing import Any, Callable
 
@@ -265,8 +266,11 @@ class Learner:
             from torch.nn.parallel import DistributedDataParallel
 
             dev = next(model.parameters()).device
+            # no buffer broadcast in forward (a collective per forward; the rotary buffers are constants)
+            no_sync_buffers = ({"forward_sync_buffers": False} if "forward_sync_buffers" in
+                               inspect.signature(DistributedDataParallel).parameters else {"broadcast_buffers": False})
             self.scorer = DistributedDataParallel(_Scorer(model), device_ids=[dev.index] if dev.type == "cuda" else None,
-                                                  broadcast_buffers=False)
+                                                  **no_sync_buffers)
         elif self.dist.strategy == "fsdp":
             self.train_model = copy.deepcopy(model)
             self.scorer = shard_fsdp(self.train_model)
