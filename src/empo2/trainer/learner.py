@@ -394,24 +394,7 @@ class Learner:
             # Every loss term is A·(clipped ratio) with A = 0: the whole gradient is 0, no step at all.
             return {"train/skipped": 1.0, "train/skipped_zero_advantage": 1.0, "train/optimizer_steps": 0.0}
         skip = can_skip and self.cfg.skip_zero_advantage
-        plan = self._plan(samples, iteration)
-        n_steps = int(D.all_reduce([len(plan)], "max")[0])
-        plan += [[] for _ in range(n_steps - len(plan))]  # a rank with fewer mini-batches joins with empty ones
-        local_norm = []
-        for mb in plan:
-            if not mb:
-                local_norm.append(0.0)
-                continue
-            mask = torch.cat([masks[id(s)] for s in mb])
-            seq = torch.tensor([x for s in mb for x in s.seq_ids])
-            local_norm.append(loss_normaliser(mask, seq, agg))
-        norms = D.all_reduce(local_norm, NORMALISER_REDUCE.get(agg, "sum"))
-        local_mbs = []
-        for mb, normaliser in zip(plan, norms):
-            trained = [s for s in mb if signal[id(s)]] if skip else list(mb)
-            local_mbs.append(micro_batches(trained, self.cfg.micro_batch_tokens) if normaliser > 0 and trained else [])
-        n_micro = [int(x) for x in D.all_reduce([len(m) for m in local_mbs], "max")]
-        steps_plan = list(zip(norms, local_mbs, n_micro))  # (normaliser, this rank's micro-batches, micro-batches to run)
+        plan, steps_plan = self._steps_plan(samples, masks, signal, skip, agg, iteration)
         updated = {id(s): s for _, mbs, _ in steps_plan for mbatch in mbs for s in mbatch}
         kl_samples = [s for s in samples if id(s) in updated and not s.off_policy] if self.cfg.measure_policy_kl else []
         kl_mbs = micro_batches(kl_samples, self.cfg.micro_batch_tokens) if kl_samples else []
@@ -485,6 +468,35 @@ class Learner:
         if meter.steps == 0:
             out["train/skipped"] = 1.0
         return out
+
+    def _steps_plan(self, samples: list[PackedSample], masks: dict[int, torch.Tensor], signal: dict[int, bool],
+                    skip: bool, agg: Aggregation, iteration: int) -> tuple[list[list[PackedSample]], list[Any]]:
+        """The mini-batches of every epoch and, per mini-batch, ``(normaliser, this rank's micro-batches,
+        micro-batches to run)``.
+
+        Under ddp/fsdp the number of mini-batches is the largest over ranks (a rank with fewer gets empty
+        ones), each normaliser is reduced over ranks (``NORMALISER_REDUCE``), and the micro-batches to run
+        are the most any rank has; a rank runs zero-weight passes for the difference. With one process
+        every reduction is the identity.
+        """
+        D = self.dist
+        plan = self._plan(samples, iteration)
+        plan += [[] for _ in range(int(D.all_reduce([len(plan)], "max")[0]) - len(plan))]
+        local_norm = []
+        for mb in plan:
+            if not mb:
+                local_norm.append(0.0)
+                continue
+            mask = torch.cat([masks[id(s)] for s in mb])
+            seq = torch.tensor([x for s in mb for x in s.seq_ids])
+            local_norm.append(loss_normaliser(mask, seq, agg))
+        norms = D.all_reduce(local_norm, NORMALISER_REDUCE.get(agg, "sum"))
+        local_mbs = []
+        for mb, normaliser in zip(plan, norms):
+            trained = [s for s in mb if signal[id(s)]] if skip else list(mb)
+            local_mbs.append(micro_batches(trained, self.cfg.micro_batch_tokens) if normaliser > 0 and trained else [])
+        n_micro = [int(x) for x in D.all_reduce([len(m) for m in local_mbs], "max")]
+        return plan, list(zip(norms, local_mbs, n_micro))
 
     def _score(self, b: dict[str, Any], **kw: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Current log-probs (and entropy) of a collated micro-batch, through the DDP wrapper when there is one."""
