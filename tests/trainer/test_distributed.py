@@ -151,3 +151,20 @@ def test_combine_metrics_sums_totals_and_averages_rates():
                  "sys/world_size": 2.0}
     assert DistContext().all_reduce([1.0, 2.0]) == [1.0, 2.0] and DistContext().shard(5) == [0, 1, 2, 3, 4]
     assert DistContext("ddp", rank=1, world=2).shard(5) == [1, 3]
+
+
+def test_bad_combinations_and_a_missing_torchrun_are_clear_errors(monkeypatch):
+    from empo2.config import load_config
+    from empo2.configschema import ConfigError
+    from empo2.distributed import DistributedSetupError, init_distributed
+
+    with pytest.raises(ConfigError, match="lora.enabled use trainer.strategy=ddp"):
+        load_config(None, ["trainer.strategy=fsdp", "model.lora.enabled=true"])
+    with pytest.raises(ConfigError, match="empo2.memory.backend=ray and ray.address"):
+        load_config(None, ["trainer.strategy=ddp", "empo2.p=0.5"])
+    load_config(None, ["trainer.strategy=ddp", "empo2.p=0.5", "empo2.memory.backend=ray", "ray.address=auto"])
+    for var in ("RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(DistributedSetupError, match="torchrun --nproc_per_node"):
+        init_distributed("ddp", "cpu")
+    assert not init_distributed("single").distributed
