@@ -16,7 +16,7 @@ from empo2.records import Mode, SegmentKind
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
 from empo2.rollout.pool import EnvPool
 from empo2.trainer.batch import build_sample
-from empo2.trainer.empo2_runtime import Empo2Runtime
+from empo2.trainer.empo2_hooks import make_runtime
 from empo2.trainer.loop import compute_step_advantages
 
 IT = 2
@@ -25,7 +25,7 @@ IT = 2
 def _runtime(tmp_path, policy, fmt, engine, *overrides):
     cfg = load_config(None, ["empo2.memory.embedder=hashing", "empo2.p=1.0", "empo2.tips.max_new_tokens=10",
                              "run.seed=3", "env.name=tiny", "env.tasks=[fetch-key]", *overrides])
-    return Empo2Runtime(cfg, SimpleNamespace(cfg=cfg, policy=policy, fmt=fmt, engine=engine), tmp_path)
+    return make_runtime(cfg, SimpleNamespace(cfg=cfg, policy=policy, fmt=fmt, engine=engine), tmp_path)
 
 
 def _roll(tmp_path, policy, fmt, specs, settings, pool_size, *overrides):
@@ -77,7 +77,7 @@ def test_tip_prompt_and_memory_key_see_the_final_observation_and_score(tmp_path,
             assert 0.0 <= m[f"memory/tip_informative_{k}"] <= m["memory/tip_informative_any"] <= 1.0
         for t in trajs:
             if t.tip:
-                keys = {e.key_text for e in rt.store.entries(t.task.bucket) if e.tip == t.tip}
+                keys = {e.key_text for e in rt.memory.store.entries(t.task.bucket) if e.tip == t.tip}
                 assert keys and all(k.endswith(t.final_observation) for k in keys)
     finally:
         rt.close()
@@ -146,7 +146,7 @@ def test_entries_store_the_key_text_that_was_embedded(tmp_path, tiny_policy, cha
                             "empo2.memory.key_text=recent_window", "empo2.memory.recent_turns=1")
     try:
         rt.write_tips(trajs, IT)
-        entries = rt.store.entries()
+        entries = rt.memory.store.entries()
         assert entries
         for t in trajs:
             if not t.tip:
