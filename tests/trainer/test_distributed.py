@@ -53,7 +53,8 @@ def _samples(advs) -> list[PackedSample]:
 
 def _learner(model, case: str, dist_ctx=None) -> Learner:
     aggregation, overrides, _, _ = CASES[case]
-    kw = dict(lr=1e-3, grad_clip=1.0, tensorboard=False, logprob_chunk=16, micro_batch_tokens=4096)
+    kw = dict(lr=1e-3, grad_clip=1.0, tensorboard=False, logprob_chunk=16, micro_batch_tokens=4096,
+              mini_batch_size=0)  # one step over the union (per-rank mini-batches partition it differently)
     kw.update(overrides)
     return Learner(model, AlgoConfig(aggregation=aggregation), TrainerConfig(**kw), 0.9, pad_id=0, seed=3,
                    dist=dist_ctx)

@@ -48,7 +48,7 @@ def algorithm_of(config: dict[str, Any]) -> Algorithm:
     trainer = config.get("trainer") or {}
     p = float((config.get("empo2") or {}).get("p", 0.0) or 0.0)
     iterations = int(trainer.get("iterations", 4) or 0)
-    lr = float(trainer.get("lr", 1e-6) or 0.0)
+    lr = float(trainer.get("lr", 3e-5) or 0.0)
     update = trainer.get("update", True)
     if update is False or iterations == 0 or lr == 0.0:
         return Algorithm.MEMORY_ONLY if p > 0 else Algorithm.BASE
