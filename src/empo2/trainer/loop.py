@@ -195,7 +195,8 @@ class Trainer:
         ref_model = None
         if resume and cfg.algo.kl_coef > 0 and not cfg.model.lora.enabled:
             # the KL reference is the initial policy, not the resumed checkpoint (spec §7)
-            ref_model = load_policy(cfg.model).model
+            with self.progress.phase("model (KL reference: the initial policy)"):
+                ref_model = load_policy(cfg.model).model
         self.learner = Learner(self.setup.policy.model, cfg.algo, cfg.trainer, cfg.rollout.temperature,
                                int(self.setup.policy.tokenizer.pad_token_id or 0), seed=cfg.run.seed,
                                ref_model=ref_model)
