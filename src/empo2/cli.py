@@ -24,10 +24,16 @@ log = logging.getLogger("empo2")
 
 
 def _setup_logging(verbose: bool) -> None:
+    """Log to stdout: rich in a terminal; off a terminal plain ``HH:MM:SS LEVEL message`` lines, unwrapped."""
     from rich.logging import RichHandler
 
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
-                        handlers=[RichHandler(show_path=False, rich_tracebacks=False)])
+    if sys.stdout.isatty():
+        handler: logging.Handler = RichHandler(show_path=False, rich_tracebacks=False)
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
     for noisy in ("transformers", "httpx", "urllib3", "sentence_transformers", "py4j", "filelock", "bm25s",
                   "scienceworld"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -41,15 +47,13 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from empo2.config import load_config
     from empo2.trainer.loop import Trainer
-    from empo2.trainer.progress import table_before_after
+    from empo2.trainer.progress import make_console, table_before_after
 
     cfg = load_config(args.config, args.overrides)
     main_rank = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 talks
-    console = Console(stderr=False, quiet=not main_rank)
+    console = make_console(quiet=not main_rank)
     console.print(f"[bold]empo2 train[/] run={cfg.run_dir} env={cfg.env.name} tasks={cfg.env.tasks} "
                   f"model={cfg.model.name_or_path} p={cfg.empo2.p} iterations={cfg.trainer.iterations}")
     trainer = Trainer(cfg, resume=args.resume, console=console)
@@ -62,12 +66,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from empo2.configschema import ConfigError
-    from rich.console import Console
     from rich.table import Table
 
     from empo2.trainer.checkpoint import checkpoint_config, load_state
     from empo2.trainer.evaluate import evaluate, write_eval
     from empo2.trainer.loop import build_setup
+    from empo2.trainer.progress import Progress, eval_note, make_console
     from empo2.config import Config
     from empo2.configschema import from_dict, parse_overrides, set_dotted
 
@@ -97,7 +101,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     temperature = args.temperature if args.temperature is not None else cfg.eval.temperature
     if args.out is None and weights is None:
         raise ConfigError("empo2 eval --config needs --out FILE.json (there is no checkpoint folder to write into)")
-    setup = build_setup(cfg, weights_dir=weights, pool_size=min(cfg.env.num_workers, episodes))
+    console = make_console()
+    progress = Progress(enabled=cfg.run.progress, console=console)
+    setup = build_setup(cfg, weights_dir=weights, pool_size=min(cfg.env.num_workers, episodes),
+                        progress=progress)
     hook = None
     runtime = None
     try:
@@ -111,15 +118,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
             mode = Mode.ON_TIPS
         from empo2.records import Mode as _M
 
-        res, _ = evaluate(setup.engine, setup.family, setup.tasks, split, episodes, setup.settings(temperature),
-                          hook=hook, mode=mode or _M.PLAIN)
+        with progress.phase(f"eval {split}", total=episodes * cfg.env.max_turns, bound=True) as ph:
+            res, _ = evaluate(setup.engine, setup.family, setup.tasks, split, episodes, setup.settings(temperature),
+                              hook=hook, mode=mode or _M.PLAIN, on_turn=ph.advance)
+            ph.note(eval_note(res))
     finally:
         if runtime is not None:
             runtime.close()
         setup.close()
     out = Path(args.out) if args.out else ckpt.resolve() / f"eval_{split}{'_memory' if args.with_memory else ''}.json"
     write_eval(res, out)
-    console = Console()
     t = Table(title=f"empo2 eval {ckpt} — split {split}, temperature {temperature}, "
                     f"{'with memory ' + args.with_memory if args.with_memory else 'no memory'}")
     for c in ("task", "episodes", "score [95% CI]", "success rate [95% CI]", "steps"):
@@ -135,7 +143,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_adapt(args: argparse.Namespace) -> int:
     from empo2.configschema import ConfigError
-    from rich.console import Console
     from rich.table import Table
 
     from empo2.config import Config
@@ -144,6 +151,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     from empo2.trainer.checkpoint import checkpoint_config, load_state
     from empo2.trainer.empo2_hooks import make_runtime
     from empo2.trainer.loop import build_setup
+    from empo2.trainer.progress import Progress, make_console
 
     ckpt = Path(args.checkpoint)
     if args.trials < 1:
@@ -165,13 +173,17 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     episodes = args.episodes or cfg.eval.episodes
     temperature = args.temperature if args.temperature is not None else cfg.eval.temperature
-    setup = build_setup(cfg, weights_dir=ckpt.resolve(), pool_size=min(cfg.env.num_workers, episodes))
-    console = Console()
+    console = make_console()
+    progress = Progress(enabled=cfg.run.progress, console=console)
+    setup = build_setup(cfg, weights_dir=ckpt.resolve(), pool_size=min(cfg.env.num_workers, episodes),
+                        progress=progress)
     runtime = make_runtime(cfg, setup, out_dir)
+    # with progress on, each trial's phase line carries its score; without, one plain line per trial
+    on_trial = None if progress.enabled else lambda k, s: console.print(
+        f"trial {k}/{args.trials}: score {s.score:.1f}  success {s.success_rate:.2f}  steps {s.steps:.1f}")
     try:
-        res = adapt(setup, runtime, args.trials, args.split, episodes, temperature,
-                    on_trial=lambda k, s: console.print(
-                        f"trial {k}/{args.trials}: score {s.score:.1f}  success {s.success_rate:.2f}  steps {s.steps:.1f}"))
+        res = adapt(setup, runtime, args.trials, args.split, episodes, temperature, on_trial=on_trial,
+                    progress=progress)
     finally:
         runtime.close()
         setup.close()

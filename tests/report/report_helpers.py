@@ -66,7 +66,7 @@ def write_synthetic_run(path: Path, iterations: int = 12, episodes: int = 3, p: 
     d.mkdir()
     modes = ["plain", "on_policy_tips", "off_policy"]
     for it in range(iterations):
-        with (d / f"iter-{it:05d}.jsonl").open("w") as f:
+        with (d / f"iter-{it + 1:05d}.jsonl").open("w") as f:  # numbered like metrics rows, as the loop does
             for k in range(episodes):
                 f.write(json.dumps(_episode(it, k, modes[(it + k) % 3])) + "\n")
     return path

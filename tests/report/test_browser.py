@@ -55,6 +55,8 @@ def test_viewer_renders_in_chromium(built_report, chromium, tmp_path):
     assert len(re.findall(r'<section class="step">', html)) == 3  # the episode's 3 steps
     assert html.count('<li><pre>') == 2 * 3  # 2 retrieved tips at each of the 3 steps
     assert "it0-t0-r1" in html and "Take the key." in html
+    # iterations are numbered like metrics.jsonl rows, out of the planned count
+    assert "iteration 12 of 12  (iter-00012.jsonl)" in html and "of 13" not in html
     # hostile text is shown as text: escaped in the serialised DOM, never parsed into elements
     # (the DOM serialiser escapes <, > and & in text nodes, and leaves quotes as they are)
     assert html_lib.escape(HOSTILE, quote=False) in html and "<b>x</b>" not in html

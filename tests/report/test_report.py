@@ -13,7 +13,7 @@ from empo2.report import ReportError, ViewerLimits, add_cli, build_report
 from empo2.report.curves import DIAGNOSTIC_PANELS, LEARNING_PANELS, plot_figure
 from empo2.report.runs import load_run
 from empo2.report.table import fmt_duration, fmt_value_ci, md_escape, summarise_run
-from empo2.report.viewer import clean_json, script_json, select_iterations
+from empo2.report.viewer import clean_json, script_json, select_iterations, viewer_run
 
 from tests.report.report_helpers import HOSTILE
 
@@ -74,11 +74,30 @@ def test_viewer_escapes_hostile_text(built_report):
 def test_viewer_caps_iterations_and_says_so(built_report):
     data = _viewer_data(built_report.viewer.read_text())
     synth = next(r for r in data["runs"] if r["name"] == "empo2-synth")
-    assert [it["index"] for it in synth["iterations"]] == [0, 1, 9, 10, 11]
+    assert [it["index"] for it in synth["iterations"]] == [1, 2, 10, 11, 12]
     assert synth["total_iterations"] == 12 and "5 of 12 iterations" in synth["note"]
     real = next(r for r in data["runs"] if r["name"] == "grpo-tiny")
     assert [it["index"] for it in real["iterations"]] == [1, 2, 3] and real["note"] == ""
     assert all(len(it["episodes"]) == 4 for it in real["iterations"])
+
+
+def test_viewer_numbers_iterations_like_metrics_rows(built_report, make_synthetic_run):
+    data = _viewer_data(built_report.viewer.read_text())
+    real = next(r for r in data["runs"] if r["name"] == "grpo-tiny")  # trajectories/iter-00001..3, 3 planned
+    assert [(it["iteration"], it["file"]) for it in real["iterations"]] == [
+        (1, "iter-00001.jsonl"), (2, "iter-00002.jsonl"), (3, "iter-00003.jsonl")]
+    assert real["planned_iterations"] == 3  # the page reads "iteration 3 of 3", not "4 of 3"
+    assert '"iteration " + it.iteration + " of " + r.planned_iterations' in built_report.viewer.read_text()
+    # a run written before files were numbered from 1 (iter-00000 ... iter-00002)
+    old = make_synthetic_run("old-numbering", iterations=3)
+    for k in (1, 2, 3):
+        (old / "trajectories" / f"iter-{k:05d}.jsonl").rename(old / "trajectories" / f"iter-{k - 1:05d}.jsonl")
+    run = viewer_run(load_run(old), ViewerLimits())
+    assert [it["iteration"] for it in run["iterations"]] == [1, 2, 3] and run["planned_iterations"] == 3
+    # resumed past the config it was started with: never "of" fewer than the iterations present
+    cfg = old / "config.yaml"
+    cfg.write_text(cfg.read_text().replace("iterations: 3", "iterations: 2"))
+    assert viewer_run(load_run(old), ViewerLimits())["planned_iterations"] == 3
 
 
 def test_viewer_episode_and_text_caps(make_synthetic_run, tmp_path):

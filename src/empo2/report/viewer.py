@@ -102,15 +102,35 @@ def _read_episodes(path: Path, cap: int, limit: int) -> tuple[list[dict[str, Any
     return eps, total
 
 
+def iteration_numbers(run: RunData) -> tuple[int, int]:
+    """``(offset, planned)``: iteration K of a run is in ``trajectories/iter-(K - offset).jsonl``, and the run
+    plans ``planned`` iterations.
+
+    Runs number the files like ``metrics.jsonl`` rows, from 1 (offset 0); runs written before that
+    numbered them from 0, which shows as an ``iter-00000.jsonl`` (offset 1). ``planned`` is the config's
+    ``trainer.iterations`` (raised on ``--resume``), at least the last iteration that has a file.
+    """
+    offset = 1 if any(k == 0 for k, _ in run.trajectory_files) else 0
+    last = max((k + offset for k, _ in run.trajectory_files), default=0)
+    planned = (run.config.get("trainer") or {}).get("iterations")
+    return offset, max(planned if isinstance(planned, int) and not isinstance(planned, bool) else 0, last)
+
+
 def viewer_run(run: RunData, limits: ViewerLimits) -> dict[str, Any]:
-    """The embedded data of one run: chosen iterations with their episodes, and a note on caps."""
+    """The embedded data of one run: chosen iterations with their episodes, and a note on caps.
+
+    Each iteration carries ``index`` (the number in its file name), ``iteration`` (1-based, as in
+    ``metrics.jsonl``) and the run carries ``planned_iterations``, so the page reads "iteration 3 of 3".
+    """
     chosen = select_iterations(run.trajectory_files, limits.first_iterations, limits.last_iterations)
+    offset, planned = iteration_numbers(run)
     iterations = []
     cut_episodes = False
     for it, path in chosen:
         eps, total = _read_episodes(path, limits.episodes_per_iteration, limits.max_text_chars)
         cut_episodes |= total > len(eps)
-        iterations.append({"index": it, "file": path.name, "total_episodes": total, "episodes": eps})
+        iterations.append({"index": it, "iteration": it + offset, "file": path.name, "total_episodes": total,
+                           "episodes": eps})
     notes = []
     if len(chosen) < len(run.trajectory_files):
         notes.append(f"{len(chosen)} of {len(run.trajectory_files)} iterations embedded "
@@ -118,7 +138,7 @@ def viewer_run(run: RunData, limits: ViewerLimits) -> dict[str, Any]:
     if cut_episodes:
         notes.append(f"at most {limits.episodes_per_iteration} episodes per iteration")
     return {"name": run.name, "algorithm": run.algorithm.value, "path": str(run.path), "iterations": iterations,
-            "total_iterations": len(run.trajectory_files), "note": "; ".join(notes)}
+            "total_iterations": len(run.trajectory_files), "planned_iterations": planned, "note": "; ".join(notes)}
 
 
 def script_json(data: Any) -> str:

@@ -117,7 +117,7 @@ JS = r"""
     rs.value = state.run;
     var r = curRun();
     if (r) r.iterations.forEach(function (it, k) {
-      var o = el("option", null, "iteration " + (it.index + 1) + " of " + r.total_iterations + "  (" + it.file + ")");
+      var o = el("option", null, "iteration " + it.iteration + " of " + r.planned_iterations + "  (" + it.file + ")");
       o.value = k; is.appendChild(o);
     });
     is.value = state.it;

@@ -22,6 +22,7 @@ import torch
 
 from empo2.records import Mode
 from empo2.trainer.evaluate import EvalSummary, eval_episodes, summarise
+from empo2.trainer.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ class AdaptResult:
 
 
 def adapt(setup: Any, runtime: Any, trials: int, split: str, episodes_per_trial: int,
-          temperature: float, on_trial: Any = None) -> AdaptResult:
+          temperature: float, on_trial: Any = None, progress: Progress | None = None) -> AdaptResult:
     """Run ``trials`` memory-only trials on ``setup.tasks``; the weights are never updated.
 
     Args:
@@ -71,6 +72,7 @@ def adapt(setup: Any, runtime: Any, trials: int, split: str, episodes_per_trial:
         episodes_per_trial: episodes per trial (spread over tasks and variations, the same every trial).
         temperature: sampling temperature.
         on_trial: callback ``(k, EvalSummary)`` after each trial.
+        progress: a ``trainer.progress.Progress``: one ``trial k/K`` phase per trial (actions played, score).
 
     Raises:
         ValueError: ``trials < 1``.
@@ -83,13 +85,17 @@ def adapt(setup: Any, runtime: Any, trials: int, split: str, episodes_per_trial:
         p.requires_grad_(False)
     res = AdaptResult(tasks=list(setup.tasks), split=split, weights_sha256_before=weights_digest(model))
     settings = setup.settings(temperature)
+    progress = progress or Progress(enabled=False)
     for k in range(trials):
         specs = eval_episodes(setup.family, setup.tasks, split, episodes_per_trial)
         for s in specs:
             s.mode = Mode.ON_TIPS
-        trajs = setup.engine.run(specs, settings, iteration=20_000_000 + k, hook=runtime.step_hook())
-        runtime.write_tips(trajs, iteration=k)
-        summ = summarise(trajs)
+        with progress.phase(f"trial {k + 1}/{trials}", total=len(specs) * settings.max_turns, bound=True) as ph:
+            trajs = setup.engine.run(specs, settings, iteration=20_000_000 + k, hook=runtime.step_hook(),
+                                     on_turn=ph.advance)
+            runtime.write_tips(trajs, iteration=k)
+            summ = summarise(trajs)
+            ph.note(f"score {summ.score:.1f}, success {summ.success_rate:.2f}, steps {summ.steps:.1f}")
         per: dict[str, list[Any]] = {}
         for t in trajs:
             per.setdefault(t.task.task, []).append(t)

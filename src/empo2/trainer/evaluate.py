@@ -105,3 +105,24 @@ def write_eval(res: EvalResult, path: Path) -> None:
     """Write an ``EvalResult`` as JSON."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(res.to_json(), indent=1, default=float))
+
+
+def _summary(d: dict[str, Any]) -> EvalSummary:
+    """An ``EvalSummary`` from its ``asdict`` form (JSON lists back to CI tuples)."""
+    return EvalSummary(**{k: tuple(v) if k.endswith("_ci") else v for k, v in d.items()})
+
+
+def read_eval(path: Path) -> EvalResult:
+    """The ``EvalResult`` that ``write_eval`` wrote to ``path``.
+
+    Raises:
+        ValueError: ``path`` is not an evaluation file (names the file; re-run ``empo2 eval`` to rewrite it).
+    """
+    try:
+        d = json.loads(Path(path).read_text())
+        return EvalResult(split=d["split"], temperature=d["temperature"], overall=_summary(d["overall"]),
+                          per_task={k: _summary(v) for k, v in d.get("per_task", {}).items()},
+                          episodes=d.get("episodes", []))
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{path} is not an evaluation file written by empo2 ({type(e).__name__}: {e}); "
+                         "delete it or re-run the evaluation") from None

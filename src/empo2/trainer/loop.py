@@ -42,10 +42,11 @@ from empo2.threads import thread_info
 from empo2.trainer.batch import build_sample
 from empo2.trainer.checkpoint import (
     CheckpointError, checkpoint_config, load_extra, load_state, save_checkpoint, set_rng_state)
-from empo2.trainer.evaluate import EvalResult, evaluate, write_eval
+from empo2.trainer.evaluate import EvalResult, evaluate, read_eval, write_eval
 from empo2.trainer.learner import Learner
 from empo2.trainer.metrics import SCORE_TABLE_COLUMNS, NullSink, RunLogger, group_score_rows, rollout_metrics
-from empo2.trainer.progress import Progress
+from empo2.trainer.progress import (
+    Progress, checkpoint_note, eval_note, model_note, tips_note, trajectories_note, update_note)
 
 log = logging.getLogger(__name__)
 
@@ -121,13 +122,17 @@ class Setup:
         self.pool.close()
 
 
-def build_setup(cfg: Config, weights_dir: Path | None = None, pool_size: int | None = None) -> Setup:
-    """Resolve tasks (fails fast on a bad name), load the model, start the env pool."""
+def build_setup(cfg: Config, weights_dir: Path | None = None, pool_size: int | None = None,
+                progress: Progress | None = None) -> Setup:
+    """Resolve tasks (fails fast on a bad name), load the model (a ``model`` phase of ``progress``),
+    start the env pool."""
     if cfg.trainer.threads > 0:
         torch.set_num_threads(cfg.trainer.threads)
     family = make_family(cfg.env)
     tasks = resolve_tasks(family, cfg.env.tasks)
-    policy = load_policy(cfg.model, weights_dir=weights_dir)
+    with (progress or Progress(enabled=False)).phase("model") as ph:
+        policy = load_policy(cfg.model, weights_dir=weights_dir)
+        ph.note(model_note(policy, weights_dir or cfg.model.name_or_path))
     policy.model.eval()
     fmt = ChatFormat(policy.tokenizer)
     size = pool_size or min(cfg.env.num_workers, cfg.rollout.tasks_per_iteration * cfg.rollout.group_size)
@@ -190,13 +195,15 @@ class Trainer:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if self.dist.is_main:
             (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+        self.progress = Progress(enabled=cfg.run.progress and self.dist.is_main, console=console)
         device = rank_device(cfg.model.device, self.dist)
         self.setup = build_setup(cfg if device == cfg.model.device else replace(cfg, model=replace(cfg.model, device=device)),
-                                 weights_dir=weights)
+                                 weights_dir=weights, progress=self.progress)
         ref_model = None
         if resume and cfg.algo.kl_coef > 0 and not cfg.model.lora.enabled:
             # the KL reference is the initial policy, not the resumed checkpoint (spec §7)
-            ref_model = load_policy(cfg.model).model
+            with self.progress.phase("model (KL reference: the initial policy)"):
+                ref_model = load_policy(cfg.model).model
         self.learner = Learner(self.setup.policy.model, cfg.algo, cfg.trainer, cfg.rollout.temperature,
                                int(self.setup.policy.tokenizer.pad_token_id or 0), seed=cfg.run.seed,
                                ref_model=ref_model, amp=cfg.model.autocast, dist=self.dist)
@@ -206,7 +213,6 @@ class Trainer:
         self.thread_info = thread_info()
         log.info("torch threads %d, OMP_WAIT_POLICY=%s", int(self.thread_info["sys/torch_threads"]),
                  os.environ.get("OMP_WAIT_POLICY", "unset"))
-        self.progress = Progress(enabled=cfg.run.progress and self.dist.is_main, console=console)
         self.hooks = self._make_empo2_hooks()
         if resume:
             opt = weights / "optimizer.pt"
@@ -262,10 +268,11 @@ class Trainer:
 
     def _run_eval(self, tag: str, iteration: int) -> EvalResult:
         c = self.cfg
-        with self.progress.task(f"eval ({tag})", total=None) as tick:
+        with self.progress.phase(f"eval {tag}", total=c.eval.episodes * c.env.max_turns, bound=True) as ph:
             res, trajs = evaluate(self.setup.engine, self.setup.family, self.setup.tasks, c.env.eval_split,
                                   c.eval.episodes, self.setup.settings(c.eval.temperature), iteration=iteration,
-                                  on_turn=tick)
+                                  on_turn=ph.advance)
+            ph.note(eval_note(res))
         write_eval(res, self.run_dir / f"eval_{tag}.json")
         o = res.overall
         self.logger.log({f"eval/{c.env.name}/score": o.score, f"eval/{c.env.name}/success_rate": o.success_rate,
@@ -284,13 +291,17 @@ class Trainer:
         episodes = [EpisodeSpec(tasks[ti], ti, r, group=ti, mode=modes[ti * N + r])
                     for ti in self.dist.shard(len(tasks)) for r in range(N)]
         hook = self.hooks.step_hook() if self.hooks is not None else None
-        with self.progress.task(f"iteration {it + 1}/{c.trainer.iterations}: rollout", total=None) as tick:
-            trajs = self.setup.engine.run(episodes, self.setup.settings(c.rollout.temperature), it, hook, tick)
+        label = f"iter {it + 1}/{c.trainer.iterations}"
+        with self.progress.phase(f"{label} rollout", total=len(episodes) * c.env.max_turns, bound=True) as ph:
+            trajs = self.setup.engine.run(episodes, self.setup.settings(c.rollout.temperature), it, hook, ph.advance)
+            ph.note(trajectories_note(trajs))
         timings = {f"time/{k}": v for k, v in self.setup.engine.timings.items()}
         metrics: dict[str, float] = {}
         if self.hooks is not None:
             t0 = time.perf_counter()
-            metrics.update(self.hooks.after_rollout(trajs, it))
+            with self.progress.phase(f"{label} tips") as ph:
+                metrics.update(self.hooks.after_rollout(trajs, it))
+                ph.note(tips_note(metrics))
             timings["time/tips"] = time.perf_counter() - t0
         step_adv, adv_stats = compute_step_advantages(trajs, c)
         seq_off = 0
@@ -302,8 +313,9 @@ class Trainer:
             seq_off += t.num_steps
         t0 = time.perf_counter()
         if c.trainer.update:  # Learner.update skips the step when every advantage is 0
-            with self.progress.task(f"iteration {it + 1}/{c.trainer.iterations}: update", total=None):
-                train = self.learner.update(samples, iteration=it)
+            with self.progress.phase(f"{label} update", unit="micro-batches") as ph:
+                train = self.learner.update(samples, iteration=it, on_step=ph.step)
+                ph.note(update_note(train))
         else:  # memory-only baseline: weights stay frozen
             train = {"train/skipped": 1.0}
         timings["time/update"] = time.perf_counter() - t0
@@ -377,6 +389,11 @@ class Trainer:
                 if c.trainer.iterations == 0 and out["before"] is not None:  # base-model baseline: "after" = "before"
                     out["after"] = out["before"]
                     write_eval(out["after"], self.run_dir / "eval_after.json")
+            elif c.eval.before_after and (self.run_dir / "eval_before.json").is_file():
+                try:  # resumed: the final table keeps its "before" row
+                    out["before"] = read_eval(self.run_dir / "eval_before.json")
+                except ValueError as e:
+                    log.warning("%s; the final table will have no 'before' row", e)
             for it in range(self.start_iteration, c.trainer.iterations):
                 m = self.iteration(it)
                 if c.eval.every and (it + 1) % c.eval.every == 0 and it + 1 < c.trainer.iterations:
@@ -385,7 +402,8 @@ class Trainer:
                 out["metrics"].append(m)
                 self.progress.report_iteration(it + 1, c.trainer.iterations, m)
                 if (it + 1) % c.trainer.checkpoint_every == 0 or it + 1 == c.trainer.iterations:
-                    self.checkpoint(it + 1, m)
+                    with self.progress.phase(f"iter {it + 1}/{c.trainer.iterations} checkpoint") as ph:
+                        ph.note(checkpoint_note(self.checkpoint(it + 1, m)))
             if c.eval.before_after and c.trainer.iterations > 0:
                 out["after"] = self.run_eval("after", c.trainer.iterations)
         finally:

@@ -1,68 +1,296 @@
-"""Live progress display (rich): a spinner/counter per phase and one summary line per iteration."""
+"""What a run shows while it works: one progress display per phase, one closing line per phase.
+
+A phase is a stretch of work with a name: model load, an evaluation, an iteration's rollout,
+tips, update or checkpoint. In a terminal the phase is a live rich bar with its count, total,
+elapsed time and ETA, replaced when it ends by one closing line. When stdout is not a terminal
+(``make run > log``) nothing live is drawn: each phase prints exactly its closing line, e.g.
+
+    iter 1/3 rollout: 287 actions (at most 320) in 2 min 31 s · 32 episodes, score 12.5, success 0.00
+
+A phase handle's ``advance(n)`` is the rollout engine's ``on_turn`` callback; its ``step(done, total)``
+has the signature of a learner's ``on_step`` callback, so a phase whose total only the code doing
+the work knows (micro-batches, optimiser steps) takes it from there. A rollout's total is an upper
+bound (episodes × ``env.max_turns`` actions; episodes that end early make the ETA pessimistic).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import time
-from typing import Any, Callable, Iterator
+from pathlib import Path
+from typing import Any, Iterator
+
+
+def fmt_duration(seconds: float) -> str:
+    """``seconds`` as ``0.4 s``, ``28 s``, ``5 min 40 s`` or ``1 h 02 min``."""
+    if seconds < 10:
+        return f"{seconds:.1f} s"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+def fmt_bytes(n: float) -> str:
+    """``n`` bytes as ``512 B``, ``5.1 MB`` or ``1.6 GB`` (powers of 1000)."""
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def folder_bytes(path: Path) -> int:
+    """Bytes of the regular files under ``path`` (symlinks neither followed nor counted; 0 if absent)."""
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for f in files:
+            p = os.path.join(root, f)
+            if not os.path.islink(p):
+                total += os.lstat(p).st_size
+    return total
+
+
+def make_console(quiet: bool = False) -> Any:
+    """A rich console on stdout. Off a terminal it is 160 columns wide (unless ``COLUMNS`` is set),
+    so lines and tables written to a log file are not wrapped at rich's default of 80. ``quiet``
+    silences it (the non-zero ranks under torchrun)."""
+    from rich.console import Console
+
+    console = Console(quiet=quiet)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=160, quiet=quiet)
+    return console
+
+
+class Phase:
+    """A running phase: counts work done and collects the key numbers of its closing line.
+
+    Attributes:
+        label: what the phase is, e.g. ``"iter 1/3 rollout"``.
+        unit: what is counted, e.g. ``"actions"`` or ``"micro-batches"``.
+        done: units done so far.
+        total: units expected (``None``: unknown).
+        bound: ``total`` is an upper bound (episodes × max_turns actions: episodes may end early).
+    """
+
+    def __init__(self, label: str, total: int | None, unit: str, bound: bool, bar: Any = None):
+        self.label, self.total, self.unit, self.bound = label, total, unit, bound
+        self.done = 0
+        self.started = time.perf_counter()
+        self._note = ""
+        self._bar = bar  # (rich Progress, task id) in a terminal, else None
+
+    def advance(self, n: int = 1) -> None:
+        """Count ``n`` more units (the rollout engine's ``on_turn(n_actions)`` callback)."""
+        self.done += int(n)
+        self._show()
+
+    def step(self, done: int, total: int) -> None:
+        """Set progress to ``done`` of ``total`` (a learner's ``on_step(done, total)`` callback)."""
+        self.done, self.total, self.bound = int(done), int(total), False
+        self._show()
+
+    def note(self, text: str) -> None:
+        """Key numbers for the closing line (e.g. ``"score 12.5, success 0.00"``)."""
+        self._note = text
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the phase started."""
+        return time.perf_counter() - self.started
+
+    def refresh(self) -> None:
+        """Redraw the live bar now (a no-op off a terminal)."""
+        if self._bar is not None:
+            self._bar[0].refresh()
+
+    def closing_line(self) -> str:
+        """``label: <count> in <duration> · <note>`` (count only when something was counted)."""
+        if self.done or self.total:
+            if self.total is None:
+                count = f"{self.done} {self.unit}"
+            elif self.bound:
+                count = f"{self.done} {self.unit} (at most {self.total})"
+            else:
+                count = f"{self.done}/{self.total} {self.unit}"
+            head = f"{self.label}: {count} in {fmt_duration(self.elapsed)}"
+        else:
+            head = f"{self.label}: done in {fmt_duration(self.elapsed)}"
+        return f"{head} · {self._note}" if self._note else head
+
+    def _show(self) -> None:
+        if self._bar is not None:
+            prog, tid = self._bar
+            prog.update(tid, completed=self.done, total=self.total, count=_count_text(self))
 
 
 class Progress:
-    """Shows what the run is doing. ``enabled=False`` (or no TTY and no rich) logs nothing extra.
+    """Shows what the run is doing: a live bar per phase in a terminal, one line per phase always.
 
     Args:
-        enabled: show the live display.
-        console: a ``rich.console.Console`` (default: stderr).
+        enabled: ``False`` prints nothing at all (``run.progress: false``).
+        console: a ``rich.console.Console`` (default: ``make_console()``, stdout).
+        live: draw live bars; default: when ``console`` is a terminal.
     """
 
-    def __init__(self, enabled: bool = True, console: Any = None):
+    def __init__(self, enabled: bool = True, console: Any = None, live: bool | None = None):
         self.enabled = enabled
         self.console = console
         if enabled and console is None:
-            from rich.console import Console
+            self.console = make_console()
+        self.live = bool(enabled and (self.console.is_terminal if live is None else live))
 
-            self.console = Console(stderr=True)
+    def line(self, text: str) -> None:
+        """Print one plain line (no markup, never wrapped)."""
+        if self.enabled:
+            self.console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     @contextlib.contextmanager
-    def task(self, description: str, total: int | None = None) -> Iterator[Callable[[int], None]]:
-        """Context manager yielding ``tick(n)``: call it after each batched turn (n = actions)."""
-        if not self.enabled:
-            yield lambda n=1: None
+    def phase(self, label: str, total: int | None = None, unit: str = "actions",
+              bound: bool = False) -> Iterator[Phase]:
+        """Context manager for one phase; yields its ``Phase`` and prints its closing line on success.
+
+        Args:
+            label: the phase's name as printed, e.g. ``"eval before"``.
+            total: units expected, if known (a learner may supply it later through ``Phase.step``).
+            unit: what is counted.
+            bound: ``total`` is an upper bound, not an exact count.
+        """
+        if not self.live:
+            ph = Phase(label, total, unit, bound)
+            yield ph
+            self.line(ph.closing_line())
             return
-        from rich.progress import BarColumn, MofNCompleteColumn, SpinnerColumn, TextColumn, TimeElapsedColumn
+        from rich.progress import (BarColumn, SpinnerColumn, TaskProgressColumn, TextColumn, TimeElapsedColumn,
+                                   TimeRemainingColumn)
         from rich.progress import Progress as RichProgress
 
-        cols = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn() if total else TextColumn(""),
-                MofNCompleteColumn() if total else TextColumn("{task.completed} actions"), TimeElapsedColumn()]
+        cols = [SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TaskProgressColumn(),
+                TextColumn("{task.fields[count]}"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn()]
         with RichProgress(*cols, console=self.console, transient=True) as prog:
-            tid = prog.add_task(description, total=total)
-            yield lambda n=1: prog.advance(tid, n)
+            tid = prog.add_task(label, total=total, count="")
+            ph = Phase(label, total, unit, bound, bar=(prog, tid))
+            ph._show()
+            yield ph
+        self.line(ph.closing_line())
 
     def report_iteration(self, it: int, total: int, m: dict[str, float]) -> None:
-        """One line per iteration with the headline metrics."""
+        """One line per iteration with the headline metrics, the learner's step/KL/stall counters when
+        present, and where the time went."""
         if not self.enabled:
             return
+        self.line(iteration_line(it, total, m))
 
-        def g(k: str, fmt: str = "{:.2f}") -> str:
-            v = m.get(k)
-            return fmt.format(v) if isinstance(v, (int, float)) else "-"
 
-        self.console.print(
-            f"[bold]iter {it}/{total}[/] score {g('rollout/score_mean', '{:.1f}')} "
-            f"success {g('rollout/success_rate')} steps {g('rollout/steps_mean', '{:.1f}')} "
-            f"valid {g('rollout/valid_frac')} | loss {g('train/loss', '{:.4f}')} clip {g('train/clip_frac', '{:.3f}')} "
-            f"ratio_max {g('train/ratio_max')} | {g('time/iteration', '{:.0f}')}s "
-            f"(gen {g('time/generation', '{:.0f}')}s, env {g('time/env', '{:.0f}')}s, tips {g('time/tips', '{:.0f}')}s, "
-            f"update {g('time/update', '{:.0f}')}s)")
-        _ = time
+def _count_text(ph: Phase) -> str:
+    """The live bar's count: ``12 of at most 320 actions``, ``3/16 micro-batches``, or nothing before
+    anything was counted towards an unknown total (no "0 actions" through a long update)."""
+    if ph.total is None:
+        return f"{ph.done} {ph.unit}" if ph.done else ""
+    return f"{ph.done} of at most {ph.total} {ph.unit}" if ph.bound else f"{ph.done}/{ph.total} {ph.unit}"
+
+
+def _num(m: dict[str, Any], key: str, fmt: str) -> str | None:
+    """``m[key]`` formatted with ``fmt``, or None when it is absent or not a number."""
+    v = m.get(key)
+    return fmt.format(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def iteration_line(it: int, total: int, m: dict[str, float]) -> str:
+    """``iter K/N score … | loss … opt_steps … kl … iters_without_step … | 12 s (gen …)`` of a metrics row.
+
+    Parts whose metric is absent are left out; ``iters_without_step`` > 0 is how a stalled learner shows.
+    """
+    def part(label: str, key: str, fmt: str) -> str | None:
+        v = _num(m, key, fmt)
+        return f"{label} {v}" if v is not None else None
+
+    groups = [
+        [part("score", "rollout/score_mean", "{:.1f}"), part("success", "rollout/success_rate", "{:.2f}"),
+         part("steps", "rollout/steps_mean", "{:.1f}"), part("valid", "rollout/valid_frac", "{:.2f}")],
+        [part("loss", "train/loss", "{:.4f}"), part("clip", "train/clip_frac", "{:.3f}"),
+         part("ratio_max", "train/ratio_max", "{:.2f}"), part("opt_steps", "train/optimizer_steps", "{:.0f}"),
+         part("kl", "train/policy_kl", "{:.2e}"),
+         part("iters_without_step", "train/iterations_without_step", "{:.0f}")],
+    ]
+    if m.get("train/skipped"):
+        groups[1].append("update skipped")
+    timing = [f"{name} {fmt_duration(m[key])}" for name, key in
+              (("gen", "time/generation"), ("env", "time/env"), ("tips", "time/tips"), ("update", "time/update"))
+              if isinstance(m.get(key), (int, float))]
+    texts = [" ".join(p for p in g if p) for g in groups]
+    if isinstance(m.get("time/iteration"), (int, float)):
+        texts.append(fmt_duration(m["time/iteration"]) + (f" ({', '.join(timing)})" if timing else ""))
+    return f"iter {it}/{total} " + " | ".join(t for t in texts if t)
+
+
+# ----------------------------------------------------------------------------- closing-line notes
+
+def trajectories_note(trajs: list[Any]) -> str:
+    """``32 episodes, score 12.5, success 0.00`` (+ ``, 1 crashed``) for rollout trajectories
+    (score clipped at 0 as in ``rollout/score_mean``; crashed episodes left out of the means)."""
+    ok = [t for t in trajs if not t.crashed]
+    text = f"{len(trajs)} episodes"
+    if ok:
+        text += (f", score {sum(max(t.final_score, 0.0) for t in ok) / len(ok):.1f}, "
+                 f"success {sum(bool(t.success) for t in ok) / len(ok):.2f}")
+    if len(ok) < len(trajs):
+        text += f", {len(trajs) - len(ok)} crashed"
+    return text
+
+
+def eval_note(res: Any) -> str:
+    """``score 6.2 [0.0, 85.7], success 0.00 [0.00, 0.66] on 2 'test' episodes`` for an ``EvalResult``."""
+    o = res.overall
+    return (f"score {o.score:.1f} [{o.score_ci[0]:.1f}, {o.score_ci[1]:.1f}], success {o.success_rate:.2f} "
+            f"[{o.success_ci[0]:.2f}, {o.success_ci[1]:.2f}] on {o.episodes} '{res.split}' episodes")
+
+
+def update_note(train: dict[str, float]) -> str:
+    """The update's key numbers from the learner's metrics: optimiser steps, policy KL, loss, stall."""
+    if train.get("train/skipped"):
+        why = " (all advantages 0)" if train.get("train/skipped_zero_advantage") else ""
+        parts = [f"skipped{why}"]
+    else:
+        parts = [f"{label} {v}" for label, key, fmt in
+                 (("optimiser steps", "train/optimizer_steps", "{:.0f}"), ("kl", "train/policy_kl", "{:.2e}"),
+                  ("loss", "train/loss", "{:.4f}")) if (v := _num(train, key, fmt)) is not None]
+    stall = _num(train, "train/iterations_without_step", "{:.0f}")
+    if stall is not None and stall != "0":
+        parts.append(f"{stall} iterations without an optimiser step")
+    return ", ".join(parts)
+
+
+def checkpoint_note(path: Path) -> str:
+    """``iter-00003, 1.6 GB; checkpoints/ now 3.2 GB`` — the disk a run's checkpoints take."""
+    here, root = fmt_bytes(folder_bytes(path)), fmt_bytes(folder_bytes(path.parent))
+    return f"{path.name}, {here}; {path.parent.name}/ now {root}"
+
+
+def model_note(policy: Any, source: Any) -> str:
+    """``smollm2-135m-instruct, 134.5 M parameters on cpu`` (+ ``, LoRA``) for a policy loaded from ``source``."""
+    model = policy.model
+    n = sum(p.numel() for p in model.parameters())
+    dev = next(model.parameters()).device
+    lora = ", LoRA" if getattr(policy, "lora", False) else ""
+    return f"{source}, {n / 1e6:.1f} M parameters on {dev}{lora}"
+
+
+def tips_note(metrics: dict[str, float]) -> str:
+    """``tips written 32, memory size 180`` from the EMPO² runtime's ``memory/`` metrics (absent ones left out)."""
+    return ", ".join(f"{label} {v}" for label, key in (("tips written", "memory/tips_written"),
+                                                       ("memory size", "memory/size"))
+                     if (v := _num(metrics, key, "{:.0f}")) is not None)
 
 
 def table_before_after(before: Any, after: Any, console: Any = None) -> None:
-    """Print the before/after evaluation table (``EvalResult`` s)."""
-    from rich.console import Console
+    """Print the before/after evaluation table (``EvalResult`` s; a ``None`` row is left out)."""
     from rich.table import Table
 
-    console = console or Console()
+    console = console or make_console()
     t = Table(title=f"Evaluation on held-out '{after.split}' variations (temperature {after.temperature}, no memory)")
     t.add_column("")
     t.add_column("episodes", justify="right")
@@ -78,3 +306,7 @@ def table_before_after(before: Any, after: Any, console: Any = None) -> None:
                   f"{o.success_rate:.2f} [{o.success_ci[0]:.2f}, {o.success_ci[1]:.2f}]", f"{o.steps:.1f}",
                   f"{o.failure_rate:.2f}")
     console.print(t)
+
+
+__all__ = ["Phase", "Progress", "make_console", "iteration_line", "table_before_after", "fmt_duration", "fmt_bytes",
+           "trajectories_note", "eval_note", "update_note", "checkpoint_note", "model_note", "tips_note"]

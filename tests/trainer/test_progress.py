@@ -1,0 +1,185 @@
+"""What a run prints: one line per phase off a terminal, live bars with totals and ETA in one,
+the before row of the final table after --resume (CLI end to end on the tiny env)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from empo2.cli import main
+from empo2.trainer.evaluate import EvalResult, EvalSummary, read_eval, write_eval
+from empo2.trainer.progress import Progress, fmt_duration, iteration_line, update_note
+from tests.runcfg import write_config
+
+BASE = {
+    "model": {"name_or_path": "tiny-random"},
+    "env": {"name": "tiny", "tasks": ["fetch-key"], "max_turns": 4, "num_workers": 4},
+    "action": {"mode": "constrained", "max_new_tokens": 6},
+    "rollout": {"tasks_per_iteration": 2, "group_size": 2},
+    "eval": {"episodes": 2, "before_after": True},
+    "trainer": {"iterations": 2, "lr": 1.0e-3, "tensorboard": False},
+}
+
+
+def _piped() -> tuple[Progress, io.StringIO]:
+    buf = io.StringIO()
+    return Progress(console=Console(file=buf, width=60)), buf  # a file: not a terminal, narrow
+
+
+# ----------------------------------------------------------------------------- the Progress API
+
+def test_off_a_terminal_each_phase_prints_exactly_its_closing_line():
+    p, buf = _piped()
+    assert not p.live
+    with p.phase("iter 1/3 rollout", total=320, bound=True) as ph:
+        for _ in range(3):
+            ph.advance(32)
+        ph.note("32 episodes, score 12.5, success 0.00")
+    with p.phase("iter 1/3 update", unit="micro-batches") as ph:
+        for k in range(1, 17):
+            ph.step(k, 16)  # the learner's on_step(done, total)
+    with p.phase("iter 1/3 checkpoint") as ph:
+        ph.note("iter-00001, 1.6 GB")
+    lines = buf.getvalue().splitlines()
+    assert len(lines) == 3, lines  # no blank lines, no wrapping at 60 columns
+    assert re.fullmatch(r"iter 1/3 rollout: 96 actions \(at most 320\) in \d\.\d s · 32 episodes, score 12\.5, "
+                        r"success 0\.00", lines[0])
+    assert re.fullmatch(r"iter 1/3 update: 16/16 micro-batches in \d\.\d s", lines[1])
+    assert re.fullmatch(r"iter 1/3 checkpoint: done in \d\.\d s · iter-00001, 1\.6 GB", lines[2])
+
+
+def test_a_failing_phase_prints_nothing_and_a_disabled_progress_prints_nothing():
+    p, buf = _piped()
+    with pytest.raises(RuntimeError), p.phase("eval before"):
+        raise RuntimeError("boom")
+    quiet = Progress(enabled=False)
+    with quiet.phase("eval before", total=8) as ph:
+        ph.advance(8)
+    quiet.report_iteration(1, 2, {"rollout/score_mean": 1.0})
+    assert buf.getvalue() == ""
+
+
+def test_in_a_terminal_the_bar_shows_count_total_and_eta_then_the_closing_line():
+    buf = io.StringIO()
+    p = Progress(console=Console(file=buf, force_terminal=True, width=160))
+    assert p.live
+    with p.phase("iter 1/3 update", unit="micro-batches") as ph:
+        ph.refresh()
+        assert "0 micro-batches" not in buf.getvalue()  # nothing counted yet: no "0 actions"-style count
+        for k in range(1, 4):
+            ph.step(k, 16)
+            ph.refresh()
+    with p.phase("iter 1/3 rollout", total=320, bound=True) as ph:
+        ph.advance(32)
+        ph.refresh()
+    out = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buf.getvalue())  # drop colours and cursor moves
+    assert "3/16 micro-batches" in out and "ETA" in out and "19%" in out
+    assert "32 of at most 320 actions" in out
+    assert re.search(r"iter 1/3 update: 3/16 micro-batches in \d\.\d s\n", out)
+
+
+def test_iteration_line_shows_the_learner_stall_counters_when_present():
+    m = {"rollout/score_mean": 50.0, "rollout/success_rate": 0.0, "train/loss": 0.0, "train/optimizer_steps": 0.0,
+         "train/policy_kl": 0.0, "train/iterations_without_step": 3.0, "time/iteration": 400.0,
+         "time/generation": 50.0, "time/update": 340.0}
+    line = iteration_line(2, 3, m)
+    assert line.startswith("iter 2/3 score 50.0 success 0.00 | loss 0.0000")
+    assert "opt_steps 0 kl 0.00e+00 iters_without_step 3" in line
+    assert "| 6 min 40 s (gen 50 s, update 5 min 40 s)" in line
+    bare = iteration_line(1, 3, {"rollout/score_mean": 5.0})
+    assert bare == "iter 1/3 score 5.0" and "tips" not in bare
+    assert update_note({"train/skipped": 1.0, "train/skipped_zero_advantage": 1.0,
+                        "train/iterations_without_step": 2.0}) == \
+        "skipped (all advantages 0), 2 iterations without an optimiser step"
+    assert update_note({"train/optimizer_steps": 4.0, "train/policy_kl": 0.0012}) == \
+        "optimiser steps 4, kl 1.20e-03"
+
+
+@pytest.mark.parametrize("seconds,text", [(0.42, "0.4 s"), (28.4, "28 s"), (340, "5 min 40 s"),
+                                          (3725, "1 h 02 min")])
+def test_fmt_duration(seconds, text):
+    assert fmt_duration(seconds) == text
+
+
+def test_eval_result_round_trips_through_its_file(tmp_path):
+    s = EvalSummary(6, 3.6, (0.0, 11.3), 0.0, (0.0, 0.39), 9.5, (8.1, 10.9), 0.5, 1)
+    res = EvalResult("test", 0.4, s, {"lifespan-longest-lived": s}, [{"task": "x", "score": 3.6}])
+    write_eval(res, tmp_path / "eval_before.json")
+    assert read_eval(tmp_path / "eval_before.json") == res
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(ValueError, match="bad.json is not an evaluation file"):
+        read_eval(tmp_path / "bad.json")
+
+
+# ----------------------------------------------------------------------------- the CLI, piped
+
+PHASE = re.compile(r"^(model|eval before|eval after|iter \d/\d (rollout|update|checkpoint)):")
+
+
+def _phase_lines(out: str) -> list[str]:
+    return [m.group(1) for line in out.splitlines() if (m := PHASE.match(line))]
+
+
+def _train(tmp_path: Path, capsys, name: str, *extra: str, iterations: int = 2) -> str:
+    cfg = write_config(tmp_path, BASE, name, trainer={"iterations": iterations})
+    capsys.readouterr()
+    assert main(["train", "--config", str(cfg), "run.progress=true", *extra]) == 0
+    return capsys.readouterr().out
+
+
+def test_piped_train_prints_one_line_per_phase_in_order(tmp_path, capsys):
+    out = _train(tmp_path, capsys, "piped")
+    assert _phase_lines(out) == [
+        "model", "eval before",
+        "iter 1/2 rollout", "iter 1/2 update", "iter 1/2 checkpoint",
+        "iter 2/2 rollout", "iter 2/2 update", "iter 2/2 checkpoint",
+        "eval after"]
+    lines = out.splitlines()
+    assert all(line.strip() for line in lines), "blank lines in the piped output"
+    before = next(line for line in lines if line.startswith("eval before:"))
+    assert re.search(r"score \d+\.\d \[\d+\.\d, \d+\.\d\], success .* on 2 'test' episodes", before)
+    assert lines.index(before) < next(i for i, line in enumerate(lines) if line.startswith("iter 1/2 rollout"))
+    assert re.search(r"^iter 1/2 rollout: \d+ actions \(at most 16\) in .* · 4 episodes, score", out, re.M)
+    assert [line for line in lines if re.match(r"iter \d/2 score", line)] != []  # the iteration summaries
+    assert re.search(r"^iter 2/2 checkpoint: done in .* · iter-00002, [\d.]+ MB; checkpoints/ now", out, re.M)
+
+
+def test_after_resume_the_final_table_keeps_its_before_row(tmp_path, capsys):
+    _train(tmp_path, capsys, "res", iterations=1)
+    cfg = write_config(tmp_path, BASE, "res", trainer={"iterations": 1})
+    assert main(["train", "--config", str(cfg), "--resume", "run.progress=true", "trainer.iterations=2"]) == 0
+    out = capsys.readouterr().out
+    assert _phase_lines(out) == ["model", "iter 2/2 rollout", "iter 2/2 update", "iter 2/2 checkpoint", "eval after"]
+    before = json.loads((tmp_path / "runs" / "res" / "eval_before.json").read_text())["overall"]
+    row = next(line for line in out.splitlines() if "before training" in line)
+    assert f"{before['score']:.1f} [{before['score_ci'][0]:.1f}, {before['score_ci'][1]:.1f}]" in row
+    assert "after training" in out
+
+
+def test_eval_command_prints_its_phases(tmp_path, capsys):
+    _train(tmp_path, capsys, "ev", "eval.before_after=false", iterations=1)
+    ckpt = tmp_path / "runs" / "ev" / "checkpoints" / "last"
+    assert main(["eval", "--checkpoint", str(ckpt), "--episodes", "2", "--out", str(tmp_path / "e.json"),
+                 "run.progress=true"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^model: done in .* · .*checkpoints/(last|iter-00001), [\d.]+ M parameters on cpu$", out, re.M)
+    assert re.search(r"^eval test: \d+ actions \(at most 8\) in .* · score .* on 2 'test' episodes$", out, re.M)
+
+
+def test_empo2_run_prints_its_tips_phase_and_adapt_one_line_per_trial(tmp_path, capsys):
+    out = _train(tmp_path, capsys, "tips", "empo2.p=1.0", "empo2.memory.embedder=hashing",
+                 "empo2.tips.max_new_tokens=8", "eval.before_after=false", iterations=1)
+    assert re.search(r"^iter 1/1 tips: done in .* · tips written \d+, memory size \d+$", out, re.M)
+    assert re.findall(r"^iter 1/1 (\w+):", out, re.M) == ["rollout", "tips", "update", "checkpoint"]
+    ckpt = tmp_path / "runs" / "tips" / "checkpoints" / "last"
+    assert main(["adapt", "--checkpoint", str(ckpt), "--tasks", "fetch-key", "--trials", "2", "--episodes", "2",
+                 "--out", str(tmp_path / "adapt"), "run.progress=true", "empo2.memory.embedder=hashing"]) == 0
+    trials = [line for line in capsys.readouterr().out.splitlines() if line.startswith("trial ")]
+    assert len(trials) == 2  # one line per trial (the phase line), not two
+    assert re.fullmatch(r"trial 2/2: \d+ actions \(at most 8\) in .* · score \d+\.\d, success \d\.\d\d, steps \d\.\d",
+                        trials[1])
