@@ -32,7 +32,15 @@ class EnvPool:
         self.size = size
         self.envs: list[TextEnv | None] = [None] * size
         self.executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="env")
-        self.restarts = 0
+        self._restarts = 0  # restarts and replacements counted here
+        self._retired = 0  # restarts counted by instances that were since replaced or closed
+
+    @property
+    def restarts(self) -> int:
+        """Environment restarts since the pool was made: the pool's own (``restart``) plus those an
+        instance did by itself (an env exposing a ``restarts`` counter, e.g. ScienceWorld restarting a
+        dead JVM at ``reset``)."""
+        return self._restarts + self._retired + sum(getattr(e, "restarts", 0) for e in self.envs if e is not None)
 
     def get(self, i: int) -> TextEnv:
         """Instance ``i``, created on first use."""
@@ -42,22 +50,29 @@ class EnvPool:
             self.envs[i] = env
         return env
 
+    def _retire(self, i: int) -> None:
+        env = self.envs[i]
+        if env is not None:
+            self._retired += getattr(env, "restarts", 0)
+            try:
+                env.close()
+            except Exception as e:
+                log.debug("closing env %d: %s", i, e)
+            self.envs[i] = None
+
     def restart(self, i: int) -> None:
         """Replace instance ``i`` after a crash (``restart()`` if the env has one, else close + make)."""
-        self.restarts += 1
         env = self.envs[i]
         if env is not None and hasattr(env, "restart"):
             try:
                 env.restart()  # type: ignore[attr-defined]
+                if not hasattr(env, "restarts"):
+                    self._restarts += 1
                 return
             except Exception as e:  # fall back to a fresh instance
                 log.warning("restart of env %d failed (%s); creating a new instance", i, e)
-        if env is not None:
-            try:
-                env.close()
-            except Exception:
-                pass
-        self.envs[i] = None
+        self._restarts += 1
+        self._retire(i)
 
     def map(self, fn: Callable[..., T], *iterables: Any) -> list[T]:
         """``list(executor.map(fn, ...))``: run ``fn`` concurrently, results in order."""
@@ -65,13 +80,8 @@ class EnvPool:
 
     def close(self) -> None:
         """Close every instance and the thread pool. Never raises."""
-        for i, env in enumerate(self.envs):
-            if env is not None:
-                try:
-                    env.close()
-                except Exception as e:
-                    log.debug("closing env %d: %s", i, e)
-                self.envs[i] = None
+        for i in range(self.size):
+            self._retire(i)
         self.executor.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> "EnvPool":
