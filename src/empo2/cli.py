@@ -28,8 +28,8 @@ def _setup_logging(verbose: bool) -> None:
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(message)s",
                         handlers=[RichHandler(show_path=False, rich_tracebacks=False)])
-    for noisy in ("transformers", "httpx", "urllib3", "sentence_transformers", "py4j", "filelock", "bm25s",
-                  "scienceworld"):
+    for noisy in ("transformers", "httpx", "urllib3", "sentence_transformers", "filelock", "bm25s",
+                  "scienceworld"):  # py4j: envs/scienceworld/jvm.py keeps it quiet
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         import transformers
