@@ -92,24 +92,27 @@ def memory_digest(run: Path) -> tuple[int, str] | None:
         return s.digest()
 
 
-def cli(args: list[str], env: dict[str, str] | None = None, timeout: float = 600,
-        **popen: Any) -> subprocess.Popen:
-    """Start ``python -m empo2.cli ARGS`` from the repository (stdout+stderr to a pipe)."""
+def child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a child process: the repository on the path, no OpenMP auto-policy."""
     e = dict(os.environ)
     e["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO), e.get("PYTHONPATH", "")])
     e.setdefault("EMPO2_OMP_AUTO", "0")
-    e.update(env or {})
-    return subprocess.Popen([sys.executable, "-m", "empo2.cli", *args], env=e, cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, **popen)
+    e.update(extra or {})
+    return e
+
+
+CLI_CODE = "import sys; from empo2.cli import main; sys.exit(main(sys.argv[1:]))"
+"""``python -c CLI_CODE ARGS`` runs ``empo2 ARGS``."""
+
+
+def python_argv(code: str, args: list[str]) -> list[str]:
+    """``[python, -c, code, *args]``."""
+    return [sys.executable, "-c", code, *args]
 
 
 def child_script(code: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-    """Start ``python -c CODE ARGS`` with the repository on the path (for instrumented children)."""
-    e = dict(os.environ)
-    e["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), str(REPO), e.get("PYTHONPATH", "")])
-    e.setdefault("EMPO2_OMP_AUTO", "0")
-    e.update(env or {})
-    return subprocess.Popen([sys.executable, "-c", code, *args], env=e, cwd=REPO, stdout=subprocess.PIPE,
+    """Start ``python -c CODE ARGS`` with the repository on the path (stdout+stderr to one pipe)."""
+    return subprocess.Popen(python_argv(code, args), env=child_env(env), cwd=REPO, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
 

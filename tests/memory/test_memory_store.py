@@ -327,8 +327,11 @@ def test_rollback_restores_evicted_entries_exactly(tmp_path):
         assert s.truncate(after_iteration=1) == 3
         assert (texts(s), s.digest()) == after_1
         assert texts(s) == ["i0-1", "i1-0", "i1-1"]
+        s.add([entry(f"i2-{j}", key=unit_at(j, 4), iteration=2) for j in range(2)])  # as the first time
+        assert [e.seq for e in s.entries()] == [4, 5, 6]  # i1-1 and the two new ones, seqs 5 and 6 again
+        after_2 = (texts(s), s.digest())
     with MemoryStore(path) as s:  # persisted
-        assert (texts(s), s.digest()) == after_1
+        assert (texts(s), s.digest()) == after_2
 
 
 def test_forget_evicted_makes_older_rollbacks_lossy(tmp_path):

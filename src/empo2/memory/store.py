@@ -635,6 +635,10 @@ class MemoryStore:
             back = c.execute(f"INSERT INTO entries ({_COLUMNS}) SELECT {_COLUMNS} FROM evicted "
                              "WHERE evicted_iteration > ? AND iteration <= ?", (after_iteration, after_iteration)).rowcount
             c.execute("DELETE FROM evicted WHERE evicted_iteration > ?", (after_iteration,))
+            # the next entry gets the seq it got after that iteration the first time (the newest entry
+            # written up to an iteration is always still stored then: evictions take the oldest)
+            c.execute("UPDATE sqlite_sequence SET seq = (SELECT COALESCE(MAX(seq), 0) FROM entries) "
+                      "WHERE name = 'entries'")
             return n, back
 
         with self._lock:
