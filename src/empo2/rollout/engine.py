@@ -34,7 +34,7 @@ from empo2.agent.parse import correct_action, parse_action
 from empo2.agent.prompts import EpisodeChat, first_user_text, later_user_text, tip_block
 from empo2.envs.base import EnvError, EnvFamily, Observation, StepResult, TaskSpec
 from empo2.policy.chat import ChatFormat
-from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
+from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported, kv_bytes_per_token
 from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
 from empo2.policy.trie import TokenTrie
 from empo2.records import Mode, StepRecord, Trajectory
@@ -131,8 +131,9 @@ class RolloutSettings:
     kv_cache_max_bytes: int = 2 * 1024 ** 3
     """Cap on the bytes of all kept episode caches (0 = no cap). Episodes past the cap (in live
     order) are re-prefilled each turn instead. SmolLM2-135M fp32 uses 46 KiB per cached token
-    (30 layers × 2 × 3 KV heads × 64 × 4 B), so 2 GiB ≈ 45k tokens. The batch cache of one
-    generation call (≈ the sum of that call's caches plus the decoded tokens) comes on top, briefly."""
+    (30 layers × 2 × 3 KV heads × 64 × 4 B), so 2 GiB ≈ 45k tokens. Before each generation call the
+    caches kept for finished episodes are trimmed so that they, the live caches and the call's growth
+    fit the cap; the batch cache of one call holds the live caches (moved, not copied) plus padding."""
 
 
 class RolloutEngine:
@@ -160,6 +161,7 @@ class RolloutEngine:
         # kept caches of finished episodes, keyed by id(trajectory), until ``take_episode_kv``
         self._kv_kept: dict[int, tuple[weakref.ref, EpisodeKV]] = {}
         self._keep_kv: Callable[[EpisodeState], bool] | None = None
+        self._bpt: int | None = None  # KV bytes per token of the model (0: unknown)
 
     # ------------------------------------------------------------------ public
     def run(self, episodes: list[EpisodeSpec], settings: RolloutSettings, iteration: int = 0,
@@ -401,6 +403,7 @@ class RolloutEngine:
                 else:
                     ekv.clear()
         ekvs = [self._episode_kv(st) for st in live]
+        self._make_room(ekvs, prompts, s)
         gens_ = self._row_generators(live, s, iteration)
         out: list[Generation] = []
         try:
@@ -430,6 +433,28 @@ class RolloutEngine:
         ekv = EpisodeKV()
         self._kv[key] = (weakref.ref(st, _gone), ekv)
         return ekv
+
+    def _make_room(self, ekvs: list[EpisodeKV], prompts: list[list[int]], s: RolloutSettings) -> None:
+        """Before a generation call, drop kept caches of finished episodes (lowest priority last-kept
+        first) until they, the live caches and what this call adds to the live ones (new prompt ids and
+        ``max_new_tokens`` per row) fit ``kv_cache_max_bytes``: the cap then holds during the call, not
+        only after it (without this, a new wave's caches grew on top of a full budget of kept ones)."""
+        if s.kv_cache_max_bytes <= 0 or not (self._kv_kept or self._kv_done):
+            return
+        if self._bpt is None:
+            self._bpt = kv_bytes_per_token(self.model) or 0
+        if not self._bpt:
+            return
+        live = sum(e.nbytes + (len(p) - min(e.length, len(p) - 1) + s.max_new_tokens) * self._bpt
+                   for e, p in zip(ekvs, prompts))
+        kept = [(table, k) for table in (self._kv_kept, self._kv_done) for k in table]
+        total = live + sum(table[k][1].nbytes for table, k in kept)
+        for table, k in reversed(kept):
+            if total <= s.kv_cache_max_bytes:
+                break
+            total -= table[k][1].nbytes
+            table[k][1].clear()
+            del table[k]
 
     def _cap_kv(self, ekvs: list[EpisodeKV], max_bytes: int) -> None:
         """Keep live caches in live order while their total fits ``max_bytes``; clear the rest.

@@ -30,12 +30,16 @@ from empo2.memory.embedder import load_embedder
 from empo2.memory.novelty import NoveltyCounter, intrinsic_from_retrieved
 from empo2.memory.store import MemoryStore, build_entries, open_run_memory
 from empo2.memory.text import TIP_INSTRUCTION, clean_tip, key_text
-from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
-from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
+from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported, kv_bytes_per_token
+from empo2.policy.sampling import Generation, chunk_rows, row_generator, sample, sample_with_cache
 from empo2.records import Mode, Trajectory
 from empo2.rollout.engine import EpisodeState
 
 log = logging.getLogger(__name__)
+
+TIP_BATCH_MAX_BYTES = 1024 ** 3
+"""Budget of the batch KV cache of one tip-sampling call (1 GiB ≈ 7 SmolLM2-135M fp32 rows of 3 000
+tokens); the tip prompts are sampled in chunks of rows that fit it (``sampling.chunk_rows``)."""
 
 
 class Empo2Runtime:
@@ -148,9 +152,10 @@ class Empo2Runtime:
         engine (``RolloutEngine.take_episode_kv``; its ids are a prefix of the tip prompt, so only
         the closing markup and the tip instruction are prefilled) or, without one, from an empty
         ``EpisodeKV`` (the prompt is prefilled unpadded; rows share their common prefix); only
-        the decode is batched. The ids equal those of ``sample`` on the same prompts and
-        generators (log-probs up to float rounding). Models without a sliceable cache use
-        ``sample``. The caches are released afterwards.
+        the decode is batched, in chunks of rows whose batch cache fits ``TIP_BATCH_MAX_BYTES``.
+        The ids equal those of ``sample`` on the same prompts and generators (log-probs up to float
+        rounding). Models without a sliceable cache use ``sample``. Each row's cache is released
+        as soon as its tip is sampled.
         """
         fmt = self.setup.fmt
         tcfg = self.cfg.empo2.tips
@@ -162,13 +167,31 @@ class Empo2Runtime:
         kw = dict(max_new_tokens=tcfg.max_new_tokens, temperature=tcfg.temperature, eos_ids=fmt.eos_ids,
                   newline_ids=fmt.newline_ids, stop_at_newline=True, pad_id=int(fmt.tokenizer.pad_token_id or 0))
 
-        def generators() -> list[Any]:
-            return [row_generator(self.cfg.run.seed, iteration, t.task_index, t.rollout, 99991) for t in trajs]
+        def generators(rows: list[int]) -> list[Any]:
+            return [row_generator(self.cfg.run.seed, iteration, trajs[r].task_index, trajs[r].rollout, 99991)
+                    for r in rows]
 
+        # chunks whose batch cache fits TIP_BATCH_MAX_BYTES: one batch of all B×N tip prompts (each
+        # padded to the longest) was the largest allocation of an EMPO² iteration (docs/performance.md)
+        chunks = chunk_rows([len(p) for p in prompts], tcfg.max_new_tokens, kv_bytes_per_token(model) or 0,
+                            TIP_BATCH_MAX_BYTES)
+        out: list[Any] = [None] * len(trajs)
+        cached = True
         try:
-            return sample_with_cache(model, ekvs, prompts, generators=generators(), **kw)
-        except KVCacheUnsupported:
-            return sample(model, prompts, generators=generators(), **kw)
+            for rows in chunks:
+                sub = [prompts[r] for r in rows]
+                gens = None
+                if cached:
+                    try:
+                        gens = sample_with_cache(model, [ekvs[r] for r in rows], sub, generators=generators(rows), **kw)
+                    except KVCacheUnsupported:
+                        cached = False
+                if gens is None:
+                    gens = sample(model, sub, generators=generators(rows), **kw)
+                for r, g in zip(rows, gens):
+                    out[r] = g
+                    ekvs[r].clear()  # free this row's cache before the next chunk
+            return out
         finally:
             for e in ekvs:
                 e.clear()

@@ -37,6 +37,7 @@ from empo2.policy.loading import LoadedPolicy, check_model_source, load_policy, 
 from empo2.records import Trajectory
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
 from empo2.rollout.pool import EnvPool
+from empo2.sysmem import release_free_memory
 from empo2.threads import thread_info
 from empo2.trainer.batch import build_sample
 from empo2.memory.store import MEMORY_FILENAME
@@ -318,6 +319,7 @@ class Trainer:
                                   c.eval.episodes, self.setup.settings(c.eval.temperature), iteration=iteration,
                                   on_turn=tick)
         fail_if_all_crashed(trajs, f"evaluation '{tag}'")
+        release_free_memory()
         write_eval(res, self.run_dir / f"eval_{tag}.json")
         o = res.overall
         self.logger.log({f"eval/{c.env.name}/score": o.score, f"eval/{c.env.name}/success_rate": o.success_rate,
@@ -339,12 +341,14 @@ class Trainer:
             trajs = self.setup.engine.run(episodes, self.setup.settings(c.rollout.temperature), it, hook, tick)
         env_restarts = self.setup.pool.restarts - restarts_before
         fail_if_all_crashed(trajs, f"iteration {it + 1}")
+        release_free_memory()
         timings = {f"time/{k}": v for k, v in self.setup.engine.timings.items()}
         metrics: dict[str, float] = {}
         if self.hooks is not None:
             t0 = time.perf_counter()
             metrics.update(self.hooks.after_rollout(trajs, it))
             timings["time/tips"] = time.perf_counter() - t0
+            release_free_memory()
         step_adv, adv_stats = compute_step_advantages(trajs, c)
         seq_off = 0
         samples = []
@@ -360,6 +364,7 @@ class Trainer:
         else:  # memory-only baseline: weights stay frozen
             train = {"train/skipped": 1.0}
         timings["time/update"] = time.perf_counter() - t0
+        release_free_memory()
         train["train/cut_steps"] = float(sum(s.cut_steps for s in samples))
         metrics.update(rollout_metrics(trajs))
         metrics.update(adv_stats)
