@@ -244,6 +244,11 @@ def trained(tmp_path_factory) -> Path:
     tmp = tmp_path_factory.mktemp("trained")
     cfg = write_cfg(tmp, TINY_EMPO2, "t", trainer={"iterations": 1})
     assert main(["train", "--config", str(cfg)]) == 0
+    other = write_cfg(tmp, TINY_EMPO2, "o", trainer={"iterations": 2})  # another run (seed 2), for its memory
+    data = yaml.safe_load(other.read_text())
+    data["run"]["seed"] = 2
+    other.write_text(yaml.safe_dump(data))
+    assert main(["train", "--config", str(other)]) == 0
     return tmp
 
 
@@ -367,6 +372,8 @@ CKPT_CASES: list[tuple[str, Callable[[Path, Path], list[str]], str]] = [
     ("memory-row-deleted", _ckpt_case(_memory(_sql("DELETE FROM entries WHERE seq = (SELECT MIN(seq) FROM entries)"))), "older"),
     ("memory-row-edited", _ckpt_case(_memory(_sql("UPDATE entries SET tip = 'edited' WHERE seq = (SELECT MIN(seq) FROM entries)"))), "differ"),
     ("memory-foreign", _ckpt_case(_memory(_sql("DROP TABLE entries"))), "not an empo2 memory file"),
+    ("memory-of-another-run", _ckpt_case(_memory(lambda m: shutil.copy(m.parent.parent / "o" / "memory.sqlite", m))),
+     "does not belong to checkpoint"),
 ]
 
 
