@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: setup run test bench clean-venv
+.PHONY: setup run test bench faults clean-venv
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,11 @@ test: setup
 
 bench: setup
 	$(PY) -m benchmarks.run_all
+
+# The fault suite with its slow cases (real JVMs killed, the trainer signalled, a tiny disk filled);
+# prints the figures table and writes it to faults-report.md (docs/reliability.md holds a copy).
+faults: setup
+	EMPO2_FAULTS=1 EMPO2_FAULT_REPORT=faults-report.md $(VENV)/bin/pytest tests/faults -q -p no:cacheprovider
 
 clean-venv:
 	rm -rf $(VENV)

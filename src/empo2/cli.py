@@ -248,11 +248,12 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
 
 
 def cmd_config_keys(args: argparse.Namespace) -> int:
-    from empo2.config import Config
+    from empo2.config import RANGES, Config
     from empo2.configschema import help_table
 
     for key, default, help_text in help_table(Config):
-        print(f"{key} = {default}\n    {help_text}")
+        valid = f"  (valid: {RANGES[key]})" if key in RANGES else ""
+        print(f"{key} = {default}{valid}\n    {help_text}")
     return 0
 
 
