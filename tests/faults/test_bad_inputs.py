@@ -465,3 +465,14 @@ def test_corpus_size_and_figures():
         FIGURES.add("malformed config / CLI call / model file / checkpoint / memory file (generated corpus)",
                     ran, sum(_outcomes.values()), lost=0,
                     note="exit 2, one `error:` line with the fix, before the model loads; no traceback")
+
+
+def test_no_java_fails_at_once_with_the_fix(tmp_path, capsys, monkeypatch):
+    """ScienceWorld without a working Java: one clean error before the model loads (it used to crash
+    every episode, write checkpoints of nothing and exit 0)."""
+    from tests.faults.common import SCIWORLD
+
+    _no_heavy_work(monkeypatch)
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path / "no-such-jdk"))
+    _check(["train", "--config", str(write_cfg(tmp_path, SCIWORLD, "nojava"))], capsys, "Java 17")
+    assert not (tmp_path / "runs" / "nojava" / "checkpoints").exists()

@@ -214,13 +214,20 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def _kill_during_checkpoint(run: Path, cfg: Path, k: int, timeout: float = 300) -> bool:
-    """Start training, SIGKILL it while checkpoint ``k`` is being written; True if the kill hit that window."""
+def _kill_during_checkpoint(run: Path, cfg: Path, k: int | str, timeout: float = 300) -> bool:
+    """Start training, SIGKILL it while checkpoint ``k`` is being written (``"mid-2"``: during iteration 2,
+    0.5 s after checkpoint 1 is complete, as an OOM kill would); True if the kill hit that window."""
     child = child_script(_SLOW_CHECKPOINT, ["train", "--config", str(cfg)])
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline and child.poll() is None:
-            if any((run / "checkpoints").glob(f".iter-{k:05d}.tmp-*")):
+            if k == "mid-2" and (run / "checkpoints" / "iter-00001").is_dir():
+                time.sleep(0.5)
+                hit = not (run / "checkpoints" / "iter-00002").exists()
+                child.send_signal(signal.SIGKILL)
+                child.wait(timeout=30)
+                return hit
+            if k != "mid-2" and any((run / "checkpoints").glob(f".iter-{k:05d}.tmp-*")):
                 child.send_signal(signal.SIGKILL)
                 child.wait(timeout=30)
                 return True
@@ -256,6 +263,29 @@ def test_sigkill_while_writing_a_checkpoint_then_resume(tmp_path):
                 len(tries), survived, lost=0 if not lost else "; ".join(lost),
                 note="partial folder removed; resumed run bit-identical to a straight run (weights, metrics, memory)")
     assert survived == len(tries), lost
+
+
+@pytest.mark.faults
+@pytest.mark.slow
+def test_sigkill_mid_iteration_like_an_oom_kill_then_resume(tmp_path):
+    """SIGKILL during iteration 2 (after its tips may have reached the memory), as the kernel's OOM
+    killer would: --resume continues from checkpoint 1 and ends bit-identical to a straight run."""
+    straight = _straight(tmp_path, TINY_EMPO2, "s", 3)
+    survived, lost, tries = 0, [], 3
+    for attempt in range(tries):
+        name = f"m{attempt}"
+        cfg = write_cfg(tmp_path, TINY_EMPO2, name, trainer={"iterations": 3})
+        run = tmp_path / "runs" / name
+        assert _kill_during_checkpoint(run, cfg, "mid-2"), "the kill came after iteration 2"
+        r = subprocess.run(python_argv(CLI_CODE, ["train", "--config", str(cfg), "--resume"]), capture_output=True,
+                           text=True, env=child_env(), timeout=600)
+        diff = _same_run(straight, run) if r.returncode == 0 else [f"resume exit {r.returncode}: {r.stdout[-300:]}"]
+        survived += not diff
+        lost += diff
+    FIGURES.add("SIGKILL of the trainer mid-iteration (as an OOM kill), then --resume", tries, survived,
+                lost=0 if not lost else "; ".join(lost),
+                note="continues from the last checkpoint; memory rolled back; bit-identical to a straight run")
+    assert survived == tries, lost
 
 
 _TMPFS_CHILD = r"""
