@@ -125,11 +125,15 @@ class Setup:
         self.pool.close()
 
 
-def build_setup(cfg: Config, weights_dir: Path | None = None, pool_size: int | None = None) -> Setup:
-    """Resolve tasks (fails fast on a bad name), load the model, start the env pool."""
+def build_setup(cfg: Config, weights_dir: Path | None = None, pool_size: int | None = None,
+                family: EnvFamily | None = None) -> Setup:
+    """Resolve tasks (fails fast on a bad name), start one environment, load the model.
+
+    ``family``: the environment family, if the caller made it already (else made from ``cfg.env``).
+    """
     if cfg.trainer.threads > 0:
         torch.set_num_threads(cfg.trainer.threads)
-    family = make_family(cfg.env)
+    family = family or make_family(cfg.env)
     tasks = resolve_tasks(family, cfg.env.tasks)
     check_model_source(cfg.model, weights_dir)
     size = pool_size or min(cfg.env.num_workers, cfg.rollout.tasks_per_iteration * cfg.rollout.group_size)
@@ -190,20 +194,21 @@ class Trainer:
         self.start_iteration = 0
         self.checkpoint_error: str | None = None
         check_run_dir(self.run_dir)
+        self._family = make_family(cfg.env)
         ckpt: Path | None = None
         state: dict[str, Any] = {}
         if resume:
             ckpt, state = self._resume_point()
         else:
             # validate tasks before loading anything heavy
-            resolve_tasks(make_family(cfg.env), cfg.env.tasks)
+            resolve_tasks(self._family, cfg.env.tasks)
             if self._holds_a_run():
                 again = ("" if find_checkpoint(self.ckpt_root) is not None else
                          " (it has no complete checkpoint: --resume restarts it from iteration 0)")
                 raise ConfigError(
                     f"run folder {self.run_dir} already holds a run{again}; continue it with --resume, pick another"
                     f" run.name (e.g. run.name={cfg.run.name}-2), or delete the folder")
-        self.train_variations = train_variations(cfg, make_family(cfg.env))
+        self.train_variations = train_variations(cfg, self._family)
         check_model_source(cfg.model, ckpt)
         resumed = resume and ckpt is not None
         opt_state = load_optimizer_state(ckpt) if resumed else None
@@ -215,37 +220,47 @@ class Trainer:
             remove_partial_writes(self.ckpt_root)
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
         weights = ckpt.resolve() if resumed else None
-        self.setup = build_setup(cfg, weights_dir=weights)
-        self._check_disk()
-        self.learner = Learner(self.setup.policy.model, cfg.algo, cfg.trainer, cfg.rollout.temperature,
-                               int(self.setup.policy.tokenizer.pad_token_id or 0))
-        self.modes = ModeSampler(cfg.empo2.p, cfg.empo2.q, cfg.empo2.mode_granularity, cfg.run.seed)
-        self.logger = RunLogger(self.run_dir, cfg.trainer.tensorboard,
-                                resume_after=(self.start_iteration if self.start_iteration else -1) if resume else None)
-        self.thread_info = thread_info()
-        log.info("torch threads %d, OMP_WAIT_POLICY=%s", int(self.thread_info["sys/torch_threads"]),
-                 os.environ.get("OMP_WAIT_POLICY", "unset"))
-        self.progress = Progress(enabled=cfg.run.progress, console=console)
-        self.hooks = self._make_empo2_hooks()
-        self._restarts_seen = 0
-        if resumed:
-            if opt_state is not None:
-                try:
-                    self.learner.optimizer.load_state_dict(opt_state)
-                except (ValueError, KeyError, RuntimeError) as e:
-                    raise CheckpointError(f"the optimiser state of {weights} does not fit this model/config ({e}); "
-                                          "resume with the run's own config.yaml") from None
-            else:
-                log.warning("checkpoint %s holds no optimiser state (trainer.checkpoint_optimizer=last keeps it "
-                            "only in the newest one): the AdamW moments restart from zero", weights)
-            set_rng_state(extra["rng"])
+        self.setup = build_setup(cfg, weights_dir=weights, family=self._family)
+        self.hooks = None
+        try:
+            self._check_disk()
+            self.learner = Learner(self.setup.policy.model, cfg.algo, cfg.trainer, cfg.rollout.temperature,
+                                   int(self.setup.policy.tokenizer.pad_token_id or 0))
+            self.modes = ModeSampler(cfg.empo2.p, cfg.empo2.q, cfg.empo2.mode_granularity, cfg.run.seed)
+            rewind = (self.start_iteration or -1) if resume else None  # rows after the checkpoint go
+            self.logger = RunLogger(self.run_dir, cfg.trainer.tensorboard, resume_after=rewind)
+            self.thread_info = thread_info()
+            log.info("torch threads %d, OMP_WAIT_POLICY=%s", int(self.thread_info["sys/torch_threads"]),
+                     os.environ.get("OMP_WAIT_POLICY", "unset"))
+            self.progress = Progress(enabled=cfg.run.progress, console=console)
+            self.hooks = self._make_empo2_hooks()
+            if resumed:
+                if opt_state is not None:
+                    try:
+                        self.learner.optimizer.load_state_dict(opt_state)
+                    except (ValueError, KeyError, RuntimeError) as e:
+                        raise CheckpointError(f"the optimiser state of {weights} does not fit this model/config ({e}); "
+                                              "resume with the run's own config.yaml") from None
+                else:
+                    log.warning("checkpoint %s holds no optimiser state (trainer.checkpoint_optimizer=last keeps it "
+                                "only in the newest one): the AdamW moments restart from zero", weights)
+                set_rng_state(extra["rng"])
+                if self.hooks is not None:
+                    try:
+                        self.hooks.load_state(extra.get("tensors") or {})
+                    except (ValueError, KeyError, TypeError) as e:
+                        raise CheckpointError(f"the EMPO² novelty state in {weights} is malformed ({e}); point "
+                                              "checkpoints/last at an earlier iter-* folder") from None
+            if resume and self.hooks is not None:
+                dropped = self.hooks.truncate_after(self.start_iteration - 1)
+                if dropped:
+                    log.warning("resume: rolled the memory back to the checkpoint (%d entries written after it dropped)",
+                                dropped)
+        except BaseException:  # the JVMs and the memory file are not left open by a refused resume
             if self.hooks is not None:
-                self.hooks.load_state(extra.get("tensors") or {})
-        if resume and self.hooks is not None:
-            dropped = self.hooks.truncate_after(self.start_iteration - 1)
-            if dropped:
-                log.warning("resume: rolled the memory back to the checkpoint (%d entries written after it dropped)",
-                            dropped)
+                self.hooks.close()
+            self.setup.close()
+            raise
 
     def _holds_a_run(self) -> bool:
         return any((self.run_dir / f).exists() for f in ("metrics.jsonl", "checkpoints", MEMORY_FILENAME))
@@ -264,7 +279,7 @@ class Trainer:
                 raise CheckpointError(f"--resume: no run at {self.run_dir}; start without --resume")
             log.warning("--resume: %s holds no complete checkpoint (the run stopped during its first one); "
                         "restarting it from iteration 0 in the same folder", self.run_dir)
-            resolve_tasks(make_family(cfg.env), cfg.env.tasks)
+            resolve_tasks(self._family, cfg.env.tasks)
             return None, {}
         if ckpt.name != "last":
             log.warning("--resume: checkpoints/last is missing or dangling; continuing from %s", ckpt)
@@ -274,7 +289,7 @@ class Trainer:
         if int(state["iteration"]) > cfg.trainer.iterations:
             raise ConfigError(f"the checkpoint has {state['iteration']} iterations but trainer.iterations is "
                               f"{cfg.trainer.iterations}; raise trainer.iterations to continue")
-        resolve_tasks(make_family(cfg.env), cfg.env.tasks)
+        resolve_tasks(self._family, cfg.env.tasks)
         changed = _config_changes(saved, config_to_dict(cfg), ignore={"trainer.iterations"})
         if changed:
             shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changed[:12])
