@@ -300,8 +300,12 @@ def check_weights(ckpt: Path) -> None:
 
 def _legacy_torch_load(f: Path) -> Any:
     """Read a pre-safestate ``*.pt`` with ``weights_only=True`` (tensors and plain data only)."""
+    import warnings
+
     try:
-        return torch.load(f, weights_only=True, map_location="cpu")
+        with warnings.catch_warnings():  # torch warns about unusual pickle protocols before refusing them
+            warnings.simplefilter("ignore")
+            return torch.load(f, weights_only=True, map_location="cpu")
     except Exception as e:  # noqa: BLE001 - any failure means: not loadable safely
         raise CheckpointError(
             f"{f} cannot be loaded safely: it is a pickle holding more than tensors and plain data "
