@@ -107,7 +107,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         res, trajs = evaluate(setup.engine, setup.family, setup.tasks, split, episodes, setup.settings(temperature),
                               hook=hook, mode=mode or _M.PLAIN)
-        fail_if_all_crashed(trajs, f"the evaluation of {ckpt}")
+        fail_if_all_crashed(trajs, f"the evaluation of {ckpt}", then="run the evaluation again")
     finally:
         if runtime is not None:
             runtime.close()

@@ -197,6 +197,20 @@ def test_a_run_where_every_episode_crashes_exits_non_zero(tmp_path, monkeypatch,
     assert not (tmp_path / "runs" / "x" / "checkpoints").exists()
 
 
+def test_an_eval_where_every_episode_crashes_exits_3_and_writes_no_table(tmp_path, monkeypatch, capsys):
+    run = _straight(tmp_path, TINY, "ev", 1)
+    from empo2.envs.tiny.env import TinyEnv
+
+    def broken(self, task):
+        raise EnvError("simulated: JVM gone")
+
+    monkeypatch.setattr(TinyEnv, "reset", broken)
+    out = tmp_path / "e.json"
+    assert main(["eval", "--checkpoint", str(run / "checkpoints" / "last"), "--out", str(out)]) == 3
+    err = capsys.readouterr().err
+    assert "every one of the 2 episodes" in err and "run the evaluation again" in err and not out.exists()
+
+
 # ------------------------------------------------------------------------------ slow: real kills
 
 

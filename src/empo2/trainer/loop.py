@@ -476,13 +476,14 @@ class Trainer:
         self.setup.close()
 
 
-def fail_if_all_crashed(trajs: list[Trajectory], what: str) -> None:
-    """Raise ``EnvironmentFailedError`` when every episode of ``trajs`` crashed (none is usable)."""
+def fail_if_all_crashed(trajs: list[Trajectory], what: str, then: str = "continue with --resume") -> None:
+    """Raise ``EnvironmentFailedError`` when every episode of ``trajs`` crashed (none is usable);
+    ``what`` names the rollout, ``then`` says how to go on once the environment is fixed."""
     if trajs and all(t.crashed for t in trajs):
-        last = str(trajs[-1].info.get("crash", "unknown error")).splitlines()[0][:300]
+        last = (str(trajs[-1].info.get("crash", "")).splitlines() or ["unknown error"])[0][:300]
         raise EnvironmentFailedError(
             f"every one of the {len(trajs)} episodes of {what} crashed, so the environment is not working "
-            f"(last error: {last}); fix it (see the warnings above), then continue with --resume")
+            f"(last error: {last}); fix it (see the warnings above), then {then}")
 
 
 def _config_changes(old: dict[str, Any], new: dict[str, Any], ignore: set[str] = frozenset(),
