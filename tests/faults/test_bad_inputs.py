@@ -415,6 +415,11 @@ def _no_heavy_work(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("empo2.trainer.loop.load_policy", heavy)
 
 
+def _tree(root: Path) -> dict[str, int]:
+    """Every path under ``root`` with its size (folders: -1)."""
+    return {str(p.relative_to(root)): (p.stat().st_size if p.is_file() else -1) for p in root.rglob("*")}
+
+
 def _check(argv: list[str], capsys: pytest.CaptureFixture, expect: str) -> None:
     rc = main(argv)
     out = capsys.readouterr()
@@ -431,7 +436,10 @@ def test_bad_input_is_one_clean_error_before_any_work(case: Case, tmp_path, caps
     if not case.needs_model:
         _no_heavy_work(monkeypatch)
     try:
-        _check(case.make(tmp_path), capsys, case.expect)
+        argv = case.make(tmp_path)
+        before = _tree(tmp_path)
+        _check(argv, capsys, case.expect)
+        assert _tree(tmp_path) == before, "a refused input wrote files"
         _outcomes[case.id] = True
     except BaseException:
         _outcomes[case.id] = False

@@ -215,15 +215,16 @@ class Trainer:
         extra = load_extra(ckpt) if resumed else {}
         if resume and cfg.empo2.p > 0:
             check_memory_matches(self.run_dir / MEMORY_FILENAME, ckpt, state, self.start_iteration)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if resume:
-            remove_partial_writes(self.ckpt_root)
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
         weights = ckpt.resolve() if resumed else None
         self.setup = build_setup(cfg, weights_dir=weights, family=self._family)
         self.hooks = None
         try:
             self._check_disk()
+            # the run folder is written only once every check passed
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            if resume:
+                remove_partial_writes(self.ckpt_root)
+            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
             self.learner = Learner(self.setup.policy.model, cfg.algo, cfg.trainer, cfg.rollout.temperature,
                                    int(self.setup.policy.tokenizer.pad_token_id or 0))
             self.modes = ModeSampler(cfg.empo2.p, cfg.empo2.q, cfg.empo2.mode_granularity, cfg.run.seed)
