@@ -158,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     from empo2.config import load_config
     from empo2.trainer.loop import Trainer
 
+    import signal
+
+    def _terminated(signum: int, frame: Any) -> None:  # a timeout's SIGTERM: keep the figures so far
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminated)
     run_root = Path(tempfile.mkdtemp(prefix="memory-phases-"))
     overrides = ["trainer.iterations=1", "eval.before_after=false", "run.progress=false", f"run.dir={run_root}",
                  "trainer.tensorboard=false", *args.overrides]
