@@ -104,3 +104,41 @@ def test_tips_in_chunks_are_the_tips_of_one_batch(tmp_path, tiny_policy, chat_fo
         assert eng._kv_kept == {}
     finally:
         pool.close()
+
+
+def _empo2_rollout(tmp_path, policy, fmt, per_wave: bool):
+    import gc
+
+    from tests.trainer.test_tips_kv import IT, _runtime
+
+    fam = TinyFamily()
+    specs = [EpisodeSpec(TaskSpec("tiny", "fetch-key", v % 3), v, v // 3, v % 3,
+                         Mode.PLAIN if v == 1 else Mode.ON_TIPS) for v in range(5)]
+    settings = RolloutSettings(temperature=0.9, max_new_tokens=6, max_turns=3, correction="none", seed=11)
+    pool = EnvPool(fam, 2)  # three waves
+    eng = RolloutEngine(policy.model, fmt, fam, pool)
+    rt = _runtime(tmp_path, policy, fmt, eng)
+    rt.tips_during_rollout = per_wave
+    kept_at_wave_end: list[int] = []
+    real = rt.after_wave
+
+    def after_wave(trajs):
+        real(trajs)
+        kept_at_wave_end.append(len(eng._kv_kept))
+
+    rt.after_wave = after_wave
+    trajs = eng.run(specs, settings, iteration=IT, hook=rt.step_hook())
+    gc.collect()
+    kept_after_run = len(eng._kv_kept)
+    rt.write_tips(trajs, IT)
+    pool.close()
+    return [t.tip for t in trajs], kept_at_wave_end, kept_after_run
+
+
+def test_tips_sampled_per_wave_free_the_caches_and_equal_tips_sampled_after_the_rollout(tmp_path, tiny_policy,
+                                                                                        chat_format):
+    tips_wave, kept_wave, after_wave = _empo2_rollout(tmp_path / "w", tiny_policy, chat_format, per_wave=True)
+    tips_end, kept_end, after_end = _empo2_rollout(tmp_path / "e", tiny_policy, chat_format, per_wave=False)
+    assert tips_wave == tips_end and any(tips_wave)
+    assert kept_wave == [0, 0, 0] and after_wave == 0  # nothing carried from one wave into the next
+    assert kept_end[-1] == after_end == 5  # the old way: every writer's cache kept until the rollout's end

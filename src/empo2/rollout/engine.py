@@ -106,6 +106,9 @@ class StepHook(Protocol):
 
     def before_turn(self, states: list[EpisodeState]) -> None: ...
 
+    # Optionally also ``after_wave(trajectories: list[Trajectory]) -> None``, called when a wave of
+    # episodes has ended (their kept caches can be taken then; time counted as ``timings["tips"]``).
+
 
 @dataclass
 class RolloutSettings:
@@ -170,15 +173,21 @@ class RolloutEngine:
 
         ``on_turn(n_actions)`` is called after every batched turn (progress display).
         """
-        self.timings = {"generation": 0.0, "env": 0.0, "hook": 0.0}
+        self.timings = {"generation": 0.0, "env": 0.0, "hook": 0.0, "tips": 0.0}
         self.drop_episode_kvs()
         keep = getattr(hook, "keep_episode_kv", None) if settings.kv_cache else None
         self._keep_kv = keep if callable(keep) else None
         out: list[Trajectory] = []
         try:
+            after_wave = getattr(hook, "after_wave", None)
             for w in range(0, len(episodes), self.pool.size):
                 wave = episodes[w:w + self.pool.size]
-                out.extend(self._run_wave(wave, settings, iteration, hook, on_turn))
+                trajs = self._run_wave(wave, settings, iteration, hook, on_turn)
+                if callable(after_wave):  # e.g. tips from the wave's kept caches, before the next wave
+                    t0 = time.perf_counter()
+                    after_wave(trajs)
+                    self.timings["tips"] += time.perf_counter() - t0
+                out.extend(trajs)
         except BaseException:
             self.drop_episode_kvs()
             raise

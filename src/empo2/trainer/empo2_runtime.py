@@ -7,9 +7,11 @@ trainer after each rollout:
   text (``empo2.memory.key_text``: the chat so far without tips, plus the new observation), retrieve
   up to k tips of the episode's bucket (task + variation) for memory-augmented rollouts, and compute
   the intrinsic reward r_int = 1/n (n = similar states seen before + 1, or the authors' retrieved + 1).
-* ``after_rollout``: the current policy writes one tip per finished episode (batched, no gradient;
-  the tip tokens never enter the update), cleaned to one sentence; the episode's entries (one per
-  step with the authors' wording, or one per episode) are added to the SQLite memory of the run.
+* ``after_wave`` / ``after_rollout``: the current policy writes one tip per finished episode
+  (batched, no gradient; the tip tokens never enter the update) as soon as the episode's wave of
+  the rollout has ended; after the rollout the tips are cleaned to one sentence and the episodes'
+  entries (one per step with the authors' wording, or one per episode) are added to the SQLite
+  memory of the run.
   The tip prompt continues the trajectory, so tip writing starts from the episode's KV cache kept
   by the rollout engine (``keep_episode_kv``) and prefills only the closing markup and the tip
   instruction; without one (KV reuse off, over its byte cap) each prompt is prefilled unpadded.
@@ -21,6 +23,7 @@ novelty counter's state is saved in checkpoints.
 from __future__ import annotations
 
 import logging
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +74,11 @@ class Empo2Runtime:
             self.store = open_run_memory(run_dir, self.embedder.dim, self.embedder.name, self.mcfg.capacity)
         self.read_only = read_only
         self.novelty = NoveltyCounter(self.icfg.threshold)
+        self.tips_during_rollout = True
+        """Sample each wave's tips when the wave ends (``after_wave``), from the KV caches the engine
+        kept for it; False samples them all in ``write_tips`` (the engine then keeps every wave's caches
+        until the rollout ends, within its byte cap)."""
+        self._early_tips: dict[int, tuple[weakref.ref, Generation]] = {}
         self._reset_counters()
 
     def _reset_counters(self) -> None:
@@ -120,6 +128,20 @@ class Empo2Runtime:
     def keep_episode_kv(self, st: EpisodeState) -> bool:
         """``StepHook`` extension: keep a finished episode's KV cache when it will write a tip."""
         return (not self.read_only and not st.crashed and bool(st.steps) and self._writes_mode(st.spec.mode))
+
+    def after_wave(self, trajs: list[Trajectory]) -> None:
+        """``StepHook`` extension, called by the engine when a wave of episodes has ended: sample the
+        wave's tips now, continuing the caches the engine kept for them, so those caches are freed
+        before the next wave's grow (kept until the rollout's end they piled up to the engine's byte
+        cap, on top of the live ones; issue #12). The tips enter the memory in ``write_tips`` after the
+        rollout, as before: no episode of an iteration retrieves another's tip of the same iteration.
+        A tip's sampling seed comes from the trajectory's ids (its rollout's ``iteration``)."""
+        if not self.tips_during_rollout or self.read_only:
+            return
+        todo = [t for t in trajs if self._writes(t)]
+        if todo:
+            for t, g in zip(todo, self.sample_tips(todo, todo[0].iteration)):
+                self._early_tips[id(t)] = (weakref.ref(t), g)
 
     # ------------------------------------------------------------------ tips + memory
     def _writes_mode(self, mode: Mode) -> bool:
@@ -196,6 +218,19 @@ class Empo2Runtime:
             for e in ekvs:
                 e.clear()
 
+    def _tips_of(self, todo: list[Trajectory], iteration: int) -> list[Generation]:
+        """The tips ``after_wave`` sampled for ``todo``; the missing ones are sampled now."""
+        early: dict[int, Generation] = {}
+        for t in todo:
+            e = self._early_tips.pop(id(t), None)
+            if e is not None and e[0]() is t:
+                early[id(t)] = e[1]
+        self._early_tips.clear()
+        missing = [t for t in todo if id(t) not in early]
+        if missing:
+            early.update({id(t): g for t, g in zip(missing, self.sample_tips(missing, iteration))})
+        return [early[id(t)] for t in todo]
+
     def write_tips(self, trajs: list[Trajectory], iteration: int) -> dict[str, float]:
         """Sample one tip per finished trajectory (batched, no gradient) and store its entries."""
         try:
@@ -211,7 +246,7 @@ class Empo2Runtime:
         if not todo or self.read_only:
             return out
         fmt = self.setup.fmt
-        gens = self.sample_tips(todo, iteration)
+        gens = self._tips_of(todo, iteration)
         words = []
         finals = [" ".join(f"{r}: {c}" for r, c in t.info.get("messages", [])) for t in todo]
         keys = self.embedder.encode([key_text(list(t.info.get("messages", [])), self.mcfg.key_text,

@@ -363,7 +363,7 @@ class Trainer:
         if self.hooks is not None:
             t0 = time.perf_counter()
             metrics.update(self.hooks.after_rollout(trajs, it))
-            timings["time/tips"] = time.perf_counter() - t0
+            timings["time/tips"] = timings.get("time/tips", 0.0) + time.perf_counter() - t0  # + during rollout
             release_free_memory()
         step_adv, adv_stats = compute_step_advantages(trajs, c)
         seq_off = 0
