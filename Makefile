@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: setup run test bench learn clean-venv
+.PHONY: setup run test bench learn faults clean-venv
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ bench: setup
 # the learning benchmark: base / GRPO / EMPO² / GiGPO x 3 seeds on ScienceWorld (docs/learning.md); LEARN_ARGS=--quick for a smoke test
 learn: setup
 	$(PY) -m benchmarks.learn $(LEARN_ARGS)
+# The fault suite with its slow cases (real JVMs killed, the trainer signalled, a tiny disk filled);
+# prints the figures table and writes it to faults-report.md (docs/reliability.md holds a copy).
+faults: setup
+	EMPO2_FAULTS=1 EMPO2_FAULT_REPORT=faults-report.md $(VENV)/bin/pytest tests/faults -q -p no:cacheprovider
 
 clean-venv:
 	rm -rf $(VENV)

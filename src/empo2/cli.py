@@ -34,8 +34,8 @@ def _setup_logging(verbose: bool) -> None:
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S"))
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
-    for noisy in ("transformers", "httpx", "urllib3", "sentence_transformers", "py4j", "filelock", "bm25s",
-                  "scienceworld"):
+    for noisy in ("transformers", "httpx", "urllib3", "sentence_transformers", "filelock", "bm25s",
+                  "scienceworld"):  # py4j: envs/scienceworld/jvm.py keeps it quiet
         logging.getLogger(noisy).setLevel(logging.WARNING)
     try:
         import transformers
@@ -61,6 +61,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     if out["after"] is not None:
         table_before_after(out["before"], out["after"], console)
     console.print(f"run folder: {cfg.run_dir}  (metrics.jsonl, checkpoints/last, eval_*.json)")
+    if out.get("checkpoint_error"):
+        print(f"error: the run finished but its final checkpoint was not written: {out['checkpoint_error']}",
+              file=sys.stderr)
+        return RUN_FAILED
     return 0
 
 
@@ -68,9 +72,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from empo2.configschema import ConfigError
     from rich.table import Table
 
-    from empo2.trainer.checkpoint import checkpoint_config, load_state
+    from empo2.trainer.checkpoint import check_weights, checkpoint_config, load_state
     from empo2.trainer.evaluate import evaluate, write_eval
-    from empo2.trainer.loop import build_setup
+    from empo2.trainer.loop import build_setup, fail_if_all_crashed
     from empo2.trainer.progress import Progress, eval_note, make_console
     from empo2.config import Config
     from empo2.configschema import from_dict, parse_overrides, set_dotted
@@ -85,6 +89,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.checkpoint is not None:
         ckpt = Path(args.checkpoint)
         load_state(ckpt)  # clear error if not a checkpoint
+        check_weights(ckpt)
         data = checkpoint_config(ckpt)
         weights = ckpt.resolve()
     else:
@@ -93,6 +98,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         ckpt = Path(args.config)
         data = load_yaml(ckpt)
         weights = None
+    if args.with_memory and not (Path(args.with_memory) / "memory.sqlite").is_file():
+        raise FileNotFoundError(f"--with-memory {args.with_memory}: {Path(args.with_memory) / 'memory.sqlite'} does "
+                                "not exist (pass the folder of a run trained with empo2.p > 0)")
     for k, v in parse_overrides(args.overrides):
         set_dotted(data, k, v)
     cfg: Config = from_dict(Config, data)
@@ -119,9 +127,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from empo2.records import Mode as _M
 
         with progress.phase(f"eval {split}", total=episodes * cfg.env.max_turns, bound=True) as ph:
-            res, _ = evaluate(setup.engine, setup.family, setup.tasks, split, episodes, setup.settings(temperature),
+            res, trajs = evaluate(setup.engine, setup.family, setup.tasks, split, episodes, setup.settings(temperature),
                               hook=hook, mode=mode or _M.PLAIN, on_turn=ph.advance)
             ph.note(eval_note(res))
+        fail_if_all_crashed(trajs, f"the evaluation of {ckpt}", then="run the evaluation again")
     finally:
         if runtime is not None:
             runtime.close()
@@ -148,7 +157,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     from empo2.config import Config
     from empo2.configschema import from_dict, parse_overrides, set_dotted
     from empo2.trainer.adapt import adapt, write_adapt
-    from empo2.trainer.checkpoint import checkpoint_config, load_state
+    from empo2.trainer.checkpoint import check_weights, checkpoint_config, load_state
     from empo2.trainer.empo2_hooks import make_runtime
     from empo2.trainer.loop import build_setup
     from empo2.trainer.progress import Progress, make_console
@@ -161,6 +170,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     if args.temperature is not None and not args.temperature > 0:
         raise ConfigError(f"--temperature must be > 0, got {args.temperature}")
     load_state(ckpt)
+    check_weights(ckpt)
     data = checkpoint_config(ckpt)
     data.setdefault("env", {})["tasks"] = [t.strip() for t in args.tasks.split(",") if t.strip()]
     data["env"]["variations"] = []
@@ -264,11 +274,12 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
 
 
 def cmd_config_keys(args: argparse.Namespace) -> int:
-    from empo2.config import Config
+    from empo2.config import RANGES, Config
     from empo2.configschema import help_table
 
     for key, default, help_text in help_table(Config):
-        print(f"{key} = {default}\n    {help_text}")
+        valid = f"  (valid: {RANGES[key]})" if key in RANGES else ""
+        print(f"{key} = {default}{valid}\n    {help_text}")
     return 0
 
 
@@ -332,8 +343,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+USER_ERROR = 2
+"""Exit status of a bad input (config, path, model, checkpoint, memory file): nothing was run."""
+RUN_FAILED = 3
+"""Exit status of a run that started but could not finish its work: every episode crashed, or the
+final checkpoint could not be written (the message says what is kept and how to continue)."""
+
 _COMPUTE_COMMANDS = {"train", "eval", "adapt"}
 """Commands that run the model: the OpenMP wait-policy decision is logged as a warning for them."""
+
+
+def _one_line(e: BaseException) -> str:
+    """The error's message on one line (an OSError as 'what: path')."""
+    if isinstance(e, OSError) and e.strerror:
+        target = f": {e.filename}" if e.filename else ""
+        return f"{e.strerror}{target}"
+    return " ".join(str(e).split("\n")).strip() or type(e).__name__
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -350,13 +375,15 @@ def main(argv: list[str] | None = None) -> int:
     from empo2.policy.loading import ModelNotFoundError
     from empo2.trainer.checkpoint import CheckpointError
 
+    from empo2.envs.base import EnvError
     from empo2.envs.webshop.data import DataFileError
     from empo2.memory.embedder import EmbedderUnavailableError
     from empo2.memory.store import MemoryStoreError
+    from empo2.trainer.loop import EnvironmentFailedError
 
     user_errors: tuple[type[BaseException], ...] = (
-        ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError, FileNotFoundError, FileExistsError,
-        MemoryStoreError, EmbedderUnavailableError, DataFileError)
+        ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError, MemoryStoreError,
+        EmbedderUnavailableError, DataFileError, EnvError, OSError)
     _setup_logging(args.verbose)
     if omp.set_passive and computes:
         log.warning(omp.reason)
@@ -364,9 +391,16 @@ def main(argv: list[str] | None = None) -> int:
         log.debug("OpenMP: %s", omp.reason)
     try:
         return int(args.fn(args) or 0)
-    except user_errors as e:
+    except EnvironmentFailedError as e:
+        if args.verbose:
+            raise
         print(f"error: {e}", file=sys.stderr)
-        return 2
+        return RUN_FAILED
+    except user_errors as e:  # OSError: permissions, a full disk, a file where a folder should be
+        if args.verbose:
+            raise
+        print(f"error: {_one_line(e)}", file=sys.stderr)
+        return USER_ERROR
     except KeyboardInterrupt:
         print("interrupted; the last checkpoint stays loadable (resume with --resume)", file=sys.stderr)
         return 130

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from empo2.configschema import ConfigError, doc, from_dict, load_yaml, parse_overrides, set_dotted, to_dict
 from empo2.envs.scienceworld.config import SciWorldConfig
@@ -242,6 +242,10 @@ class TrainerConfig:
     logprob_chunk: int = doc("positions per chunk when computing log-probs (bounds logits memory)", default=512)
     checkpoint_every: int = doc("write a checkpoint every K iterations (and always at the end)", default=1)
     keep_checkpoints: int = doc("keep the newest K numbered checkpoints (plus 'last')", default=2)
+    checkpoint_optimizer: Literal["last", "all"] = doc(
+        "which checkpoints keep the optimiser state (AdamW moments: twice the trainable weights): 'last' = only "
+        "the newest (older numbered ones drop it once a newer one is written; resuming from one of those "
+        "restarts the moments at 0), 'all' = every kept checkpoint", default="last")
     threads: int = doc("torch intra-op threads (0 = torch's default: OMP_NUM_THREADS, else one per core). "
                        "On a machine busy at start, `empo2` also sets OMP_WAIT_POLICY=PASSIVE (opt out: "
                        "EMPO2_OMP_AUTO=0 or set OMP_WAIT_POLICY); recorded as sys/torch_threads and "
@@ -300,59 +304,156 @@ class Config:
         return Path(self.run.dir) / self.run.name
 
 
-def validate(cfg: Config) -> None:
-    """Cross-field checks. Raises ConfigError naming the keys and the fix."""
-    pos = {
-        "rollout.tasks_per_iteration": cfg.rollout.tasks_per_iteration,
-        "rollout.group_size": cfg.rollout.group_size,
-        "env.max_turns": cfg.env.max_turns,
-        "env.num_workers": cfg.env.num_workers,
-        "action.max_new_tokens": cfg.action.max_new_tokens,
-        "trainer.micro_batch_tokens": cfg.trainer.micro_batch_tokens,
-        "trainer.logprob_chunk": cfg.trainer.logprob_chunk,
-        "trainer.epochs": cfg.trainer.epochs,
-        "eval.episodes": cfg.eval.episodes,
-        "model.max_context": cfg.model.max_context,
-    }
-    for k, v in pos.items():
-        if v <= 0:
-            raise ConfigError(f"{k} must be > 0, got {v}")
+class Bound(NamedTuple):
+    """The valid range of a numeric config key: ``lo ≤ v ≤ hi`` (``<`` where the side is open)."""
+
+    lo: float
+    hi: float
+    lo_open: bool = False
+    hi_open: bool = False
+
+    def holds(self, v: float) -> bool:
+        """True when the finite number ``v`` lies in the range."""
+        above = v > self.lo if self.lo_open else v >= self.lo
+        below = v < self.hi if self.hi_open else v <= self.hi
+        return above and below
+
+    def __str__(self) -> str:
+        def num(x: float) -> str:
+            return f"{x:g}" if isinstance(x, float) else f"{x}"
+
+        return f"{'(' if self.lo_open else '['}{num(self.lo)}, {num(self.hi)}{')' if self.hi_open else ']'}"
+
+
+_BIG = 10 ** 9
+RANGES: dict[str, Bound] = {
+    # Every numeric key, with a generous but sane upper bound: a value outside is a typo (1e6 for
+    # 1e-6, an extra zero), not an experiment. tests/test_config_ranges.py checks none is missing.
+    "run.seed": Bound(0, 2 ** 32 - 1),
+    "model.max_context": Bound(64, 1 << 20),
+    "model.lora.r": Bound(1, 4096),
+    "model.lora.alpha": Bound(1, 65536),
+    "model.lora.dropout": Bound(0.0, 1.0, hi_open=True),
+    "env.max_turns": Bound(1, 10_000),
+    "env.num_workers": Bound(1, 1024),
+    "env.ray.envs_per_actor": Bound(1, 4096),
+    "env.ray.actor_cpus": Bound(0.0, 1024.0),
+    "ray.num_cpus": Bound(0, 100_000),
+    "ray.object_store_mb": Bound(0, 1 << 24),
+    "env.scienceworld.env_step_limit": Bound(1, 100_000),
+    "env.scienceworld.call_timeout_s": Bound(0.0, 86_400.0),
+    "env.webshop.catalogue_products": Bound(1, 10_000_000),
+    "env.webshop.catalogue_seed": Bound(0, 2 ** 32 - 1),
+    "env.webshop.goal_seed": Bound(0, 2 ** 32 - 1),
+    "env.webshop.num_test_goals": Bound(0, 10_000_000),
+    "env.webshop.num_dev_goals": Bound(0, 10_000_000),
+    "env.tiny.n_rooms": Bound(2, 1000),
+    "action.max_new_tokens": Bound(1, 8192),
+    "rollout.tasks_per_iteration": Bound(1, 100_000),
+    "rollout.group_size": Bound(1, 4096),
+    "rollout.temperature": Bound(0.0, 10.0, lo_open=True),
+    "rollout.top_k": Bound(0, 10_000_000),
+    "rollout.generation_batch_size": Bound(0, 100_000),
+    "algo.std_eps": Bound(0.0, 1.0, lo_open=True),
+    "algo.gigpo_omega": Bound(0.0, 100.0),
+    "algo.gigpo_gamma": Bound(0.0, 1.0),
+    "algo.clip_low": Bound(0.0, 1.0, hi_open=True),
+    "algo.clip_high": Bound(0.0, 10.0),
+    "algo.dual_clip": Bound(0.0, 1000.0),
+    "algo.kl_coef": Bound(0.0, 100.0),
+    "algo.entropy_coef": Bound(0.0, 10.0),
+    "algo.low_prob_mask.threshold_logp": Bound(-100.0, 0.0),
+    "empo2.p": Bound(0.0, 1.0),
+    "empo2.q": Bound(0.0, 1.0),
+    "empo2.memory.recent_turns": Bound(1, 10_000),
+    "empo2.memory.threshold": Bound(-1.0, 1.0),
+    "empo2.memory.top_k": Bound(0, 10_000),
+    "empo2.memory.capacity": Bound(1, 100_000_000),
+    "empo2.memory.max_tip_tokens": Bound(0, 1 << 20),
+    "empo2.tips.max_new_tokens": Bound(1, 8192),
+    "empo2.tips.temperature": Bound(0.0, 10.0, lo_open=True),
+    "empo2.intrinsic.threshold": Bound(-1.0, 1.0),
+    "empo2.intrinsic.coef": Bound(0.0, 100.0),
+    "eval.temperature": Bound(0.0, 10.0, lo_open=True),
+    "eval.episodes": Bound(1, 1_000_000),
+    "eval.every": Bound(0, _BIG),
+    "trainer.iterations": Bound(0, 1_000_000),
+    "trainer.lr": Bound(0.0, 1.0),
+    "trainer.weight_decay": Bound(0.0, 10.0),
+    "trainer.grad_clip": Bound(0.0, 1e6),
+    "trainer.epochs": Bound(1, 1000),
+    "trainer.mini_batch_size": Bound(0, 1_000_000),
+    "trainer.micro_batch_tokens": Bound(1, 1 << 26),
+    "trainer.logprob_chunk": Bound(1, 1 << 26),
+    "trainer.checkpoint_every": Bound(1, _BIG),
+    "trainer.keep_checkpoints": Bound(1, 1000),
+    "trainer.threads": Bound(0, 4096),
+}
+"""Valid range of each numeric key (dotted path from the top of ``Config``)."""
+
+SCIWORLD_SIMPLIFICATIONS = ("easy", "teleportAction", "selfWateringFlowerPots", "openContainers", "openDoors",
+                            "noElectricalAction")
+"""Simplification names ScienceWorld 1.2.3 accepts (``ScienceWorldEnv.get_possible_simplifications`` + 'easy')."""
+
+JVM_HEAP_MIN_MB, JVM_HEAP_MAX_MB = 64, 64 * 1024
+
+
+def _get(cfg: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def _check_ranges(cfg: Config) -> None:
     import math
+
+    for key, bound in RANGES.items():
+        v = _get(cfg, key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not bound.holds(v):
+            raise ConfigError(f"{key} = {v!r} is out of range; it must be a number in {bound}")
+    for v in cfg.env.variations:
+        if not 0 <= v <= 100_000:
+            raise ConfigError(f"env.variations must be variation indices in [0, 100000], got {v}")
+
+
+def jvm_heap_mb(heap: str) -> float:
+    """Size of a JVM ``-Xmx`` value in MiB (``"256m"`` → 256, ``"2g"`` → 2048, ``"1048576k"`` → 1024).
+
+    Raises:
+        ConfigError: not a number with an optional k/m/g/t suffix.
+    """
     import re
 
-    nonneg = {
-        "rollout.generation_batch_size": cfg.rollout.generation_batch_size, "rollout.top_k": cfg.rollout.top_k,
-        "trainer.threads": cfg.trainer.threads, "trainer.grad_clip": cfg.trainer.grad_clip,
-        "trainer.weight_decay": cfg.trainer.weight_decay, "eval.every": cfg.eval.every,
-        "trainer.mini_batch_size": cfg.trainer.mini_batch_size,
-        "algo.kl_coef": cfg.algo.kl_coef, "algo.entropy_coef": cfg.algo.entropy_coef,
-        "empo2.intrinsic.coef": cfg.empo2.intrinsic.coef, "empo2.memory.top_k": cfg.empo2.memory.top_k,
-        "empo2.memory.max_tip_tokens": cfg.empo2.memory.max_tip_tokens,
-    }
-    for k, v in nonneg.items():
-        if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-            raise ConfigError(f"{k} must be a finite number >= 0, got {v}")
-    atleast1 = {
-        "trainer.checkpoint_every": cfg.trainer.checkpoint_every, "trainer.keep_checkpoints": cfg.trainer.keep_checkpoints,
-        "empo2.memory.capacity": cfg.empo2.memory.capacity, "empo2.tips.max_new_tokens": cfg.empo2.tips.max_new_tokens,
-        "model.lora.r": cfg.model.lora.r, "env.tiny.n_rooms": cfg.env.tiny.n_rooms - 1,
-        "empo2.memory.recent_turns": cfg.empo2.memory.recent_turns,
-    }
-    for k, v in atleast1.items():
-        if v < 1:
-            raise ConfigError(f"{k} is too small ({v if k != 'env.tiny.n_rooms' else v + 1}); "
-                              f"it must be >= {1 if k != 'env.tiny.n_rooms' else 2}")
-    for k, v in {"rollout.temperature": cfg.rollout.temperature, "eval.temperature": cfg.eval.temperature,
-                 "empo2.tips.temperature": cfg.empo2.tips.temperature, "trainer.lr": cfg.trainer.lr,
-                 "algo.std_eps": cfg.algo.std_eps, "algo.dual_clip": cfg.algo.dual_clip}.items():
-        if not math.isfinite(v):
-            raise ConfigError(f"{k} must be finite, got {v}")
-    if cfg.empo2.tips.temperature <= 0 or cfg.algo.std_eps <= 0:
-        raise ConfigError("empo2.tips.temperature and algo.std_eps must be > 0")
-    for k, v in {"empo2.memory.threshold": cfg.empo2.memory.threshold,
-                 "empo2.intrinsic.threshold": cfg.empo2.intrinsic.threshold}.items():
-        if not -1.0 <= v <= 1.0:
-            raise ConfigError(f"{k} is a cosine similarity and must be in [-1, 1], got {v}")
+    m = re.fullmatch(r"\s*(\d+)\s*([kKmMgGtT]?)\s*", heap)
+    if not m:
+        raise ConfigError(f"env.scienceworld.jvm_heap {heap!r} is not a JVM heap size; use a number with a unit,"
+                          " e.g. 256m or 1g")
+    scale = {"": 1 / 1024 ** 2, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 ** 2}[m.group(2).lower()]
+    return int(m.group(1)) * scale
+
+
+def _check_sciworld(cfg: Config) -> None:
+    import difflib
+
+    sw = cfg.env.scienceworld
+    heap = jvm_heap_mb(sw.jvm_heap)
+    if not JVM_HEAP_MIN_MB <= heap <= JVM_HEAP_MAX_MB:
+        raise ConfigError(f"env.scienceworld.jvm_heap {sw.jvm_heap!r} is out of range; ScienceWorld needs "
+                          f"{JVM_HEAP_MIN_MB}m to {JVM_HEAP_MAX_MB // 1024}g per JVM (default 256m)")
+    for part in (p.strip() for p in sw.simplification.split(",")):
+        if part and part not in SCIWORLD_SIMPLIFICATIONS:
+            close = difflib.get_close_matches(part, SCIWORLD_SIMPLIFICATIONS, n=1, cutoff=0.5)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"env.scienceworld.simplification: unknown simplification {part!r}; use 'easy' or a "
+                              f"comma list of {', '.join(SCIWORLD_SIMPLIFICATIONS[1:])}.{hint}")
+
+
+def validate(cfg: Config) -> None:
+    """Range and cross-field checks. Raises ConfigError naming the keys and the fix."""
+    import re
+
+    _check_ranges(cfg)
+    _check_sciworld(cfg)
     for k, v in {"empo2.tips.max_new_tokens": cfg.empo2.tips.max_new_tokens,
                  "action.max_new_tokens": cfg.action.max_new_tokens}.items():
         if v >= cfg.model.max_context:
@@ -360,24 +461,10 @@ def validate(cfg: Config) -> None:
                               f"({cfg.model.max_context}); lower it or raise model.max_context")
     if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", cfg.model.device):
         raise ConfigError(f"model.device {cfg.model.device!r} is not a device; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
-    if not 0.0 <= cfg.algo.gigpo_gamma <= 1.0:
-        raise ConfigError(f"algo.gigpo_gamma must be in [0, 1], got {cfg.algo.gigpo_gamma}")
-    if not 0.0 <= cfg.model.lora.dropout < 1.0:
-        raise ConfigError(f"model.lora.dropout must be in [0, 1), got {cfg.model.lora.dropout}")
-    if any(v < 0 for v in cfg.env.variations):
-        raise ConfigError(f"env.variations must be variation indices >= 0, got {cfg.env.variations}")
-    if not cfg.run.name or "/" in cfg.run.name or cfg.run.name in (".", ".."):
+    if not cfg.run.name or "/" in cfg.run.name or "\\" in cfg.run.name or cfg.run.name in (".", ".."):
         raise ConfigError(f"run.name must be a plain folder name (no '/'), got {cfg.run.name!r}")
-    if cfg.trainer.iterations < 0:
-        raise ConfigError(f"trainer.iterations must be >= 0, got {cfg.trainer.iterations}")
-    for k in ("rollout.temperature", "eval.temperature"):
-        sec, name = k.split(".")
-        if getattr(getattr(cfg, sec), name) <= 0:
-            raise ConfigError(f"{k} must be > 0 (sampling only; greedy decoding has no behaviour log-probs)")
-    if cfg.trainer.lr < 0:
-        raise ConfigError("trainer.lr must be >= 0")
-    if not 0 <= cfg.algo.clip_low < 1 or cfg.algo.clip_high < 0:
-        raise ConfigError("algo.clip_low must be in [0, 1) and algo.clip_high >= 0")
+    if not cfg.run.dir.strip():
+        raise ConfigError("run.dir is empty; give the parent folder of run folders, e.g. run.dir=runs")
     if cfg.algo.dual_clip and cfg.algo.dual_clip <= 1:
         raise ConfigError("algo.dual_clip must be > 1 (or 0 to turn it off)")
     if cfg.env.ray.envs_per_actor < 1 or cfg.env.ray.actor_cpus < 0:
@@ -390,12 +477,21 @@ def validate(cfg: Config) -> None:
     if cfg.trainer.strategy != "single" and cfg.empo2.p > 0 and (cfg.empo2.memory.backend != "ray" or not cfg.ray.address):
         raise ConfigError(f"EMPO² under trainer.strategy={cfg.trainer.strategy} needs one memory shared by every rank: "
                           "set empo2.memory.backend=ray and ray.address (e.g. 'auto' after `ray start --head`)")
-    if not cfg.env.tasks:
-        raise ConfigError("env.tasks is empty; list at least one task (see `empo2 envs`)")
+    if not cfg.env.tasks or not all(t.strip() for t in cfg.env.tasks):
+        raise ConfigError("env.tasks is empty or holds an empty name; list at least one task (see `empo2 envs`)")
     if cfg.rollout.group_size == 1 and cfg.algo.advantage in ("grpo", "gigpo"):
         raise ConfigError("rollout.group_size=1 gives every GRPO advantage 0; use group_size >= 2")
-    if cfg.empo2.p > 0 and cfg.action.mode == "constrained" and cfg.env.name == "webshop":
-        pass  # allowed: WebShop admissible actions exist; search text is free (see docs)
+    if not cfg.model.lora.target_modules or not all(m.strip() for m in cfg.model.lora.target_modules):
+        raise ConfigError("model.lora.target_modules is empty or holds an empty name; list module names such as "
+                          "q_proj, v_proj")
+    if cfg.eval.every > cfg.trainer.iterations > 0:
+        raise ConfigError(f"eval.every ({cfg.eval.every}) is above trainer.iterations ({cfg.trainer.iterations}), so "
+                          "no evaluation would run during training; lower eval.every, or set 0 (before/after only)")
+    if not cfg.trainer.update:
+        for key in ("algo.kl_coef", "algo.entropy_coef"):
+            if _get(cfg, key) > 0:
+                raise ConfigError(f"{key} = {_get(cfg, key)} has no effect in a memory-only run (trainer.update=false "
+                                  f"takes no gradient steps); set {key}=0 or trainer.update=true")
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:

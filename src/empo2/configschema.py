@@ -8,6 +8,7 @@ wrong, and the valid choices (with a close-match suggestion for misspelt keys).
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import difflib
 import types
@@ -167,17 +168,96 @@ def parse_overrides(overrides: list[str]) -> list[tuple[str, Any]]:
     return out
 
 
-def load_yaml(path: str | Path) -> dict[str, Any]:
-    """Read a YAML mapping; ``ConfigError`` if missing or not a mapping."""
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {str(p)!r} does not exist")
+MAX_CONFIG_BYTES = 1 << 20
+"""A config file larger than this (1 MiB) is refused: no real config is near it."""
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses a key repeated in one mapping (PyYAML keeps the last one)."""
+
+
+def _construct_unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode, deep: bool = False) -> Any:
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            first = seen.setdefault(key, key_node.start_mark.line + 1)
+        except TypeError:  # an unhashable key; the base constructor reports it
+            continue
+        if first != key_node.start_mark.line + 1:
+            raise ConfigError(f"key {key!r} appears twice in one section (lines {first} and "
+                              f"{key_node.start_mark.line + 1}); keep one of them")
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_unique_mapping)
+
+
+def _yaml_error_line(e: yaml.YAMLError) -> str:
+    """A one-line description of a YAML syntax error: what and where (line, column)."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{problem}{where}"
+
+
+def _decode_text(p: Path, raw: bytes) -> str:
+    """The file's bytes as text; ``ConfigError`` for UTF-16/32, binary or non-UTF-8 content."""
+    boms = {codecs.BOM_UTF32_LE: "UTF-32", codecs.BOM_UTF32_BE: "UTF-32", codecs.BOM_UTF16_LE: "UTF-16",
+            codecs.BOM_UTF16_BE: "UTF-16"}
+    for bom, name in boms.items():
+        if raw.startswith(bom):
+            raise ConfigError(f"config file {str(p)!r} is {name} text; save it as UTF-8 "
+                              f"(e.g. `iconv -f {name} -t UTF-8 {p} > fixed.yaml`)")
+    if b"\x00" in raw:
+        raise ConfigError(f"config file {str(p)!r} is a binary file, not YAML text; pass a .yaml file "
+                          "(see configs/)")
     try:
-        data = yaml.safe_load(p.read_text()) or {}
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {str(p)!r} is not UTF-8 text (bad byte at offset {e.start}); "
+                          "save it as UTF-8") from None
+    bad = next((c for c in text if ord(c) < 32 and c not in "\t\n\r"), None)
+    if bad is not None:
+        raise ConfigError(f"config file {str(p)!r} holds the control character {bad!r}, so it is not a text "
+                          "config; pass a .yaml file (see configs/)")
+    return text
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a YAML mapping from a config file.
+
+    Raises:
+        ConfigError: the path is missing or a folder; the file is over ``MAX_CONFIG_BYTES``, not
+            UTF-8 text (UTF-16, binary), not valid YAML, empty or only comments, repeats a key in
+            one section, or does not hold a mapping. The message names the file and the fix.
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config {str(p)!r} is a folder; pass a YAML file, e.g. --config configs/quickstart.yaml")
+    if not p.is_file():
+        raise ConfigError(f"config file {str(p)!r} does not exist (see configs/ for examples)")
+    try:
+        size = p.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(f"config file {str(p)!r} is {size} bytes; a config is a small YAML file "
+                              f"(< {MAX_CONFIG_BYTES} bytes) — is this the right file?")
+        raw = p.read_bytes()
+    except OSError as e:
+        raise ConfigError(f"config file {str(p)!r} cannot be read ({e.strerror}); check its permissions") from None
+    text = _decode_text(p, raw)
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+    except ConfigError as e:
+        raise ConfigError(f"config file {str(p)!r}: {e}") from None
     except yaml.YAMLError as e:
-        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {e}") from None
+        raise ConfigError(f"config file {str(p)!r} is not valid YAML: {_yaml_error_line(e)}") from None
+    if data is None:
+        raise ConfigError(f"config file {str(p)!r} is empty (or only comments); start from a file in configs/, "
+                          "e.g. configs/quickstart.yaml")
     if not isinstance(data, dict):
-        raise ConfigError(f"config file {str(p)!r} must hold a mapping at top level")
+        raise ConfigError(f"config file {str(p)!r} must hold a mapping of sections (run:, model:, …) at top "
+                          f"level, not a {type(data).__name__}")
     return data
 
 

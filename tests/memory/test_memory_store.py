@@ -269,8 +269,8 @@ def test_keys_are_held_once_in_ram(tmp_path):
         q = expected["e50"]
         [best] = s.query(BUCKET, q, threshold=0.999, top_k=1)
         assert best.entry.text == "e50" and best.similarity == pytest.approx(1.0, abs=1e-6)
-    with MemoryStore(path) as s:
-        assert texts(s) == [f"e{i}" for i in range(40, 80)]
+    with MemoryStore(path) as s:  # the state after iteration 7: e0..e79 added, the 60 newest kept
+        assert texts(s) == [f"e{i}" for i in range(20, 80)]
         _assert_keys_live_in_the_matrix(s, BUCKET, expected)
 
 
@@ -309,3 +309,76 @@ def test_retrieval_products_run_on_one_blas_thread(monkeypatch):
         assert [r.entry.text for r in got] == [f"e{i}" for i in want]
         assert s.count_similar(BUCKET, q, 0.1) == int(np.count_nonzero(keys @ q >= 0.1))
         assert _blas_threads() == outside
+
+
+def test_rollback_restores_evicted_entries_exactly(tmp_path):
+    """truncate(k) leaves the memory exactly as after iteration k, evictions of later iterations undone;
+    digest(as_of=k) predicts it without changing the file."""
+    path = tmp_path / MEMORY_FILENAME
+    with MemoryStore(path, dim=4, capacity=3) as s:
+        for it in range(4):  # 2 entries per iteration into one bucket of capacity 3
+            s.add([entry(f"i{it}-{j}", key=unit_at(j, 4), iteration=it) for j in range(2)])
+            if it == 1:
+                after_1 = (texts(s), s.digest())
+        assert texts(s) == ["i2-1", "i3-0", "i3-1"]
+        predicted = s.digest(as_of=1)
+        assert predicted == after_1[1]
+        assert sha(path) == sha(path)  # digest did not write
+        assert s.truncate(after_iteration=1) == 3
+        assert (texts(s), s.digest()) == after_1
+        assert texts(s) == ["i0-1", "i1-0", "i1-1"]
+        s.add([entry(f"i2-{j}", key=unit_at(j, 4), iteration=2) for j in range(2)])  # as the first time
+        assert [e.seq for e in s.entries()] == [4, 5, 6]  # i1-1 and the two new ones, seqs 5 and 6 again
+        after_2 = (texts(s), s.digest())
+    with MemoryStore(path) as s:  # persisted
+        assert (texts(s), s.digest()) == after_2
+
+
+def test_forget_evicted_makes_older_rollbacks_lossy(tmp_path):
+    path = tmp_path / MEMORY_FILENAME
+    with MemoryStore(path, dim=4, capacity=1) as s:
+        s.add([entry("a", iteration=0)])
+        s.add([entry("b", iteration=1)])
+        assert s.forget_evicted(up_to_iteration=1) == 1
+        s.truncate(after_iteration=0)
+        assert texts(s) == []
+
+
+def test_digest_changes_with_any_column(tmp_path):
+    path = tmp_path / MEMORY_FILENAME
+    with MemoryStore(path, dim=4) as s:
+        s.add([entry("a", score=10.0)])
+        before = s.digest()
+    with sqlite3.connect(path) as c:
+        c.execute("UPDATE entries SET score = 11.0")
+    with MemoryStore(path) as s:
+        assert s.digest()[0] == before[0] and s.digest()[1] != before[1]
+
+
+@pytest.mark.parametrize("column, value, what", [
+    ("score", "'high'", "score"), ("iteration", "'x'", "iteration"), ("key", "x'00'", "key"),
+    ("text", "x'6869'", "text")])
+def test_a_bad_row_is_a_clean_error_naming_file_and_row(tmp_path, column, value, what):
+    path = tmp_path / MEMORY_FILENAME
+    with MemoryStore(path, dim=4) as s:
+        s.add([entry("a"), entry("b", key=unit_at(1, 4))])
+    with sqlite3.connect(path) as c:
+        c.execute(f"UPDATE entries SET {column} = {value} WHERE text = 'b'")
+        seq = c.execute("SELECT seq FROM entries WHERE rowid = (SELECT MAX(rowid) FROM entries)").fetchone()[0]
+    digest = sha(path)
+    with pytest.raises(MemoryStoreError) as err:
+        MemoryStore(path, dim=4)
+    msg = str(err.value)
+    assert str(path) in msg and f"seq={seq}" in msg and what in msg and "DELETE FROM entries" in msg
+    assert "\n" not in msg
+    assert sha(path) == digest
+
+
+def test_a_key_that_is_not_unit_norm_is_a_clean_error(tmp_path):
+    path = tmp_path / MEMORY_FILENAME
+    with MemoryStore(path, dim=4) as s:
+        s.add([entry("a")])
+    with sqlite3.connect(path) as c:
+        c.execute("UPDATE entries SET key = ?", (np.zeros(4, dtype="<f4").tobytes(),))
+    with pytest.raises(MemoryStoreError, match="bad key"):
+        MemoryStore(path, dim=4)

@@ -49,7 +49,7 @@ def test_two_iterations_change_parameters_and_write_metrics(tmp_path, tiny_polic
                 "sys/torch_threads", "sys/omp_wait_passive"):
         assert key in rows[0], key
     assert (run / "config.yaml").is_file()
-    assert (run / "checkpoints" / "last" / "optimizer.pt").is_file()
+    assert (run / "checkpoints" / "last" / "optimizer.safetensors").is_file()
     assert (run / "trajectories" / "iter-00001.jsonl").is_file()
 
 
@@ -142,7 +142,7 @@ def test_eval_command_on_a_checkpoint(tmp_path, capsys):
     ("model.name_or_path=/nonexistent/model", "does not exist"),
     ("trainer.checkpoint_every=0", "checkpoint_every"),
     ("rollout.generation_batch_size=-1", "generation_batch_size"),
-    ("trainer.lr=.nan", "must be finite"),
+    ("trainer.lr=.nan", "trainer.lr = nan is out of range"),
     ("run.name=../escape", "plain folder name"),
     ("empo2.tips.max_new_tokens=4096", "leaves no room for the prompt"),
     ("model.device=gpu", "is not a device"),

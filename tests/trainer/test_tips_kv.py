@@ -27,7 +27,9 @@ def _runtime(tmp_path, policy, fmt, engine, write_memory="always"):
     cfg = load_config(None, ["empo2.memory.embedder=hashing", "empo2.p=1.0", "empo2.tips.max_new_tokens=10",
                              "run.seed=5", f"empo2.write_memory={write_memory}"])
     setup = SimpleNamespace(cfg=cfg, policy=policy, fmt=fmt, engine=engine)
-    return make_runtime(cfg, setup, tmp_path)
+    rt = make_runtime(cfg, setup, tmp_path)
+    rt.tips_during_rollout = False  # these tests look at the caches kept until the rollout's end
+    return rt
 
 
 def _rollout(tmp_path, policy, fmt, *, kv_cache=True, max_bytes=2 * 1024 ** 3, write_memory="always"):

@@ -66,6 +66,16 @@ class MemoryBackend(Protocol):
         """Delete entries written after ``after_iteration`` (resume). Returns how many."""
         ...
 
+    def digest(self, as_of: int | None = None) -> tuple[int, str]:
+        """``(entries, sha256)`` of the memory now, or as it was after iteration ``as_of``
+        (``MemoryStore.digest``; recorded in checkpoints and checked on ``--resume``)."""
+        ...
+
+    def forget_evicted(self, up_to_iteration: int) -> int:
+        """Drop the evicted entries kept for rollback that no kept checkpoint needs
+        (``MemoryStore.forget_evicted``); returns how many."""
+        ...
+
     def snapshot(self) -> dict[str, Any]:
         """``MemoryStore.snapshot()``: entries per bucket, totals, counters (metrics)."""
         ...
@@ -125,6 +135,12 @@ class LocalMemory:
 
     def truncate(self, after_iteration: int) -> int:
         return 0 if self.read_only else self.store.truncate(after_iteration)
+
+    def digest(self, as_of: int | None = None) -> tuple[int, str]:
+        return self.store.digest(as_of)
+
+    def forget_evicted(self, up_to_iteration: int) -> int:
+        return 0 if self.read_only else self.store.forget_evicted(up_to_iteration)
 
     def snapshot(self) -> dict[str, Any]:
         return self.store.snapshot()

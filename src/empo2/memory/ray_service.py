@@ -138,6 +138,12 @@ class RayMemory:
     def truncate(self, after_iteration: int) -> int:
         return self._call("truncate", after_iteration)
 
+    def digest(self, as_of: int | None = None) -> tuple[int, str]:
+        return tuple(self._call("digest", as_of))  # type: ignore[return-value]
+
+    def forget_evicted(self, up_to_iteration: int) -> int:
+        return self._call("forget_evicted", up_to_iteration)
+
     def snapshot(self) -> dict[str, Any]:
         return self._call("snapshot")
 

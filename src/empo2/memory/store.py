@@ -9,7 +9,12 @@ Persistence: ``<run>/memory.sqlite`` (stdlib ``sqlite3``, WAL journal). Table ``
 one row per entry, the key as a little-endian float32 blob of D values; table ``meta`` holds
 ``schema_version``, ``dim`` and ``embedder`` (so a resumed run cannot mix embedding spaces) and
 ``capacity``. Every ``add`` is one transaction, so the file always holds exactly what the store
-holds; a resumed run opens the same file and continues. A file that is not a readable SQLite
+holds; a resumed run opens the same file and continues. Entries evicted by the FIFO cap move to
+table ``evicted`` (with the iteration that evicted them) instead of being deleted, so
+``truncate(k)`` restores the memory exactly as it was after iteration k (resuming from an older
+checkpoint); ``forget_evicted`` drops the ones no kept checkpoint can need. ``digest(as_of=k)``
+is a SHA-256 over that state's rows, recorded in checkpoints so a resume can check it has the
+memory that belongs to the checkpoint. A file that is not a readable SQLite
 database, belongs to another program, or has another schema version raises ``MemoryStoreError``
 naming the file, and is not modified. (The authors' memory server is never persisted; it is
 reset at the start of training. Resuming with the memory is our addition.)
@@ -72,6 +77,22 @@ CREATE TABLE entries (
 );
 CREATE INDEX entries_bucket_seq ON entries (bucket, seq);
 """
+
+_EVICTED_SCHEMA = """
+CREATE TABLE IF NOT EXISTS evicted (
+    seq INTEGER PRIMARY KEY,
+    bucket TEXT NOT NULL,
+    key BLOB NOT NULL,
+    key_text TEXT NOT NULL,
+    tip TEXT NOT NULL,
+    text TEXT NOT NULL,
+    score REAL NOT NULL,
+    iteration INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    evicted_iteration INTEGER NOT NULL
+);
+"""
+_COLUMNS = "seq, bucket, key, key_text, tip, text, score, iteration, step"
 
 
 class MemoryStoreError(RuntimeError):
@@ -341,6 +362,7 @@ class MemoryStore:
         self._lock = threading.RLock()
         self._buckets: dict[str, _BucketIndex] = {}
         self._counters = {"added": 0, "duplicates": 0, "evicted": 0}
+        self._has_evicted = False
         self._conn: sqlite3.Connection | None = self._connect()
         try:
             self._open()
@@ -387,6 +409,15 @@ class MemoryStore:
         elif not {"meta", "entries"} <= tables:
             raise MemoryStoreError(f"{self._where} is an SQLite file but not an empo2 memory file "
                                    f"(tables: {sorted(tables)}); it was left untouched")
+        if self.path is not None:
+            problems = [r[0] for r in conn.execute("PRAGMA quick_check(3)")]
+            if problems != ["ok"]:
+                raise MemoryStoreError(f"memory file {self._where} is damaged ({'; '.join(map(str, problems))}); it "
+                                       "was left untouched. Restore it from a backup, or move it away to start a "
+                                       "fresh memory")
+        if not self.readonly:
+            conn.executescript(_EVICTED_SCHEMA)
+        self._has_evicted = not self.readonly or "evicted" in tables
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         try:
             self._check_meta(meta)
@@ -436,22 +467,44 @@ class MemoryStore:
 
     def _load(self) -> None:
         assert self._conn is not None
-        rows = self._conn.execute("SELECT seq, bucket, key, key_text, tip, text, score, iteration, step "
-                                  "FROM entries ORDER BY seq").fetchall()
+        rows = self._conn.execute(f"SELECT {_COLUMNS} FROM entries ORDER BY seq").fetchall()
         if rows and self.dim is None:
             raise MemoryStoreError(f"memory file {self._where} has entries but no 'dim' in its meta table")
         per_bucket: dict[str, list[MemoryEntry]] = {}
-        for seq, bucket, blob, key_text, tip, text, score, iteration, step in rows:
-            if len(blob) != 4 * self.dim:
-                raise MemoryStoreError(f"memory file {self._where}: entry {seq} has a {len(blob)}-byte key, "
-                                       f"expected {4 * self.dim} (D={self.dim})")
-            key = np.frombuffer(blob, dtype="<f4")  # copied into the bucket matrix by append
-            per_bucket.setdefault(bucket, []).append(
-                MemoryEntry(bucket, key, key_text, tip, text, float(score), int(iteration), int(step), int(seq)))
+        for row in rows:
+            e = self._entry_of_row(row)
+            per_bucket.setdefault(e.bucket, []).append(e)
         self._buckets = {}
         for bucket, entries in per_bucket.items():
             self._buckets[bucket] = idx = _BucketIndex(self.dim)  # type: ignore[arg-type]
             idx.append(entries)
+            norms = np.linalg.norm(idx.keys, axis=1)
+            bad = np.flatnonzero(~np.isfinite(norms) | (np.abs(norms - 1.0) > _NORM_TOL))
+            if bad.size:
+                self._bad_row(idx.entries[int(bad[0])].seq, "key", f"norm {float(norms[bad[0]]):.4g}, not 1")
+
+    def _bad_row(self, seq: Any, column: str, value: Any) -> None:
+        raise MemoryStoreError(
+            f"memory file {self._where}: entry seq={seq} has a bad {column} ({value}); the file was changed "
+            f"outside empo2. Delete that row (sqlite3 {self._where} 'DELETE FROM entries WHERE seq={seq}') or "
+            "restore the file from a backup")
+
+    def _entry_of_row(self, row: tuple[Any, ...]) -> MemoryEntry:
+        """A stored row as a ``MemoryEntry``; ``MemoryStoreError`` naming the row for a bad value."""
+        seq, bucket, blob, key_text, tip, text, score, iteration, step = row
+        for col, v in (("bucket", bucket), ("key_text", key_text), ("tip", tip), ("text", text)):
+            if not isinstance(v, str):
+                self._bad_row(seq, col, f"{v!r} is not text")
+        for col, v in (("iteration", iteration), ("step", step), ("seq", seq)):
+            if not isinstance(v, int):
+                self._bad_row(seq, col, f"{v!r} is not an integer")
+        if not isinstance(score, (int, float)) or not math.isfinite(score):
+            self._bad_row(seq, "score", f"{score!r} is not a finite number")
+        if not isinstance(blob, bytes) or len(blob) != 4 * self.dim:  # type: ignore[operator]
+            size = len(blob) if isinstance(blob, (bytes, str)) else "?"
+            self._bad_row(seq, "key", f"a {size}-byte {type(blob).__name__}, expected {4 * self.dim} bytes (D={self.dim})")
+        key = np.frombuffer(blob, dtype="<f4")  # copied into the bucket matrix by append
+        return MemoryEntry(bucket, key, key_text, tip, text, float(score), iteration, step, seq)
 
     def _enforce_capacity_at_open(self) -> None:
         over = {b: len(idx) - self.capacity for b, idx in self._buckets.items() if len(idx) > self.capacity}
@@ -487,12 +540,19 @@ class MemoryStore:
             raise
 
     def _delete_oldest(self, conn: sqlite3.Connection, over: dict[str, int],
-                       new: dict[str, list[int]] | None = None) -> None:
-        """Delete the ``over[bucket]`` oldest rows of each bucket (stored rows first, then ``new`` seqs)."""
+                       new: dict[str, list[int]] | None = None, evicted_in: int | None = None) -> None:
+        """Delete the ``over[bucket]`` oldest rows of each bucket (stored rows first, then ``new`` seqs).
+
+        With ``evicted_in`` (the iteration of the add that evicts them) the rows move to table
+        ``evicted`` so ``truncate`` can bring them back; without it they are gone.
+        """
         for bucket, k in over.items():
             idx = self._buckets.get(bucket)
             old_seqs = [e.seq for e in idx.entries[:k]] if idx is not None else []
             seqs = (old_seqs + (new or {}).get(bucket, []))[:k]
+            if evicted_in is not None:
+                conn.execute(f"INSERT OR REPLACE INTO evicted ({_COLUMNS}, evicted_iteration) SELECT {_COLUMNS}, ? "
+                             "FROM entries WHERE bucket = ? AND seq <= ?", (evicted_in, bucket, seqs[-1]))
             conn.execute("DELETE FROM entries WHERE bucket = ? AND seq <= ?", (bucket, seqs[-1]))
 
     def add(self, entries: Iterable[MemoryEntry]) -> int:
@@ -541,7 +601,7 @@ class MemoryStore:
                     new.setdefault(e.bucket, []).append(e.seq)
                 over = {b: len(self._buckets.get(b, ())) + len(s) - self.capacity for b, s in new.items()}
                 over = {b: k for b, k in over.items() if k > 0}
-                self._delete_oldest(conn, over, new)
+                self._delete_oldest(conn, over, new, evicted_in=max(e.iteration for e in checked))
                 return stored, over
 
             stored, over = self._write(body)
@@ -559,9 +619,11 @@ class MemoryStore:
             return len(stored)
 
     def truncate(self, after_iteration: int) -> int:
-        """Delete every entry written after ``after_iteration`` (resume from an older checkpoint).
+        """Roll the memory back to its state after ``after_iteration`` (resume from an older checkpoint).
 
-        Entries that later iterations evicted cannot come back; the log says how many were dropped.
+        Entries written later are deleted; entries that later iterations evicted come back from
+        table ``evicted`` (unless ``forget_evicted`` dropped them), so ``digest(as_of=k)`` before
+        equals ``digest()`` after ``truncate(k)``.
 
         Returns:
             Number of entries deleted.
@@ -569,19 +631,74 @@ class MemoryStore:
         Raises:
             MemoryStoreError: the store is closed or read-only.
         """
+        def body(c: sqlite3.Connection) -> tuple[int, int]:
+            n = c.execute("DELETE FROM entries WHERE iteration > ?", (after_iteration,)).rowcount
+            back = c.execute(f"INSERT INTO entries ({_COLUMNS}) SELECT {_COLUMNS} FROM evicted "
+                             "WHERE evicted_iteration > ? AND iteration <= ?", (after_iteration, after_iteration)).rowcount
+            c.execute("DELETE FROM evicted WHERE evicted_iteration > ?", (after_iteration,))
+            # the next entry gets the seq it got after that iteration the first time (the newest entry
+            # written up to an iteration is always still stored then: evictions take the oldest)
+            c.execute("UPDATE sqlite_sequence SET seq = (SELECT COALESCE(MAX(seq), 0) FROM entries) "
+                      "WHERE name = 'entries'")
+            return n, back
+
         with self._lock:
-            n = self._write(lambda c: c.execute("DELETE FROM entries WHERE iteration > ?", (after_iteration,)).rowcount)
-            if n:
-                for bucket, idx in list(self._buckets.items()):
-                    keep = [e for e in idx.entries if e.iteration <= after_iteration]
-                    if len(keep) != len(idx):
-                        self._buckets[bucket] = fresh = _BucketIndex(self.dim)  # type: ignore[arg-type]
-                        if keep:
-                            fresh.append(keep)
-                        else:
-                            del self._buckets[bucket]
-                logger.info("memory %s: dropped %d entries written after iteration %d", self._where, n, after_iteration)
+            n, back = self._write(body)
+            if n or back:
+                self._load()
+                logger.info("memory %s: rolled back to iteration %d (%d entries dropped, %d evicted ones restored)",
+                            self._where, after_iteration, n, back)
             return int(n)
+
+    def forget_evicted(self, up_to_iteration: int) -> int:
+        """Drop the evicted entries kept for ``truncate`` that were evicted in iterations ≤ ``up_to_iteration``
+        (no rollback will go back before them). Returns how many were dropped.
+
+        Raises:
+            MemoryStoreError: the store is closed or read-only.
+        """
+        with self._lock:
+            return int(self._write(lambda c: c.execute("DELETE FROM evicted WHERE evicted_iteration <= ?",
+                                                       (up_to_iteration,)).rowcount))
+
+    def digest(self, as_of: int | None = None) -> tuple[int, str]:
+        """Entry count and SHA-256 of the memory (rows in ``seq`` order, every column).
+
+        Args:
+            as_of: digest the memory as it was after this iteration (what ``truncate(as_of)`` would
+                leave), without changing anything; None = as it is now.
+
+        Returns:
+            ``(entries, hex digest)``.
+
+        Raises:
+            MemoryStoreError: the store is closed.
+        """
+        import hashlib
+        import json
+
+        with self._lock:
+            conn = self._live()
+            if as_of is None:
+                rows = conn.execute(f"SELECT {_COLUMNS} FROM entries ORDER BY seq")
+            else:
+                union = (f" UNION ALL SELECT {_COLUMNS} FROM evicted WHERE evicted_iteration > :k AND iteration <= :k"
+                         if self._has_evicted else "")
+                rows = conn.execute(f"SELECT * FROM (SELECT {_COLUMNS} FROM entries WHERE iteration <= :k{union}) "
+                                    "ORDER BY seq", {"k": as_of})
+            h = hashlib.sha256()
+            n = 0
+            for seq, bucket, blob, key_text, tip, text, score, iteration, step in rows:
+                h.update(json.dumps([seq, bucket, key_text, tip, text, score, iteration, step]).encode())
+                h.update(blob if isinstance(blob, bytes) else str(blob).encode())
+                n += 1
+            return n, h.hexdigest()
+
+    def iterations(self) -> tuple[int, int] | None:
+        """(lowest, highest) ``iteration`` of the stored entries, or None when empty."""
+        with self._lock:
+            lo, hi = self._live().execute("SELECT MIN(iteration), MAX(iteration) FROM entries").fetchone()
+            return None if lo is None else (int(lo), int(hi))
 
     # ---- reading -------------------------------------------------------------------------------
 

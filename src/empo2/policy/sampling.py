@@ -440,6 +440,38 @@ def _sample_cached(model: Any, ekvs: list[EpisodeKV], prompts: list[list[int]], 
     return gens
 
 
+def chunk_rows(lengths: list[int], max_new_tokens: int, bytes_per_token: int, max_bytes: int) -> list[list[int]]:
+    """Split rows into chunks whose left-padded batch KV cache fits ``max_bytes``.
+
+    A batch of rows decodes with a cache of ``rows × (longest prompt + max_new_tokens)`` token
+    slots; rows are taken in order of prompt length (so a chunk's rows pad little) and a chunk is
+    closed when one more row would pass ``max_bytes``. A row that alone passes it gets a chunk of
+    its own.
+
+    Args:
+        lengths: per row, its prompt length (tokens).
+        max_new_tokens: tokens each row may add.
+        bytes_per_token: KV bytes per token (``kvcache.kv_bytes_per_token``); ≤ 0 = one chunk.
+        max_bytes: the budget of one chunk's batch cache; ≤ 0 = one chunk.
+
+    Returns:
+        Lists of row indices covering every row once (rows of a chunk sorted by decreasing length).
+    """
+    if bytes_per_token <= 0 or max_bytes <= 0 or len(lengths) <= 1:
+        return [list(range(len(lengths)))] if lengths else []
+    order = sorted(range(len(lengths)), key=lambda r: (-lengths[r], r))
+    chunks: list[list[int]] = []
+    cur: list[int] = []
+    for r in order:
+        longest = lengths[cur[0]] if cur else lengths[r]
+        if cur and (len(cur) + 1) * (longest + max_new_tokens) * bytes_per_token > max_bytes:
+            chunks.append(cur)
+            cur = []
+        cur.append(r)
+    chunks.append(cur)
+    return chunks
+
+
 def row_generator(seed: int, *parts: int) -> torch.Generator:
     """A CPU ``torch.Generator`` seeded from ``(seed, *parts)`` (e.g. iteration, task, rollout, turn)."""
     h = seed & 0xFFFFFFFF

@@ -35,7 +35,7 @@ from empo2.agent.parse import correct_action, parse_action
 from empo2.agent.prompts import EpisodeChat, first_user_text, later_user_text, tip_block
 from empo2.envs.base import EnvFamily, TaskSpec
 from empo2.policy.chat import ChatFormat
-from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
+from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported, kv_bytes_per_token
 from empo2.policy.precision import autocast, model_device
 from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
 from empo2.policy.trie import TokenTrie
@@ -108,6 +108,9 @@ class StepHook(Protocol):
 
     def before_turn(self, states: list[EpisodeState]) -> None: ...
 
+    # Optionally also ``after_wave(trajectories: list[Trajectory]) -> None``, called when a wave of
+    # episodes has ended (their kept caches can be taken then; time counted as ``timings["tips"]``).
+
 
 @dataclass
 class RolloutSettings:
@@ -135,8 +138,9 @@ class RolloutSettings:
     kv_cache_max_bytes: int = 2 * 1024 ** 3
     """Cap on the bytes of all kept episode caches (0 = no cap). Episodes past the cap (in live
     order) are re-prefilled each turn instead. SmolLM2-135M fp32 uses 46 KiB per cached token
-    (30 layers × 2 × 3 KV heads × 64 × 4 B), so 2 GiB ≈ 45k tokens. The batch cache of one
-    generation call (≈ the sum of that call's caches plus the decoded tokens) comes on top, briefly."""
+    (30 layers × 2 × 3 KV heads × 64 × 4 B), so 2 GiB ≈ 45k tokens. Before each generation call the
+    caches kept for finished episodes are trimmed so that they, the live caches and the call's growth
+    fit the cap; the batch cache of one call holds the live caches (moved, not copied) plus padding."""
 
 
 class RolloutEngine:
@@ -164,6 +168,7 @@ class RolloutEngine:
         # kept caches of finished episodes, keyed by id(trajectory), until ``take_episode_kv``
         self._kv_kept: dict[int, tuple[weakref.ref, EpisodeKV]] = {}
         self._keep_kv: Callable[[EpisodeState], bool] | None = None
+        self._bpt: int | None = None  # KV bytes per token of the model (0: unknown)
 
     # ------------------------------------------------------------------ public
     def run(self, episodes: list[EpisodeSpec], settings: RolloutSettings, iteration: int = 0,
@@ -172,15 +177,21 @@ class RolloutEngine:
 
         ``on_turn(n_actions)`` is called after every batched turn (progress display).
         """
-        self.timings = {"generation": 0.0, "env": 0.0, "hook": 0.0}
+        self.timings = {"generation": 0.0, "env": 0.0, "hook": 0.0, "tips": 0.0}
         self.drop_episode_kvs()
         keep = getattr(hook, "keep_episode_kv", None) if settings.kv_cache else None
         self._keep_kv = keep if callable(keep) else None
         out: list[Trajectory] = []
         try:
+            after_wave = getattr(hook, "after_wave", None)
             for w in range(0, len(episodes), self.pool.size):
                 wave = episodes[w:w + self.pool.size]
-                out.extend(self._run_wave(wave, settings, iteration, hook, on_turn))
+                trajs = self._run_wave(wave, settings, iteration, hook, on_turn)
+                if callable(after_wave):  # e.g. tips from the wave's kept caches, before the next wave
+                    t0 = time.perf_counter()
+                    after_wave(trajs)
+                    self.timings["tips"] += time.perf_counter() - t0
+                out.extend(trajs)
         except BaseException:
             self.drop_episode_kvs()
             raise
@@ -387,6 +398,7 @@ class RolloutEngine:
                 else:
                     ekv.clear()
         ekvs = [self._episode_kv(st) for st in live]
+        self._make_room(ekvs, prompts, s)
         gens_ = self._row_generators(live, s, iteration)
         out: list[Generation] = []
         try:
@@ -416,6 +428,28 @@ class RolloutEngine:
         ekv = EpisodeKV()
         self._kv[key] = (weakref.ref(st, _gone), ekv)
         return ekv
+
+    def _make_room(self, ekvs: list[EpisodeKV], prompts: list[list[int]], s: RolloutSettings) -> None:
+        """Before a generation call, drop kept caches of finished episodes (lowest priority last-kept
+        first) until they, the live caches and what this call adds to the live ones (new prompt ids and
+        ``max_new_tokens`` per row) fit ``kv_cache_max_bytes``: the cap then holds during the call, not
+        only after it (without this, a new wave's caches grew on top of a full budget of kept ones)."""
+        if s.kv_cache_max_bytes <= 0 or not (self._kv_kept or self._kv_done):
+            return
+        if self._bpt is None:
+            self._bpt = kv_bytes_per_token(self.model) or 0
+        if not self._bpt:
+            return
+        live = sum(e.nbytes + (len(p) - min(e.length, len(p) - 1) + s.max_new_tokens) * self._bpt
+                   for e, p in zip(ekvs, prompts))
+        kept = [(table, k) for table in (self._kv_kept, self._kv_done) for k in table]
+        total = live + sum(table[k][1].nbytes for table, k in kept)
+        for table, k in reversed(kept):
+            if total <= s.kv_cache_max_bytes:
+                break
+            total -= table[k][1].nbytes
+            table[k][1].clear()
+            del table[k]
 
     def _cap_kv(self, ekvs: list[EpisodeKV], max_bytes: int) -> None:
         """Keep live caches in live order while their total fits ``max_bytes``; clear the rest.

@@ -104,6 +104,15 @@ class LocalEnvs:
         self.size = size
         self.envs: list[TextEnv | None] = [None] * size
         self.executor = ThreadPoolExecutor(max_workers=size, thread_name_prefix="env")
+        self._restarts = 0  # restarts and replacements counted here
+        self._retired = 0  # restarts counted by instances that were since replaced or closed
+
+    @property
+    def restarts(self) -> int:
+        """Environment restarts since the pool was made: the pool's own (``restart``) plus those an
+        instance did by itself (an env exposing a ``restarts`` counter, e.g. ScienceWorld restarting a
+        dead JVM at ``reset``)."""
+        return self._restarts + self._retired + sum(getattr(e, "restarts", 0) for e in self.envs if e is not None)
 
     def get(self, i: int) -> TextEnv:
         """Instance ``i``, created on first use."""
@@ -119,31 +128,34 @@ class LocalEnvs:
             return [call_env(self.get, slots[0], method, *(a[0] for a in arg_lists))]
         return list(self.executor.map(lambda s, *a: call_env(self.get, s, method, *a), slots, *arg_lists))
 
+    def _retire(self, i: int) -> None:
+        env = self.envs[i]
+        if env is not None:
+            self._retired += getattr(env, "restarts", 0)
+            try:
+                env.close()
+            except Exception as e:
+                log.debug("closing env %d: %s", i, e)
+            self.envs[i] = None
+
     def restart(self, i: int) -> None:
-        """Replace instance ``i`` after a crash (``restart()`` if the env has one, else close + make lazily)."""
+        """Replace instance ``i`` after a crash (``restart()`` if the env has one, else close + make)."""
         env = self.envs[i]
         if env is not None and hasattr(env, "restart"):
             try:
                 env.restart()  # type: ignore[attr-defined]
+                if not hasattr(env, "restarts"):
+                    self._restarts += 1
                 return
             except Exception as e:  # fall back to a fresh instance
                 log.warning("restart of env %d failed (%s); creating a new instance", i, e)
-        if env is not None:
-            try:
-                env.close()
-            except Exception:
-                pass
-        self.envs[i] = None
+        self._restarts += 1
+        self._retire(i)
 
     def close(self) -> None:
         """Close every instance and the thread pool. Never raises."""
-        for i, env in enumerate(self.envs):
-            if env is not None:
-                try:
-                    env.close()
-                except Exception as e:
-                    log.debug("closing env %d: %s", i, e)
-                self.envs[i] = None
+        for i in range(self.size):
+            self._retire(i)
         self.executor.shutdown(wait=True, cancel_futures=True)
 
 
@@ -163,7 +175,11 @@ class EnvPool(EnvPoolBase):
         self.local = LocalEnvs(family, size)
         self.family = family
         self.size = size
-        self.restarts = 0
+
+    @property
+    def restarts(self) -> int:  # type: ignore[override]
+        """Restarts so far: the pool's own and those the instances did by themselves (``LocalEnvs.restarts``)."""
+        return self.local.restarts
 
     @property
     def envs(self) -> list[TextEnv | None]:
@@ -195,7 +211,6 @@ class EnvPool(EnvPoolBase):
         return self.local.call_many("anchor", slots)
 
     def restart(self, slot: int) -> None:
-        self.restarts += 1
         self.local.restart(slot)
 
     def close(self) -> None:

@@ -7,10 +7,12 @@ trainer after each rollout:
   text (``empo2.memory.key_text``: the chat so far without tips, plus the new observation), retrieve
   up to k tips of the episode's bucket (task + variation) for memory-augmented rollouts, and keep
   the state embedding; with ``intrinsic.count: retrieved`` set the authors' r_int = 1/(retrieved + 1).
-* ``after_rollout``: with ``intrinsic.count: similar_states``, r_int = 1/n of every step (n = similar
-  states seen before + 1; states of the same turn never count each other, ``assign_intrinsic``);
-  then the current policy writes one tip per finished episode (batched, no gradient;
-  the tip tokens never enter the update), cleaned to one sentence; the episode's entries (one per
+* ``after_wave`` / ``after_rollout``: with ``intrinsic.count: similar_states``, r_int = 1/n of every
+  step (n = similar states seen before + 1; states of the same turn never count each other,
+  ``assign_intrinsic``); the current policy writes one tip per finished episode (batched, no
+  gradient; the tip tokens never enter the update) as soon as the episode's wave of the rollout has
+  ended (its kept KV cache is freed before the next wave's grow); after the rollout the tips are
+  cleaned to one sentence; the episode's entries (one per
   step with the authors' wording, or one per episode) are added to the SQLite memory of the run.
   The tip prompt continues the trajectory with how the episode ended (final observation and score)
   and the tip instruction, so tip writing starts from the episode's KV cache kept by the rollout
@@ -28,6 +30,7 @@ state is saved in checkpoints.
 from __future__ import annotations
 
 import logging
+import weakref
 from typing import Any
 
 import numpy as np
@@ -38,9 +41,9 @@ from empo2.memory.novelty import intrinsic_from_retrieved
 from empo2.memory.store import build_entries
 from empo2.memory.text import TIP_INSTRUCTION, clean_tip, final_score_text, key_text
 from empo2.memory.tipinfo import TipInformativeness, informativeness_shares, tip_informativeness
-from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
+from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported, kv_bytes_per_token
 from empo2.policy.precision import autocast, model_device
-from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
+from empo2.policy.sampling import Generation, chunk_rows, row_generator, sample, sample_with_cache
 from empo2.records import Mode, Trajectory
 from empo2.rollout.engine import EpisodeState
 
@@ -49,6 +52,11 @@ log = logging.getLogger(__name__)
 KEY_TEXT_MAX_CHARS = 2000
 """Characters of an entry's key text kept in the memory file (the head: all-MiniLM-L6-v2 embeds only
 the first 256 word pieces, ≈ 1000 characters; recent-window keys are ≤ 900 characters anyway)."""
+TIP_BATCH_MAX_BYTES = 512 * 1024 ** 2
+"""Budget of the batch KV cache of one tip-sampling call (512 MiB ≈ 3 SmolLM2-135M fp32 rows of 3 600
+tokens); the tip prompts are sampled in chunks of rows that fit it (``sampling.chunk_rows``). Tips are
+64 tokens, so small chunks cost little decode time; the measured EMPO²/GRPO peak-RSS ratio is in
+docs/performance.md §7."""
 
 
 class Empo2Runtime:
@@ -70,6 +78,11 @@ class Empo2Runtime:
         self.embedder = embedder
         self.memory = memory
         self.read_only = read_only
+        self.tips_during_rollout = True
+        """Sample each wave's tips when the wave ends (``after_wave``), from the KV caches the engine
+        kept for it; False samples them all in ``write_tips`` (the engine then keeps every wave's caches
+        until the rollout ends, within its byte cap)."""
+        self._early_tips: dict[int, tuple[weakref.ref, Generation]] = {}
         self._reset_counters()
 
     def _reset_counters(self) -> None:
@@ -123,6 +136,20 @@ class Empo2Runtime:
         """``StepHook`` extension: keep a finished episode's KV cache when it will write a tip."""
         return (not self.read_only and not st.crashed and bool(st.steps) and self._writes_mode(st.spec.mode))
 
+    def after_wave(self, trajs: list[Trajectory]) -> None:
+        """``StepHook`` extension, called by the engine when a wave of episodes has ended: sample the
+        wave's tips now, continuing the caches the engine kept for them, so those caches are freed
+        before the next wave's grow (kept until the rollout's end they piled up to the engine's byte
+        cap, on top of the live ones; issue #12). The tips enter the memory in ``write_tips`` after the
+        rollout, as before: no episode of an iteration retrieves another's tip of the same iteration.
+        A tip's sampling seed comes from the trajectory's ids (its rollout's ``iteration``)."""
+        if not self.tips_during_rollout or self.read_only:
+            return
+        todo = [t for t in trajs if self._writes(t)]
+        if todo:
+            for t, g in zip(todo, self.sample_tips(todo, todo[0].iteration)):
+                self._early_tips[id(t)] = (weakref.ref(t), g)
+
     # ------------------------------------------------------------------ tips + memory
     def _writes_mode(self, mode: Mode) -> bool:
         w = self.cfg.empo2.write_memory
@@ -174,9 +201,10 @@ class Empo2Runtime:
         engine (``RolloutEngine.take_episode_kv``; its ids are a prefix of the tip prompt, so only
         the closing markup and the tip instruction are prefilled) or, without one, from an empty
         ``EpisodeKV`` (the prompt is prefilled unpadded; rows share their common prefix); only
-        the decode is batched. The ids equal those of ``sample`` on the same prompts and
-        generators (log-probs up to float rounding). Models without a sliceable cache use
-        ``sample``. The caches are released afterwards.
+        the decode is batched, in chunks of rows whose batch cache fits ``TIP_BATCH_MAX_BYTES``.
+        The ids equal those of ``sample`` on the same prompts and generators (log-probs up to float
+        rounding). Models without a sliceable cache use ``sample``. Each row's cache is released
+        as soon as its tip is sampled.
         """
         fmt = self.setup.fmt
         tcfg = self.cfg.empo2.tips
@@ -188,18 +216,48 @@ class Empo2Runtime:
         kw = dict(max_new_tokens=tcfg.max_new_tokens, temperature=tcfg.temperature, eos_ids=fmt.eos_ids,
                   newline_ids=fmt.newline_ids, stop_at_newline=True, pad_id=int(fmt.tokenizer.pad_token_id or 0))
 
-        def generators() -> list[Any]:
-            return [row_generator(self.cfg.run.seed, iteration, t.task_index, t.rollout, 99991) for t in trajs]
+        def generators(rows: list[int]) -> list[Any]:
+            return [row_generator(self.cfg.run.seed, iteration, trajs[r].task_index, trajs[r].rollout, 99991)
+                    for r in rows]
 
+        # chunks whose batch cache fits TIP_BATCH_MAX_BYTES: one batch of all B×N tip prompts (each
+        # padded to the longest) was the largest allocation of an EMPO² iteration (docs/performance.md)
+        chunks = chunk_rows([len(p) for p in prompts], tcfg.max_new_tokens, kv_bytes_per_token(model) or 0,
+                            TIP_BATCH_MAX_BYTES)
+        out: list[Any] = [None] * len(trajs)
+        cached = True
         try:
             with autocast(model_device(model), self.cfg.model.autocast):
-                try:
-                    return sample_with_cache(model, ekvs, prompts, generators=generators(), **kw)
-                except KVCacheUnsupported:
-                    return sample(model, prompts, generators=generators(), **kw)
+                for rows in chunks:
+                    sub = [prompts[r] for r in rows]
+                    gens = None
+                    if cached:
+                        try:
+                            gens = sample_with_cache(model, [ekvs[r] for r in rows], sub, generators=generators(rows), **kw)
+                        except KVCacheUnsupported:
+                            cached = False
+                    if gens is None:
+                        gens = sample(model, sub, generators=generators(rows), **kw)
+                    for r, g in zip(rows, gens):
+                        out[r] = g
+                        ekvs[r].clear()  # free this row's cache before the next chunk
+                return out
         finally:
             for e in ekvs:
                 e.clear()
+
+    def _tips_of(self, todo: list[Trajectory], iteration: int) -> list[Generation]:
+        """The tips ``after_wave`` sampled for ``todo``; the missing ones are sampled now."""
+        early: dict[int, Generation] = {}
+        for t in todo:
+            e = self._early_tips.pop(id(t), None)
+            if e is not None and e[0]() is t:
+                early[id(t)] = e[1]
+        self._early_tips.clear()
+        missing = [t for t in todo if id(t) not in early]
+        if missing:
+            early.update({id(t): g for t, g in zip(missing, self.sample_tips(missing, iteration))})
+        return [early[id(t)] for t in todo]
 
     def write_tips(self, trajs: list[Trajectory], iteration: int) -> dict[str, float]:
         """Sample one tip per finished trajectory (batched, no gradient) and store its entries."""
@@ -216,7 +274,7 @@ class Empo2Runtime:
         if not todo or self.read_only:
             return out
         fmt = self.setup.fmt
-        gens = self.sample_tips(todo, iteration)
+        gens = self._tips_of(todo, iteration)
         words: list[int] = []
         informative: list[TipInformativeness] = []
         key_texts = [key_text(self.final_messages(t), self.mcfg.key_text, self.mcfg.recent_turns) for t in todo]

@@ -16,6 +16,7 @@ from empo2.algo.stats import mean_ci, proportion_ci
 from empo2.envs.base import EnvFamily, TaskSpec
 from empo2.records import Mode, Trajectory
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings, StepHook
+from empo2.trainer.metrics import json_ready
 
 
 @dataclass
@@ -102,9 +103,10 @@ def evaluate(engine: RolloutEngine, family: EnvFamily, tasks: list[str], split: 
 
 
 def write_eval(res: EvalResult, path: Path) -> None:
-    """Write an ``EvalResult`` as JSON."""
+    """Write an ``EvalResult`` as JSON (strict: a statistic without a value, e.g. the mean of no
+    finished episode, is ``null``, never a bare ``NaN``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(res.to_json(), indent=1, default=float))
+    path.write_text(json.dumps(json_ready(res.to_json()), indent=1, allow_nan=False))
 
 
 def _summary(d: dict[str, Any]) -> EvalSummary:

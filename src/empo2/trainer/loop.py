@@ -31,17 +31,22 @@ from empo2.algo.returns import episode_return
 from empo2.config import Config, config_to_dict
 from empo2.configschema import ConfigError, from_dict
 from empo2.distributed import combine_metrics, init_distributed, rank_device
-from empo2.envs.base import EnvFamily, TaskSpec, UnknownTaskError
+from empo2.envs.base import EnvError, EnvFamily, TaskSpec, UnknownTaskError
 from empo2.envs.registry import make_family
 from empo2.policy.chat import ChatFormat
-from empo2.policy.loading import LoadedPolicy, load_policy, save_weights
+from empo2.policy.loading import LoadedPolicy, check_model_source, load_policy, save_weights
 from empo2.records import Trajectory
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
 from empo2.rollout.pool import EnvPoolBase, make_pool
+from empo2.sysmem import release_free_memory
 from empo2.threads import thread_info
 from empo2.trainer.batch import build_sample
+from empo2.memory.store import MEMORY_FILENAME
 from empo2.trainer.checkpoint import (
-    CheckpointError, checkpoint_config, load_extra, load_state, save_checkpoint, set_rng_state)
+    CheckpointError, CheckpointWriteError, check_disk_space, check_run_dir, check_weights, checkpoint_bytes,
+    checkpoint_config, find_checkpoint, folder_bytes, kept_iterations, load_extra, load_optimizer_state, load_state,
+    remove_partial_writes, save_checkpoint, set_rng_state)
+from empo2.trainer.resume import check_memory_matches
 from empo2.trainer.evaluate import EvalResult, evaluate, read_eval, write_eval
 from empo2.trainer.learner import Learner
 from empo2.trainer.metrics import SCORE_TABLE_COLUMNS, NullSink, RunLogger, group_score_rows, rollout_metrics
@@ -123,30 +128,69 @@ class Setup:
 
 
 def build_setup(cfg: Config, weights_dir: Path | None = None, pool_size: int | None = None,
-                progress: Progress | None = None) -> Setup:
-    """Resolve tasks (fails fast on a bad name), load the model (a ``model`` phase of ``progress``),
-    start the env pool."""
+                progress: Progress | None = None, family: EnvFamily | None = None) -> Setup:
+    """Resolve tasks (fails fast on a bad name), start one environment, load the model (a ``model``
+    phase of ``progress``), make the env pool.
+
+    ``family``: the environment family, if the caller made it already (else made from ``cfg.env``).
+    """
     if cfg.trainer.threads > 0:
         torch.set_num_threads(cfg.trainer.threads)
-    family = make_family(cfg.env)
+    family = family or make_family(cfg.env)
     tasks = resolve_tasks(family, cfg.env.tasks)
-    with (progress or Progress(enabled=False)).phase("model") as ph:
-        policy = load_policy(cfg.model, weights_dir=weights_dir)
-        ph.note(model_note(policy, weights_dir or cfg.model.name_or_path))
-    policy.model.eval()
-    fmt = ChatFormat(policy.tokenizer)
+    check_model_source(cfg.model, weights_dir)
     size = pool_size or min(cfg.env.num_workers, cfg.rollout.tasks_per_iteration * cfg.rollout.group_size)
     pool = make_pool(cfg.env, family, max(1, size), cfg.ray)
+    try:
+        try:  # one environment now: one that cannot start (no Java, a bad heap) fails before the model loads
+            if hasattr(pool, "get"):  # thread pool (a Ray pool's actors start theirs at the first reset)
+                pool.get(0)
+        except EnvError as e:
+            raise EnvError(f"the {family.name} environment cannot start: {e}") from None
+        with (progress or Progress(enabled=False)).phase("model") as ph:
+            policy = load_policy(cfg.model, weights_dir=weights_dir)
+            ph.note(model_note(policy, weights_dir or cfg.model.name_or_path))
+    except BaseException:
+        pool.close()
+        raise
+    policy.model.eval()
+    fmt = ChatFormat(policy.tokenizer)
     engine = RolloutEngine(policy.model, fmt, family, pool)
     return Setup(cfg, policy, fmt, family, tasks, pool, engine)
+
+
+def train_variations(cfg: Config, family: EnvFamily) -> dict[str, list[int]]:
+    """The training variations of each task: the ``env.train_split`` ones, restricted to ``env.variations``.
+
+    Raises:
+        UnknownTaskError: a bad task name. ConfigError: ``env.variations`` leaves a task without any.
+    """
+    out = {}
+    for t in resolve_tasks(family, cfg.env.tasks):
+        out[t] = [v for v in family.variations(t, cfg.env.train_split) if not cfg.env.variations or v in cfg.env.variations]
+        if not out[t]:
+            raise ConfigError(f"env.variations {cfg.env.variations} leaves no {cfg.env.train_split} variation of {t!r}; "
+                              f"pick variations of the {cfg.env.train_split} split (see `empo2 envs`)")
+    return out
+
+
+class EnvironmentFailedError(EnvError):
+    """Every episode of a rollout or evaluation crashed: the environment does not work (the message
+    names the last error); the run stops, its last checkpoint stays loadable."""
 
 
 class Trainer:
     """Runs training for a config; ``resume=True`` continues from ``<run>/checkpoints/last``.
 
+    Everything that can be checked without the model is checked before it loads: the run folder,
+    the tasks, the checkpoint (state, weights, optimiser and RNG files, read without pickle) and the
+    EMPO² memory against the checkpoint's record (entry count and digest). ``--resume`` of a run
+    killed before its first checkpoint was complete restarts it from iteration 0 in the same folder.
+
     Raises:
         ConfigError / UnknownTaskError: before any work starts.
-        CheckpointError: ``resume`` without a loadable checkpoint.
+        CheckpointError: ``resume`` without a loadable checkpoint, a memory file that does not belong
+            to the checkpoint, or too little disk space for one checkpoint.
     """
 
     def __init__(self, cfg: Config, resume: bool = False, console: Any = None):
@@ -156,90 +200,142 @@ class Trainer:
         self.run_dir = cfg.run_dir
         self.ckpt_root = self.run_dir / "checkpoints"
         self.start_iteration = 0
-        weights = None
+        self.checkpoint_error: str | None = None
+        check_run_dir(self.run_dir)
+        self._family = make_family(cfg.env)
+        ckpt: Path | None = None
         state: dict[str, Any] = {}
         if resume:
-            last = self.ckpt_root / "last"
-            if not last.exists():
-                raise CheckpointError(f"--resume: no checkpoint at {last}; start without --resume")
-            state = load_state(last)
-            saved = checkpoint_config(last)
-            if not isinstance(state, dict) or not isinstance(state.get("iteration"), int):
-                raise CheckpointError(f"{last.resolve() / 'state.json'} has no integer 'iteration'; "
-                                      "point checkpoints/last at an earlier iter-* folder")
-            if not any((last / f).is_file() for f in ("model.safetensors", "adapter_model.safetensors",
-                                                         "model.safetensors.index.json")):
-                raise CheckpointError(f"{last.resolve()} has no model weights; point checkpoints/last at an "
-                                      "earlier iter-* folder")
-            if int(state["iteration"]) > cfg.trainer.iterations:
-                raise ConfigError(f"the checkpoint has {state['iteration']} iterations but trainer.iterations is "
-                                  f"{cfg.trainer.iterations}; raise trainer.iterations to continue")
-            changed = _config_changes(saved, config_to_dict(cfg), ignore={"trainer.iterations"})
-            if changed:
-                shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changed[:12])
-                more = f" (+{len(changed) - 12} more)" if len(changed) > 12 else ""
-                log.warning(f"--resume continues with --config and the overrides, which differ from the run's saved "
-                            f"config in: {shown}{more}. To continue the run exactly, pass --config "
-                            f"{self.run_dir / 'config.yaml'} instead.")
-            weights = last.resolve()
-            self.start_iteration = int(state["iteration"])
+            ckpt, state = self._resume_point()
         else:
             # validate tasks before loading anything heavy
-            resolve_tasks(make_family(cfg.env), cfg.env.tasks)
-            if (self.run_dir / "metrics.jsonl").exists() or (self.run_dir / "checkpoints").exists() \
-                    or (self.run_dir / "memory.sqlite").exists():
+            resolve_tasks(self._family, cfg.env.tasks)
+            if self._holds_a_run():
+                again = ("" if find_checkpoint(self.ckpt_root) is not None else
+                         " (it has no complete checkpoint: --resume restarts it from iteration 0)")
                 raise ConfigError(
-                    f"run folder {self.run_dir} already holds a run; continue it with --resume, pick another"
+                    f"run folder {self.run_dir} already holds a run{again}; continue it with --resume, pick another"
                     f" run.name (e.g. run.name={cfg.run.name}-2), or delete the folder")
-        self.dist.barrier()  # every rank checked the run folder before rank 0 writes into it
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if self.dist.is_main:
-            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+        self.train_variations = train_variations(cfg, self._family)
+        check_model_source(cfg.model, ckpt)
+        resumed = resume and ckpt is not None
+        opt_state = load_optimizer_state(ckpt) if resumed else None
+        extra = load_extra(ckpt) if resumed else {}
+        if resume and cfg.empo2.p > 0:
+            check_memory_matches(self.run_dir / MEMORY_FILENAME, ckpt, state, self.start_iteration)
+        weights = ckpt.resolve() if resumed else None
         self.progress = Progress(enabled=cfg.run.progress and self.dist.is_main, console=console)
         device = rank_device(cfg.model.device, self.dist)
         self.setup = build_setup(cfg if device == cfg.model.device else replace(cfg, model=replace(cfg.model, device=device)),
-                                 weights_dir=weights, progress=self.progress)
-        ref_model = None
-        if resume and cfg.algo.kl_coef > 0 and not cfg.model.lora.enabled:
-            # the KL reference is the initial policy, not the resumed checkpoint (spec §7)
-            with self.progress.phase("model (KL reference: the initial policy)"):
-                ref_model = load_policy(cfg.model).model
-        self.learner = Learner(self.setup.policy.model, cfg.algo, cfg.trainer, cfg.rollout.temperature,
-                               int(self.setup.policy.tokenizer.pad_token_id or 0), seed=cfg.run.seed,
-                               ref_model=ref_model, amp=cfg.model.autocast, dist=self.dist)
-        self.iterations_without_step = 0
-        self.modes = ModeSampler(cfg.empo2.p, cfg.empo2.q, cfg.empo2.mode_granularity, cfg.run.seed)
-        self.logger = RunLogger(self.run_dir, cfg.trainer.tensorboard) if self.dist.is_main else NullSink()
-        self.thread_info = thread_info()
-        log.info("torch threads %d, OMP_WAIT_POLICY=%s", int(self.thread_info["sys/torch_threads"]),
-                 os.environ.get("OMP_WAIT_POLICY", "unset"))
-        self.hooks = self._make_empo2_hooks()
-        if resume:
-            opt = weights / "optimizer.pt"
-            if opt.is_file():
-                try:
-                    self.learner.checkpoint_optimizer().load_state_dict(torch.load(opt, weights_only=False))
-                except (KeyError, ValueError, RuntimeError) as e:  # fsdp's name-keyed format vs single/ddp's
-                    log.warning("resume: the optimiser state in %s does not fit trainer.strategy=%s (%s); AdamW "
-                                "restarts from zero moments", opt, cfg.trainer.strategy, e)
-            try:
-                extra = load_extra(weights)
-            except Exception as e:
-                raise CheckpointError(f"{weights / 'rng.pt'} cannot be read ({type(e).__name__}: {e})") from None
-            set_rng_state(extra["rng"])
-            self.iterations_without_step = int((extra.get("metrics") or {}).get("train/iterations_without_step", 0))
-            if self.hooks is not None:
-                self.hooks.load_state(extra.get("tensors") or {})
+                                 weights_dir=weights, progress=self.progress, family=self._family)
+        self.hooks = None
+        try:
+            self._check_disk()
+            self.dist.barrier()  # every rank checked the run folder before rank 0 writes into it
+            # the run folder is written only once every check passed
+            if self.dist.is_main:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                if resume:
+                    remove_partial_writes(self.ckpt_root)
+                (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+            ref_model = None
+            if resumed and cfg.algo.kl_coef > 0 and not cfg.model.lora.enabled:
+                # the KL reference is the initial policy, not the resumed checkpoint (spec §7)
+                with self.progress.phase("model (KL reference: the initial policy)"):
+                    ref_model = load_policy(cfg.model).model
+            self.learner = Learner(self.setup.policy.model, cfg.algo, cfg.trainer, cfg.rollout.temperature,
+                                   int(self.setup.policy.tokenizer.pad_token_id or 0), seed=cfg.run.seed,
+                                   ref_model=ref_model, amp=cfg.model.autocast, dist=self.dist)
+            self.iterations_without_step = 0
+            self.modes = ModeSampler(cfg.empo2.p, cfg.empo2.q, cfg.empo2.mode_granularity, cfg.run.seed)
+            rewind = (self.start_iteration or -1) if resume else None  # rows after the checkpoint go
+            self.logger = (RunLogger(self.run_dir, cfg.trainer.tensorboard, resume_after=rewind)
+                           if self.dist.is_main else NullSink())
+            self.thread_info = thread_info()
+            log.info("torch threads %d, OMP_WAIT_POLICY=%s", int(self.thread_info["sys/torch_threads"]),
+                     os.environ.get("OMP_WAIT_POLICY", "unset"))
+            self.hooks = self._make_empo2_hooks()
+            if resumed:
+                if opt_state is not None:
+                    try:
+                        self.learner.checkpoint_optimizer().load_state_dict(opt_state)
+                    except (ValueError, KeyError, RuntimeError) as e:
+                        if cfg.trainer.strategy == "single":
+                            raise CheckpointError(f"the optimiser state of {weights} does not fit this model/config "
+                                                  f"({e}); resume with the run's own config.yaml") from None
+                        # fsdp's name-keyed format vs single/ddp's: another strategy wrote it
+                        log.warning("resume: the optimiser state in %s does not fit trainer.strategy=%s (%s); AdamW "
+                                    "restarts from zero moments", weights, cfg.trainer.strategy, e)
+                else:
+                    log.warning("checkpoint %s holds no optimiser state (trainer.checkpoint_optimizer=last keeps it "
+                                "only in the newest one): the AdamW moments restart from zero", weights)
+                set_rng_state(extra["rng"])
+                self.iterations_without_step = int((extra.get("metrics") or {}).get("train/iterations_without_step", 0))
+                if self.hooks is not None:
+                    try:
+                        self.hooks.load_state(extra.get("tensors") or {})
+                    except (ValueError, KeyError, TypeError) as e:
+                        raise CheckpointError(f"the EMPO² novelty state in {weights} is malformed ({e}); point "
+                                              "checkpoints/last at an earlier iter-* folder") from None
+            if resume and self.hooks is not None:
                 dropped = self.hooks.truncate_after(self.start_iteration - 1)
                 if dropped:
-                    log.info("resume: dropped %d memory entries written after the checkpoint", dropped)
-        self.train_variations = {
-            t: [v for v in self.setup.family.variations(t, cfg.env.train_split)
-                if not cfg.env.variations or v in cfg.env.variations]
-            for t in self.setup.tasks}
-        for t, vs in self.train_variations.items():
-            if not vs:
-                raise ConfigError(f"env.variations {cfg.env.variations} leaves no {cfg.env.train_split} variation of {t!r}")
+                    log.warning("resume: rolled the memory back to the checkpoint (%d entries written after it dropped)",
+                                dropped)
+        except BaseException:  # the JVMs and the memory file are not left open by a refused resume
+            if self.hooks is not None:
+                self.hooks.close()
+            self.setup.close()
+            raise
+
+    def _holds_a_run(self) -> bool:
+        return any((self.run_dir / f).exists() for f in ("metrics.jsonl", "checkpoints", MEMORY_FILENAME))
+
+    def _resume_point(self) -> tuple[Path | None, dict[str, Any]]:
+        """The checkpoint ``--resume`` continues from and its state (sets ``start_iteration``); (None, {})
+        when the run folder holds a run that was stopped before its first checkpoint was complete.
+
+        Raises:
+            CheckpointError: nothing to resume, or a checkpoint that cannot be loaded (names the file).
+        """
+        cfg = self.cfg
+        ckpt = find_checkpoint(self.ckpt_root)
+        if ckpt is None:
+            if not self._holds_a_run():
+                raise CheckpointError(f"--resume: no run at {self.run_dir}; start without --resume")
+            log.warning("--resume: %s holds no complete checkpoint (the run stopped during its first one); "
+                        "restarting it from iteration 0 in the same folder", self.run_dir)
+            resolve_tasks(self._family, cfg.env.tasks)
+            return None, {}
+        if ckpt.name != "last":
+            log.warning("--resume: checkpoints/last is missing or dangling; continuing from %s", ckpt)
+        state = load_state(ckpt)
+        saved = checkpoint_config(ckpt)
+        check_weights(ckpt)
+        if int(state["iteration"]) > cfg.trainer.iterations:
+            raise ConfigError(f"the checkpoint has {state['iteration']} iterations but trainer.iterations is "
+                              f"{cfg.trainer.iterations}; raise trainer.iterations to continue")
+        resolve_tasks(self._family, cfg.env.tasks)
+        changed = _config_changes(saved, config_to_dict(cfg), ignore={"trainer.iterations"})
+        if changed:
+            shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changed[:12])
+            more = f" (+{len(changed) - 12} more)" if len(changed) > 12 else ""
+            log.warning(f"--resume continues with --config and the overrides, which differ from the run's saved "
+                        f"config in: {shown}{more}. To continue the run exactly, pass --config "
+                        f"{self.run_dir / 'config.yaml'} instead.")
+        self.start_iteration = int(state["iteration"])
+        return ckpt, state
+
+    def _check_disk(self) -> None:
+        """Refuse (too little space for one checkpoint) or warn (for the kept ones) before training."""
+        t = self.cfg.trainer
+        if self.cfg.trainer.iterations <= self.start_iteration:
+            return
+        size = checkpoint_bytes(self.setup.policy.model)
+        warning = check_disk_space(self.run_dir, size, t.keep_checkpoints, t.checkpoint_optimizer,
+                                   already=folder_bytes(self.ckpt_root))
+        if warning:
+            log.warning(warning)
 
     def _make_empo2_hooks(self) -> Any:
         from empo2.trainer.empo2_hooks import make_hooks
@@ -273,6 +369,8 @@ class Trainer:
                                   c.eval.episodes, self.setup.settings(c.eval.temperature), iteration=iteration,
                                   on_turn=ph.advance)
             ph.note(eval_note(res))
+        fail_if_all_crashed(trajs, f"evaluation '{tag}'")
+        release_free_memory()
         write_eval(res, self.run_dir / f"eval_{tag}.json")
         o = res.overall
         self.logger.log({f"eval/{c.env.name}/score": o.score, f"eval/{c.env.name}/success_rate": o.success_rate,
@@ -292,9 +390,13 @@ class Trainer:
                     for ti in self.dist.shard(len(tasks)) for r in range(N)]
         hook = self.hooks.step_hook() if self.hooks is not None else None
         label = f"iter {it + 1}/{c.trainer.iterations}"
+        restarts_before = self.setup.pool.restarts
         with self.progress.phase(f"{label} rollout", total=len(episodes) * c.env.max_turns, bound=True) as ph:
             trajs = self.setup.engine.run(episodes, self.setup.settings(c.rollout.temperature), it, hook, ph.advance)
             ph.note(trajectories_note(trajs))
+        env_restarts = self.setup.pool.restarts - restarts_before
+        fail_if_all_crashed(trajs, f"iteration {it + 1}")
+        release_free_memory()
         timings = {f"time/{k}": v for k, v in self.setup.engine.timings.items()}
         metrics: dict[str, float] = {}
         if self.hooks is not None:
@@ -302,7 +404,8 @@ class Trainer:
             with self.progress.phase(f"{label} tips") as ph:
                 metrics.update(self.hooks.after_rollout(trajs, it))
                 ph.note(tips_note(metrics))
-            timings["time/tips"] = time.perf_counter() - t0
+            timings["time/tips"] = timings.get("time/tips", 0.0) + time.perf_counter() - t0  # + during rollout
+            release_free_memory()
         step_adv, adv_stats = compute_step_advantages(trajs, c)
         seq_off = 0
         samples = []
@@ -323,11 +426,12 @@ class Trainer:
             took = train.get("train/optimizer_steps", 0.0) > 0
             self.iterations_without_step = 0 if took else self.iterations_without_step + 1
             train["train/iterations_without_step"] = float(self.iterations_without_step)
+        release_free_memory()
         train["train/cut_steps"] = float(sum(s.cut_steps for s in samples))
         metrics.update(rollout_metrics(trajs))
         metrics.update(adv_stats)
         metrics.update(train)
-        metrics["rollout/env_restarts"] = float(self.setup.pool.restarts)
+        metrics["rollout/env_restarts"] = float(env_restarts)
         timings["time/iteration"] = time.perf_counter() - t_start
         metrics.update(timings)
         metrics.update(self.thread_info)
@@ -365,22 +469,47 @@ class Trainer:
                                "intrinsic": s.intrinsic} for s in t.steps],
                     "final_observation": t.final_observation}) + "\n")
 
-    def checkpoint(self, iteration: int, metrics: dict[str, float]) -> Path:
-        """Rank 0 writes ``checkpoints/iter-K`` (full weights and optimiser state, whatever the strategy)."""
+    def checkpoint(self, iteration: int, metrics: dict[str, float]) -> Path | None:
+        """Rank 0 writes checkpoint ``iteration`` (full weights and optimiser state whatever the strategy,
+        the memory's entry count and digest). A write error is logged and remembered in
+        ``checkpoint_error`` (the run goes on; the previous checkpoint is intact); returns the folder, or
+        None when the write failed (or on ranks other than 0)."""
         optimizer = self.learner.checkpoint_optimizer()  # under fsdp a gather: every rank takes part
-        path = self.ckpt_root / f"iter-{iteration:05d}"
+        path: Path | None = None
         if self.dist.is_main:
             extra: dict[str, Any] = {"metrics": {k: v for k, v in metrics.items() if isinstance(v, float)}}
             if self.hooks is not None:
                 extra["tensors"] = self.hooks.state()
-            path = save_checkpoint(self.ckpt_root, iteration, lambda d: save_weights(self.setup.policy, d),
-                                   optimizer, config_to_dict(self.cfg), extra, keep=self.cfg.trainer.keep_checkpoints)
+                n, digest = self.hooks.memory.digest()
+                extra["memory"] = {"file": MEMORY_FILENAME, "entries": n, "sha256": digest}
+            try:
+                path = save_checkpoint(self.ckpt_root, iteration, lambda d: save_weights(self.setup.policy, d),
+                                       optimizer, config_to_dict(self.cfg), extra,
+                                       keep=self.cfg.trainer.keep_checkpoints,
+                                       optimizer_in=self.cfg.trainer.checkpoint_optimizer)
+                self.checkpoint_error = None
+            except CheckpointWriteError as e:
+                log.error("%s", e)
+                self.checkpoint_error = str(e)
+            if path is not None and self.hooks is not None:  # evicted entries no kept checkpoint can roll back to
+                kept = [int(k) for k in kept_iterations(self.ckpt_root)]
+                if kept and not self.hooks.read_only:
+                    self.hooks.memory.forget_evicted(min(kept) - 1)
         self.dist.barrier()
         return path
 
     # ------------------------------------------------------------------ the loop
     def train(self) -> dict[str, Any]:
-        """Run the remaining iterations; returns {'before': EvalResult|None, 'after': ..., 'metrics': [...]}."""
+        """Run the remaining iterations.
+
+        Returns:
+            ``{'before': EvalResult | None, 'after': ..., 'metrics': [...], 'checkpoint_error': str | None}``;
+            ``checkpoint_error`` says why the final checkpoint could not be written (the run's results
+            are in metrics.jsonl and eval_after.json; the newest checkpoint on disk is older).
+
+        Raises:
+            EnvironmentFailedError: every episode of a rollout or evaluation crashed.
+        """
         c = self.cfg
         out: dict[str, Any] = {"before": None, "after": None, "metrics": []}
         try:
@@ -408,6 +537,7 @@ class Trainer:
                 out["after"] = self.run_eval("after", c.trainer.iterations)
         finally:
             self.close()
+        out["checkpoint_error"] = self.checkpoint_error
         return out
 
     def close(self) -> None:
@@ -416,6 +546,16 @@ class Trainer:
             self.hooks.close()
         self.setup.close()
         self.dist.close()
+
+
+def fail_if_all_crashed(trajs: list[Trajectory], what: str, then: str = "continue with --resume") -> None:
+    """Raise ``EnvironmentFailedError`` when every episode of ``trajs`` crashed (none is usable);
+    ``what`` names the rollout, ``then`` says how to go on once the environment is fixed."""
+    if trajs and all(t.crashed for t in trajs):
+        last = (str(trajs[-1].info.get("crash", "")).splitlines() or ["unknown error"])[0][:300]
+        raise EnvironmentFailedError(
+            f"every one of the {len(trajs)} episodes of {what} crashed, so the environment is not working "
+            f"(last error: {last}); fix it (see the warnings above), then {then}")
 
 
 def _config_changes(old: dict[str, Any], new: dict[str, Any], ignore: set[str] = frozenset(),

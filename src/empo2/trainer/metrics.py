@@ -107,6 +107,18 @@ def group_score_rows(trajs: list[Trajectory], iteration: int) -> list[dict[str, 
                      "score_min": min(scores), "score_max": max(scores), "distinct_scores": len(set(scores)),
                      "success": sum(t.success for t in ts), "signal": int(len(set(scores)) > 1)})
     return rows
+def json_ready(obj: Any) -> Any:
+    """``obj`` (nested dicts/lists/tuples) with every non-finite float replaced by None: JSON has no
+    NaN or Infinity, and a bare ``NaN`` makes a file unreadable to strict parsers."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)) and getattr(obj, "ndim", None) == 0:
+        return json_ready(obj.item())  # numpy / torch scalars
+    if isinstance(obj, dict):
+        return {k: json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_ready(v) for v in obj]
+    return obj
 
 
 class MetricsSink(Protocol):
@@ -128,19 +140,51 @@ class NullSink:
 
 
 class RunLogger:
-    """Appends one JSON line per iteration to ``<run>/metrics.jsonl``; TensorBoard if installed."""
+    """Appends one JSON line per iteration to ``<run>/metrics.jsonl``; TensorBoard if installed.
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True):
+    Args:
+        run_dir: the run folder.
+        tensorboard: also write TensorBoard events (``<run>/tb``).
+        resume_after: when resuming, the last iteration whose rows stay (rows of later iterations,
+            which the resumed run writes again, are removed first, so no iteration is logged twice;
+            −1 removes every row); None for a new run.
+    """
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_after: int | None = None):
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_after is not None:
+            self._drop_rows_after(resume_after)
         self.tb = None
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
 
-                self.tb = SummaryWriter(str(Path(run_dir) / "tb"))
+                purge = None if resume_after is None else resume_after + 1
+                self.tb = SummaryWriter(str(Path(run_dir) / "tb"), purge_step=purge)
             except Exception:  # tensorboard not installed: JSONL only
                 self.tb = None
+
+    def _drop_rows_after(self, iteration: int) -> None:
+        """Rewrite ``metrics.jsonl`` (atomically) without the rows of iterations after ``iteration``."""
+        if not self.path.is_file():
+            return
+        keep, dropped = [], 0
+        for line in self.path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+                later = int(row.get("iteration", 0)) > iteration
+            except (ValueError, TypeError, AttributeError):  # a torn last line of a killed run
+                later = True
+            if later:
+                dropped += 1
+            else:
+                keep.append(line)
+        if dropped:
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text("".join(f"{line}\n" for line in keep))
+            tmp.replace(self.path)
+            log.info("resume: removed %d rows of metrics.jsonl written after iteration %d", dropped, iteration)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
         clean = {k: (float(v) if isinstance(v, (int, float)) and math.isfinite(float(v)) else None)

@@ -166,6 +166,7 @@ class SciWorldEnv:
         self._done = False
         self._valid_cache: list[str] | None = None
         self._rejected: set[str] = set()  # action strings the parser refused this episode
+        self.restarts = 0  # JVM restarts (after a crash or hang; counted by EnvPool.restarts)
         self._start()
 
     # ---------------------------------------------------------------------------- lifecycle
@@ -219,6 +220,7 @@ class SciWorldEnv:
             if old is not None:
                 old.shutdown()
             self._start()
+            self.restarts += 1
 
     def close(self) -> None:
         """Stop the JVM. Idempotent, never raises, callable from any thread.

@@ -48,6 +48,36 @@ from empo2.envs.base import EnvError
 logger = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
+
+
+class _Py4JNoise(logging.Filter):
+    """Drops py4j's own log records below CRITICAL.
+
+    When a JVM dies, py4j logs each failed call and reconnect attempt with a full traceback (2–14
+    tracebacks, up to ~190 lines, per killed JVM), partly through the *root* logger
+    (``logging.info("Exception while sending command.", exc_info=True)``). The failure reaches
+    empo2 as an ``EnvError`` anyway, and the rollout engine reports it in one warning line (episode
+    excluded, environment restarted), so these records only bury that line.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._dir = os.path.dirname(os.path.abspath(__import__("py4j").__file__))
+
+    def filter(self, record: logging.LogRecord) -> bool:  # noqa: A003 - logging API
+        from_py4j = record.name.startswith("py4j") or record.pathname.startswith(self._dir)
+        return not from_py4j or record.levelno >= logging.CRITICAL
+
+
+def quiet_py4j() -> None:
+    """Install ``_Py4JNoise`` on the ``py4j`` loggers and the root logger (idempotent)."""
+    for name in ("", "py4j", "py4j.java_gateway", "py4j.clientserver", "py4j.protocol"):
+        lg = logging.getLogger(name)
+        if not any(isinstance(f, _Py4JNoise) for f in lg.filters):
+            lg.addFilter(_Py4JNoise())
+
+
+quiet_py4j()
 _STOP_TIMEOUT_S = 3.0
 
 
@@ -221,6 +251,25 @@ class JVMHandle:
 DETERMINISTIC_OPTS = ("-XX:+UnlockExperimentalVMOptions", "-XX:hashCode=2")
 
 
+JAVA_HINT = ("ScienceWorld needs Java 17 or newer: install it (Debian/Ubuntu: `apt install openjdk-17-jre-headless`, "
+             "macOS: `brew install openjdk@17`) or set JAVA_HOME to a Java 17 installation")
+
+
+def _start_failure(pid: int, heap: str, stdout: bytes, stderr: list[str]) -> str:
+    """A one-line reason why the JVM did not start, with the fix when it is known."""
+    tail = " | ".join(stderr[-4:]) or "nothing"
+    text = " ".join(stderr)
+    if "Invalid maximum heap size" in text or "Invalid initial heap size" in text:
+        fix = f"env.scienceworld.jvm_heap={heap!r} is not a heap size Java accepts; use e.g. 256m or 1g"
+    elif "Could not reserve enough space" in text or "Cannot allocate memory" in text or "insufficient memory" in text:
+        fix = f"the machine cannot give a JVM env.scienceworld.jvm_heap={heap!r}; lower it or env.num_workers"
+    elif "UnsupportedClassVersionError" in text:
+        fix = JAVA_HINT
+    else:
+        fix = f"see the JVM's message; {JAVA_HINT}"
+    return f"the ScienceWorld JVM (pid {pid}) did not start: {fix} (stderr: {tail[:400]}; stdout {stdout[:80]!r})"
+
+
 def java_command(heap: str, extra_opts: tuple[str, ...] = (), deterministic: bool = True) -> list[str]:
     """The command line of a ScienceWorld gateway JVM.
 
@@ -262,17 +311,18 @@ def launch(heap: str = "256m", read_timeout: float | None = None, extra_opts: tu
         proc = _SPAWNER.popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, cwd=BASEPATH, close_fds=True)
     except OSError as e:
-        raise EnvError(f"could not start the ScienceWorld JVM ({cmd[0]}): {e}") from e
+        raise EnvError(f"could not run {cmd[0]} ({e.strerror or e}); {JAVA_HINT}") from e
     stderr_tail: collections.deque = collections.deque(maxlen=20)
-    threading.Thread(target=_drain, args=(proc.stderr, stderr_tail), daemon=True,
-                     name=f"jvm-{proc.pid}-stderr").start()
+    drain = threading.Thread(target=_drain, args=(proc.stderr, stderr_tail), daemon=True,
+                             name=f"jvm-{proc.pid}-stderr")
+    drain.start()
     line = proc.stdout.readline()  # py4j prints the bound port first
     try:
         port = int(line)
     except ValueError:
         _terminate(None, proc)
-        tail = " | ".join(stderr_tail)
-        raise EnvError(f"ScienceWorld JVM pid {proc.pid} did not start (stdout {line!r}; stderr: {tail})") from None
+        drain.join(timeout=_STOP_TIMEOUT_S)
+        raise EnvError(_start_failure(proc.pid, heap, line, list(stderr_tail))) from None
     threading.Thread(target=_drain, args=(proc.stdout, None), daemon=True, name=f"jvm-{proc.pid}-stdout").start()
     gateway = JavaGateway(gateway_parameters=GatewayParameters(
         port=port, auto_field=True, auto_close=True, read_timeout=read_timeout),
