@@ -60,7 +60,7 @@ class AdaptResult:
 
 
 def adapt(setup: Any, runtime: Any, trials: int, split: str, episodes_per_trial: int,
-          temperature: float, on_trial: Any = None) -> AdaptResult:
+          temperature: float, on_trial: Any = None, selector: Any = None) -> AdaptResult:
     """Run ``trials`` memory-only trials on ``setup.tasks``; the weights are never updated.
 
     Args:
@@ -71,6 +71,7 @@ def adapt(setup: Any, runtime: Any, trials: int, split: str, episodes_per_trial:
         episodes_per_trial: episodes per trial (spread over tasks and variations, the same every trial).
         temperature: sampling temperature.
         on_trial: callback ``(k, EvalSummary)`` after each trial.
+        selector: an ``ActionSelector`` choosing the actions (Retrospex rescoring), or None.
 
     Raises:
         ValueError: ``trials < 1``.
@@ -87,7 +88,8 @@ def adapt(setup: Any, runtime: Any, trials: int, split: str, episodes_per_trial:
         specs = eval_episodes(setup.family, setup.tasks, split, episodes_per_trial)
         for s in specs:
             s.mode = Mode.ON_TIPS
-        trajs = setup.engine.run(specs, settings, iteration=20_000_000 + k, hook=runtime.step_hook())
+        trajs = setup.engine.run(specs, settings, iteration=20_000_000 + k, hook=runtime.step_hook(),
+                                 selector=selector)
         runtime.write_tips(trajs, iteration=k)
         summ = summarise(trajs)
         per: dict[str, list[Any]] = {}
