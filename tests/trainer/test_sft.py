@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,10 +14,12 @@ from safetensors.torch import load_file
 
 from empo2.agent.prompts import first_user_text, later_user_text
 from empo2.cli import main
+from empo2.envs.base import TaskSpec
 from empo2.envs.tiny.env import TinyFamily
 from empo2.records import SegmentKind
 from empo2.trainer.batch import build_sample
-from empo2.trainer.demos import demo_trajectory
+from empo2.configschema import ConfigError
+from empo2.trainer.demos import demo_trajectory, gold_records
 from empo2.trainer.sft import sft_loss
 from tests.retrospex import tiny_logs
 from tests.runcfg import write_config
@@ -108,8 +111,22 @@ def test_sft_filters_and_rejects_bad_input(tmp_path, capsys):
     cfg2 = write_config(tmp_path, BASE, "g", sft={"data": [str(bad)]})
     assert main(["sft", "--config", str(cfg2)]) == 2
     assert "task_description" in capsys.readouterr().err
-    cfg3 = write_config(tmp_path, BASE, "h", sft={"data": ["gold"]})
-    assert main(["sft", "--config", str(cfg3)]) == 2
-    assert "scienceworld" in capsys.readouterr().err
+    class NoGold(TinyFamily):  # an environment without gold paths (e.g. WebShop)
+        name = "nogold"
+
+        def make(self):
+            return SimpleNamespace(close=lambda: None)
+
+    with pytest.raises(ConfigError, match="gold paths"):
+        gold_records(NoGold(), [("fetch-key", 0)])
     cfg4 = write_config(tmp_path, BASE, "i", sft={"data": [str(tmp_path / "missing.jsonl")]})
     assert main(["sft", "--config", str(cfg4)]) == 2
+
+
+def test_gold_demos_of_the_tiny_env(tmp_path):
+    cfg = write_config(tmp_path, BASE, "gold", sft={"data": ["gold"], "epochs": 1, "variations_per_task": 3})
+    assert main(["sft", "--config", str(cfg)]) == 0
+    recs = [json.loads(x) for x in (tmp_path / "runs" / "gold" / "sft_demos.jsonl").read_text().splitlines()]
+    assert [r["variation"] for r in recs] == [0, 1, 2] and all(r["success"] for r in recs)
+    assert [s["action"] for s in recs[0]["steps"]] == TinyFamily().make().gold_path(
+        TaskSpec("tiny", "fetch-key", 0))

@@ -7,9 +7,10 @@ A demonstration is an episode record in our trajectory JSONL format (what ``empo
      "final_observation"?, "steps": [{"observation", "action", "reward", "score", ...}]}
 
 where ``steps[j].observation`` is the observation action j was chosen on (``steps[0]`` holds the
-first observation after reset). ``gold_records`` makes such records from the ScienceWorld
-simulator's gold action sequences (train variations only), played through ``SciWorldEnv.reset`` /
-``step`` so the observations are exactly what the agent sees. ``demo_trajectory`` rebuilds the
+first observation after reset). ``gold_records`` makes such records from an environment's gold
+action sequences (``env.gold_path(task)``: the ScienceWorld simulator's, or the tiny env's optimal
+path; train variations only), played through ``reset`` / ``step`` so the observations are exactly
+what the agent sees. ``demo_trajectory`` rebuilds the
 chat as token segments with the same ``EpisodeChat`` the rollout engine uses, the action segment of
 step j being ``encode(action) + [end-of-turn id]`` — what the policy emits when it ends its turn —
 so SFT trains the same ids, in the same context, that rollouts sample (loss on action tokens only).
@@ -76,14 +77,14 @@ def gold_records(family: EnvFamily, pairs: list[tuple[str, int]], num_workers: i
     Only episodes that end in success are returned; the others (and env errors) are logged.
 
     Raises:
-        ConfigError: the environment has no gold paths (only ScienceWorld has them).
+        ConfigError: the environment has no gold paths (ScienceWorld's simulator and the tiny env have them).
     """
-    if family.name != "scienceworld":
-        raise ConfigError(f"sft.data 'gold' needs the simulator's gold paths (env.name=scienceworld), not "
-                          f"{family.name!r}; give trajectory JSONL files in sft.data instead")
     out: list[dict[str, Any]] = []
     n = max(1, min(num_workers, len(pairs)))
     with EnvPool(family, n) as pool:
+        if not hasattr(pool.get(0), "gold_path"):
+            raise ConfigError(f"sft.data 'gold' needs an environment with gold paths (scienceworld, tiny), not "
+                              f"{family.name!r}; give trajectory JSONL files in sft.data instead")
         for w in range(0, len(pairs), n):
             wave = pairs[w:w + n]
             specs = [TaskSpec(family.name, t, v, split) for t, v in wave]

@@ -12,8 +12,8 @@ class SftConfig:
     """Imitation warm-up on demonstrations (``sft``; ``empo2 sft``, spec retrospex §1)."""
 
     data: list[str] = doc(
-        "demonstration sources: 'gold' = the simulator's gold paths of env.tasks' train variations "
-        "(ScienceWorld), and/or paths of trajectory JSONL files in our format (runs/<name>/trajectories/"
+        "demonstration sources: 'gold' = the gold paths of env.tasks' train variations "
+        "(ScienceWorld's simulator; the tiny env's optimal path), and/or paths of trajectory JSONL files in our format (runs/<name>/trajectories/"
         "iter-K.jsonl, a previous sft_demos.jsonl, WebShop demonstrations)", default_factory=lambda: ["gold"])
     min_score: float = doc("keep JSONL episodes whose final score is >= this (0..100)", default=100.0)
     variations_per_task: int = doc(
