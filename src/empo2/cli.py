@@ -1,4 +1,4 @@
-"""The ``empo2`` command line: train | eval | envs | memory | webshop | config.
+"""The ``empo2`` command line: train | sft | eval | adapt | retrospex | envs | memory | report | webshop | config.
 
 Errors a user can fix (bad config, unknown task, missing model or checkpoint) are printed as one
 clear message with exit status 2, without a traceback.
@@ -115,8 +115,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
                         progress=progress)
     hook = None
     runtime = None
+    selector = None
     try:
         mode = None
+        if args.retrospex:
+            from empo2.retrospex.selector import build_selector
+
+            selector = build_selector(setup, Path(args.retrospex), cfg.retrospex)
         if args.with_memory:
             from empo2.trainer.empo2_hooks import make_runtime
             from empo2.records import Mode
@@ -128,17 +133,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         with progress.phase(f"eval {split}", total=episodes * cfg.env.max_turns, bound=True) as ph:
             res, trajs = evaluate(setup.engine, setup.family, setup.tasks, split, episodes, setup.settings(temperature),
-                              hook=hook, mode=mode or _M.PLAIN, on_turn=ph.advance)
+                              hook=hook, mode=mode or _M.PLAIN, on_turn=ph.advance, selector=selector)
             ph.note(eval_note(res))
         fail_if_all_crashed(trajs, f"the evaluation of {ckpt}", then="run the evaluation again")
     finally:
         if runtime is not None:
             runtime.close()
         setup.close()
-    out = Path(args.out) if args.out else ckpt.resolve() / f"eval_{split}{'_memory' if args.with_memory else ''}.json"
+    suffix = ("_memory" if args.with_memory else "") + ("_retrospex" if args.retrospex else "")
+    out = Path(args.out) if args.out else ckpt.resolve() / f"eval_{split}{suffix}.json"
     write_eval(res, out)
     t = Table(title=f"empo2 eval {ckpt} — split {split}, temperature {temperature}, "
-                    f"{'with memory ' + args.with_memory if args.with_memory else 'no memory'}")
+                    f"{'with memory ' + args.with_memory if args.with_memory else 'no memory'}"
+                    f"{', Retrospex critic ' + args.retrospex if args.retrospex else ''}")
     for c in ("task", "episodes", "score [95% CI]", "success rate [95% CI]", "steps"):
         t.add_column(c)
     rows = list(res.per_task.items()) + [("ALL", res.overall)]
@@ -146,7 +153,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
         t.add_row(name, str(s.episodes), f"{s.score:.1f} [{s.score_ci[0]:.1f}, {s.score_ci[1]:.1f}]",
                   f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]", f"{s.steps:.1f}")
     console.print(t)
-    console.print(f"mean score {res.overall.score:.1f}  success rate {res.overall.success_rate:.2f}  → {out}")
+    console.print(f"mean score {res.overall.score:.1f} (authors' convention, a failure keeps its last non-negative "
+                  f"score: {res.overall.score_last_nonneg:.1f})  success rate {res.overall.success_rate:.2f}  "
+                  f"→ {out}")
+    if res.retrospex:
+        console.print(f"Retrospex: the critic changed {res.retrospex['changed']:.0f} of "
+                      f"{res.retrospex['decisions']:.0f} choices (k={res.retrospex['k']}, d={res.retrospex['d']}, "
+                      f"b={res.retrospex['b']})")
     return 0
 
 
@@ -192,8 +205,13 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     on_trial = None if progress.enabled else lambda k, s: console.print(
         f"trial {k}/{args.trials}: score {s.score:.1f}  success {s.success_rate:.2f}  steps {s.steps:.1f}")
     try:
+        selector = None
+        if args.retrospex:
+            from empo2.retrospex.selector import build_selector
+
+            selector = build_selector(setup, Path(args.retrospex), cfg.retrospex)
         res = adapt(setup, runtime, args.trials, args.split, episodes, temperature, on_trial=on_trial,
-                    progress=progress)
+                    progress=progress, selector=selector)
     finally:
         runtime.close()
         setup.close()
@@ -302,6 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--episodes", type=int, default=None)
     e.add_argument("--temperature", type=float, default=None)
     e.add_argument("--with-memory", default=None, metavar="RUN", help="retrieve tips from this run's memory")
+    e.add_argument("--retrospex", default=None, metavar="CRITIC",
+                   help="choose actions by Retrospex rescoring with this critic folder (retrospex.* settings)")
     e.add_argument("--out", default=None, help="JSON output path")
     e.add_argument("overrides", nargs="*", help="key=value overrides of the checkpoint's config")
     e.set_defaults(fn=cmd_eval)
@@ -315,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--temperature", type=float, default=None)
     a.add_argument("--out", default=None, help="folder for the adaptation memory and adapt.json")
     a.add_argument("--keep-memory", action="store_true", help="continue an existing adaptation memory")
+    a.add_argument("--retrospex", default=None, metavar="CRITIC",
+                   help="choose actions by Retrospex rescoring with this critic folder")
     a.add_argument("overrides", nargs="*", help="key=value overrides (e.g. empo2.memory.embedder=hashing)")
     a.set_defaults(fn=cmd_adapt)
 
@@ -337,9 +359,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from empo2.envs.webshop.cli import add_cli as add_webshop_cli
     from empo2.report import add_cli as add_report_cli
+    from empo2.retrospex.cli import add_cli as add_retrospex_cli
 
     add_webshop_cli(sub)
     add_report_cli(sub)
+    add_retrospex_cli(sub)
     return p
 
 
@@ -349,7 +373,7 @@ RUN_FAILED = 3
 """Exit status of a run that started but could not finish its work: every episode crashed, or the
 final checkpoint could not be written (the message says what is kept and how to continue)."""
 
-_COMPUTE_COMMANDS = {"train", "eval", "adapt"}
+_COMPUTE_COMMANDS = {"train", "eval", "adapt", "sft", "retrospex"}
 """Commands that run the model: the OpenMP wait-policy decision is logged as a warning for them."""
 
 
@@ -379,11 +403,12 @@ def main(argv: list[str] | None = None) -> int:
     from empo2.envs.webshop.data import DataFileError
     from empo2.memory.embedder import EmbedderUnavailableError
     from empo2.memory.store import MemoryStoreError
+    from empo2.retrospex.transitions import TrajectoryFileError
     from empo2.trainer.loop import EnvironmentFailedError
 
     user_errors: tuple[type[BaseException], ...] = (
         ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError, MemoryStoreError,
-        EmbedderUnavailableError, DataFileError, EnvError, OSError)
+        EmbedderUnavailableError, DataFileError, EnvError, OSError, TrajectoryFileError)
     _setup_logging(args.verbose)
     if omp.set_passive and computes:
         log.warning(omp.reason)

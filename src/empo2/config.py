@@ -15,6 +15,8 @@ from empo2.configschema import ConfigError, doc, from_dict, load_yaml, parse_ove
 from empo2.envs.scienceworld.config import SciWorldConfig
 from empo2.envs.tiny.config import TinyConfig
 from empo2.envs.webshop.config import WebShopConfig
+from empo2.retrospex.config import RetrospexConfig
+from empo2.trainer.sft_config import SftConfig
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -295,6 +297,8 @@ class Config:
     eval: EvalConfig = field(default_factory=EvalConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ray: RayClusterConfig = field(default_factory=RayClusterConfig)
+    sft: SftConfig = field(default_factory=SftConfig)
+    retrospex: RetrospexConfig = field(default_factory=RetrospexConfig)
 
     def __post_init__(self) -> None:
         validate(self)

@@ -81,3 +81,23 @@ def test_expand_runs_accepts_a_folder_of_runs(tmp_path):
 def test_unique_names(tmp_path):
     paths = [tmp_path / "x" / "a", tmp_path / "y" / "a", tmp_path / "x" / "b"]
     assert unique_names(paths) == ["x/a", "y/a", "b"]
+
+
+def test_sft_and_retrospex_runs_are_labelled_from_their_files(tmp_path):
+    from empo2.report.table import summarise_run
+
+    run = tmp_path / "rx"
+    run.mkdir()
+    (run / "config.yaml").write_text("trainer: {iterations: 4}\n")  # the defaults of an `empo2 sft` run
+    (run / "metrics.jsonl").write_text(json.dumps({"iteration": 1, "sft/loss": 1.2}) + "\n")
+    assert load_run(run).algorithm is Algorithm.SFT
+    ev = {"split": "test", "overall": {"episodes": 2, "score": 10.0}, "per_task": {}, "episodes": []}
+    (run / "eval_before.json").write_text(json.dumps(ev))
+    assert load_run(run).algorithm is Algorithm.SFT  # evaluated, but without rescoring
+    (run / "eval_after.json").write_text(json.dumps({**ev, "retrospex": {"k": 4, "changed": 3}}))
+    data = load_run(run)
+    assert data.algorithm is Algorithm.RETROSPEX
+    s = summarise_run(data)
+    assert s.algorithm == "Retrospex" and s.iterations_planned is None and s.eval_score_before == 10.0
+    (run / "eval_after.json").write_text(json.dumps({**ev, "retrospex": None}))
+    assert load_run(run).algorithm is Algorithm.SFT

@@ -36,6 +36,8 @@ class Algorithm(str, Enum):
     EMPO2 = "EMPO²"
     BASE = "base"  # no update: the initial policy
     MEMORY_ONLY = "memory-only"  # no update, but memory-augmented rollouts
+    SFT = "SFT"  # imitation only (``empo2 sft``): no RL iterations
+    RETROSPEX = "Retrospex"  # the final evaluation chose actions by Retrospex rescoring (a critic)
 
 
 def algorithm_of(config: dict[str, Any]) -> Algorithm:
@@ -85,7 +87,14 @@ class RunData:
 
     @property
     def algorithm(self) -> Algorithm:
-        """``algorithm_of(self.config)``."""
+        """``RETROSPEX`` when the final evaluation used Retrospex rescoring (its JSON has a
+        ``retrospex`` record), ``SFT`` for an imitation-only run (``sft/`` metrics and no training
+        iterations), else ``algorithm_of(self.config)``."""
+        fe = final_eval(self)
+        if fe is not None and fe[1].get("retrospex"):
+            return Algorithm.RETROSPEX
+        if any(k.startswith("sft/") for r in self.rows for k in r) and not training_rows(self.rows):
+            return Algorithm.SFT
         return algorithm_of(self.config)
 
 

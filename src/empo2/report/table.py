@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from empo2.report.runs import RunData, cumulative_env_steps, eval_envs, final_eval, finite, series, training_rows
+from empo2.report.runs import (Algorithm, RunData, cumulative_env_steps, eval_envs, final_eval, finite, series,
+                               training_rows)
 
 
 @dataclass
@@ -92,6 +93,8 @@ def summarise_run(run: RunData) -> RunSummary:
     train = training_rows(run.rows)
     steps = cumulative_env_steps(run.rows)
     planned = (run.config.get("trainer") or {}).get("iterations")
+    if run.algorithm in (Algorithm.SFT, Algorithm.RETROSPEX) and not train:
+        planned = None  # no RL iterations were meant to run (trainer.iterations is just the default)
     s = RunSummary(name=run.name, algorithm=run.algorithm.value, env=str(cfg_env.get("name", "?")),
                    tasks=[str(t) for t in cfg_env.get("tasks") or []], iterations_done=len(train),
                    iterations_planned=int(planned) if planned is not None else None,

@@ -112,6 +112,20 @@ class StepHook(Protocol):
     # episodes has ended (their kept caches can be taken then; time counted as ``timings["tips"]``).
 
 
+class ActionSelector(Protocol):
+    """Chooses the next action of every live episode instead of the engine's single sample.
+
+    Retrospex's rescoring (``empo2.retrospex.selector``) implements it: several proposals, grounding,
+    LLM and critic scores. ``select`` gets the live episodes (their user turn already appended) and
+    their admissible actions (always fetched when a selector is given), and returns one
+    ``Generation`` per episode whose ids are appended to the chat as the action segment; the engine
+    then parses, corrects and steps them as usual.
+    """
+
+    def select(self, engine: RolloutEngine, live: list[EpisodeState], admissible: list[list[str] | None],
+               settings: RolloutSettings, iteration: int) -> list[Generation]: ...
+
+
 @dataclass
 class RolloutSettings:
     """Knobs of one ``run`` call (from the config, resolved by the trainer)."""
@@ -172,10 +186,12 @@ class RolloutEngine:
 
     # ------------------------------------------------------------------ public
     def run(self, episodes: list[EpisodeSpec], settings: RolloutSettings, iteration: int = 0,
-            hook: StepHook | None = None, on_turn: Callable[[int], None] | None = None) -> list[Trajectory]:
+            hook: StepHook | None = None, on_turn: Callable[[int], None] | None = None,
+            selector: ActionSelector | None = None) -> list[Trajectory]:
         """Run every episode to its end; return one ``Trajectory`` per episode, in input order.
 
-        ``on_turn(n_actions)`` is called after every batched turn (progress display).
+        ``on_turn(n_actions)`` is called after every batched turn (progress display). With a
+        ``selector`` the actions come from ``selector.select`` instead of one sample per episode.
         """
         self.timings = {"generation": 0.0, "env": 0.0, "hook": 0.0, "tips": 0.0}
         self.drop_episode_kvs()
@@ -186,7 +202,7 @@ class RolloutEngine:
             after_wave = getattr(hook, "after_wave", None)
             for w in range(0, len(episodes), self.pool.size):
                 wave = episodes[w:w + self.pool.size]
-                trajs = self._run_wave(wave, settings, iteration, hook, on_turn)
+                trajs = self._run_wave(wave, settings, iteration, hook, on_turn, selector)
                 if callable(after_wave):  # e.g. tips from the wave's kept caches, before the next wave
                     t0 = time.perf_counter()
                     after_wave(trajs)
@@ -230,7 +246,8 @@ class RolloutEngine:
         self.pool.restart(st.slot)
 
     def _run_wave(self, wave: list[EpisodeSpec], s: RolloutSettings, iteration: int,
-                  hook: StepHook | None, on_turn: Callable[[int], None] | None) -> list[Trajectory]:
+                  hook: StepHook | None, on_turn: Callable[[int], None] | None,
+                  selector: ActionSelector | None = None) -> list[Trajectory]:
         few = self.family.few_shot() if s.few_shot else []
         system = self.family.system_prompt()
         t0 = time.perf_counter()
@@ -270,7 +287,7 @@ class RolloutEngine:
             if not live:
                 break
             admissible: list[list[str] | None] = [None] * len(live)
-            if s.action_mode == "constrained" or s.correction == "safe":
+            if s.action_mode == "constrained" or s.correction == "safe" or selector is not None:
                 t0 = time.perf_counter()
                 res = self.pool.admissible_many([st.slot for st in live])
                 self.timings["env"] += time.perf_counter() - t0
@@ -284,7 +301,12 @@ class RolloutEngine:
             admissible = [admissible[i] for i in idx]
             if not live:
                 break
-            gens = self._generate(live, admissible, s, iteration)
+            if selector is not None:
+                t0 = time.perf_counter()
+                gens = selector.select(self, live, admissible, s, iteration)
+                self.timings["generation"] += time.perf_counter() - t0
+            else:
+                gens = self._generate(live, admissible, s, iteration)
             actions: list[str] = []
             meta: list[tuple[str, bool, bool]] = []
             for st, g, adm in zip(live, gens, admissible):

@@ -61,7 +61,8 @@ class AdaptResult:
 
 
 def adapt(setup: Any, runtime: Any, trials: int, split: str, episodes_per_trial: int,
-          temperature: float, on_trial: Any = None, progress: Progress | None = None) -> AdaptResult:
+          temperature: float, on_trial: Any = None, progress: Progress | None = None,
+          selector: Any = None) -> AdaptResult:
     """Run ``trials`` memory-only trials on ``setup.tasks``; the weights are never updated.
 
     Args:
@@ -73,6 +74,7 @@ def adapt(setup: Any, runtime: Any, trials: int, split: str, episodes_per_trial:
         temperature: sampling temperature.
         on_trial: callback ``(k, EvalSummary)`` after each trial.
         progress: a ``trainer.progress.Progress``: one ``trial k/K`` phase per trial (actions played, score).
+        selector: an ``ActionSelector`` choosing the actions (Retrospex rescoring), or None.
 
     Raises:
         ValueError: ``trials < 1``.
@@ -92,7 +94,7 @@ def adapt(setup: Any, runtime: Any, trials: int, split: str, episodes_per_trial:
             s.mode = Mode.ON_TIPS
         with progress.phase(f"trial {k + 1}/{trials}", total=len(specs) * settings.max_turns, bound=True) as ph:
             trajs = setup.engine.run(specs, settings, iteration=20_000_000 + k, hook=runtime.step_hook(),
-                                     on_turn=ph.advance)
+                                     on_turn=ph.advance, selector=selector)
             runtime.write_tips(trajs, iteration=k)
             summ = summarise(trajs)
             ph.note(f"score {summ.score:.1f}, success {summ.success_rate:.2f}, steps {summ.steps:.1f}")

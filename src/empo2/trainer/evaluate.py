@@ -2,7 +2,9 @@
 
 Reports mean score (0..100; a failed episode counts as 0 — its −100 is reported separately as
 the failure rate), success rate and mean steps, each with a 95% confidence interval (Student t
-for means, Wilson for rates), per task and overall.
+for means, Wilson for rates), per task and overall. ``score_last_nonneg`` is the mean under the
+SwiftSage/Retrospex convention instead: a failed episode scores the last non-negative score it
+reached before failing (``last_nonnegative_score``), which is higher than counting it as 0.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 from empo2.algo.stats import mean_ci, proportion_ci
 from empo2.envs.base import EnvFamily, TaskSpec
 from empo2.records import Mode, Trajectory
-from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings, StepHook
+from empo2.rollout.engine import ActionSelector, EpisodeSpec, RolloutEngine, RolloutSettings, StepHook
 from empo2.trainer.metrics import json_ready
 
 
@@ -32,6 +34,8 @@ class EvalSummary:
     steps_ci: tuple[float, float]
     failure_rate: float
     crashed: int = 0
+    score_last_nonneg: float = float("nan")
+    """Mean score with each failure replaced by its last non-negative score (the authors' convention)."""
 
 
 @dataclass
@@ -43,9 +47,25 @@ class EvalResult:
     overall: EvalSummary
     per_task: dict[str, EvalSummary] = field(default_factory=dict)
     episodes: list[dict[str, Any]] = field(default_factory=list)
+    retrospex: dict[str, Any] | None = None
+    """Rescoring settings and decision counts when the actions came from Retrospex (else None)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def last_nonnegative_score(traj: Trajectory) -> float:
+    """The final score, or for a failed episode (final < 0) the last non-negative score it had.
+
+    The SwiftSage convention the Retrospex authors evaluate with (``no_stop=True``, spec retrospex §4):
+    the scores after reset and after each step are scanned backwards for the last one ≥ 0.
+    """
+    if traj.final_score >= 0:
+        return float(traj.final_score)
+    for sc in [s.score for s in reversed(traj.steps)] + [traj.initial_score]:
+        if sc >= 0:
+            return float(sc)
+    return 0.0
 
 
 def summarise(trajs: list[Trajectory], level: float = 0.95) -> EvalSummary:
@@ -63,7 +83,8 @@ def summarise(trajs: list[Trajectory], level: float = 0.95) -> EvalSummary:
     succ = sum(t.success for t in ok)
     p, plo, phi = proportion_ci(succ, n, level)
     return EvalSummary(n, m, (lo, hi), p, (plo, phi), sm, (slo, shi),
-                       sum(t.final_score < 0 for t in ok) / n, len(trajs) - n)
+                       sum(t.final_score < 0 for t in ok) / n, len(trajs) - n,
+                       sum(last_nonnegative_score(t) for t in ok) / n)
 
 
 def eval_episodes(family: EnvFamily, tasks: list[str], split: str, episodes: int,
@@ -84,21 +105,34 @@ def eval_episodes(family: EnvFamily, tasks: list[str], split: str, episodes: int
 
 def evaluate(engine: RolloutEngine, family: EnvFamily, tasks: list[str], split: str, episodes: int,
              settings: RolloutSettings, hook: StepHook | None = None, iteration: int = 0,
-             mode: Mode = Mode.PLAIN, on_turn: Any = None) -> tuple[EvalResult, list[Trajectory]]:
-    """Run evaluation episodes and summarise them (``settings.temperature`` should be 0.4)."""
+             mode: Mode = Mode.PLAIN, on_turn: Any = None,
+             selector: ActionSelector | None = None) -> tuple[EvalResult, list[Trajectory]]:
+    """Run evaluation episodes and summarise them (``settings.temperature`` should be 0.4).
+
+    With a ``selector`` (Retrospex rescoring) the actions come from it, and ``EvalResult.retrospex``
+    records what its ``report(trajectories)`` returns (settings and decision counts); each episode
+    entry then lists its per-step ``decisions`` (``info["retrospex"]``).
+    """
     specs = eval_episodes(family, tasks, split, episodes)
     for s in specs:
         s.mode = mode
-    trajs = engine.run(specs, settings, iteration=10_000_000 + iteration, hook=hook, on_turn=on_turn)
+    trajs = engine.run(specs, settings, iteration=10_000_000 + iteration, hook=hook, on_turn=on_turn,
+                       selector=selector)
     per: dict[str, list[Trajectory]] = {}
     for t in trajs:
         per.setdefault(t.task.task, []).append(t)
     res = EvalResult(split=split, temperature=settings.temperature, overall=summarise(trajs),
                      per_task={k: summarise(v) for k, v in per.items()},
                      episodes=[{"task": t.task.task, "variation": t.task.variation, "score": t.final_score,
+                                "score_last_nonnegative": last_nonnegative_score(t),
                                 "success": t.success, "steps": t.num_steps, "crashed": t.crashed,
                                 "tips_shown": sum(len(s.tips) for s in t.steps),
                                 "actions": [s.action for s in t.steps]} for t in trajs])
+    if selector is not None:
+        report = getattr(selector, "report", None)
+        res.retrospex = report(trajs) if callable(report) else {}
+        for ep, t in zip(res.episodes, trajs):  # per step: candidates, p, q, λ, scores, chosen
+            ep["decisions"] = t.info.get("retrospex", [])
     return res, trajs
 
 

@@ -80,6 +80,17 @@ class TinyEnv:
             self.score = max(self.score, round(50.0 * self.best / (self.n - 1), 1))
         return StepResult(obs, self.score - prev, self.score, self.done, self.score >= 100, valid)
 
+    def gold_path(self, task: TaskSpec) -> list[str]:
+        """The optimal action sequence of ``task`` (n−1 × ``go east``, then ``take key``); for SFT tests.
+
+        Raises:
+            UnknownTaskError: not the tiny env's task.
+        """
+        if task.task != TASK:
+            raise UnknownTaskError(f"tiny env has one task, {TASK!r}; got {task.task!r}")
+        n = self.cfg.n_rooms + task.variation % 3
+        return ["go east"] * (n - 1) + ["take key"]
+
     def admissible_actions(self) -> list[str]:
         acts = ["look around"]
         if self.room < self.n - 1:

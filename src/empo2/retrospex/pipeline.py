@@ -1,0 +1,184 @@
+"""The whole Retrospex sequence in one run folder (``empo2 retrospex pipeline``; ``run_pipeline``).
+
+    1. SFT warm-up on expert trajectories          → <run>/checkpoints/last, sft_demos.jsonl  (empo2 sft)
+    2. critic data: its rollouts on train variations → <run>/critic_data/                     (retrospex collect)
+    3. the IQL critic                                → <run>/critic/                          (retrospex critic)
+    4. evaluation on ``env.eval_split``, the SFT policy alone  → <run>/eval_before.json
+       and with dynamic action rescoring             → <run>/eval_after.json (with each step's decision)
+    5. <run>/retrospex_summary.json: both evaluations under both scoring conventions, stage times
+
+Each stage whose output already exists is reused (a crashed pipeline continues where it stopped;
+delete a stage's output to redo it). The two evaluations share the same episodes (tasks,
+variations, seeds); only the action choice differs. ``empo2 report <run>`` shows the run as
+**Retrospex**, its score with the SFT policy's in brackets.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from empo2.config import Config
+from empo2.configschema import from_dict
+
+log = logging.getLogger(__name__)
+
+__all__ = ["run_pipeline", "summary_table", "train_critic_folder"]
+
+SUMMARY = "retrospex_summary.json"
+
+
+def _eval_config(cfg: Config, ckpt: Path) -> Config:
+    """``cfg`` with the checkpoint's model section (an SFT run with LoRA saves merged weights)."""
+    from empo2.trainer.checkpoint import checkpoint_config
+
+    saved = from_dict(Config, checkpoint_config(ckpt))
+    return dataclasses.replace(cfg, model=saved.model)
+
+
+def train_critic_folder(cfg: Config, transitions_path: Path, out: Path, env: str,
+                        on_epoch: Any = None) -> dict[str, Any]:
+    """Train the critic of ``cfg.retrospex.critic`` on a transitions (or rollouts) JSONL, save it to ``out``.
+
+    A file whose records have ``steps`` is read as episodes and turned into transitions first.
+
+    Returns:
+        ``{"transitions", "updates", "seconds", "final"}`` (also in ``out/critic.yaml``).
+    """
+    from empo2.retrospex.critic import train_critic
+    from empo2.retrospex.transitions import Transition, TrajectoryFileError, read_records, transitions_from_records
+    from empo2.trainer.metrics import RunLogger
+
+    t0 = time.perf_counter()
+    records = read_records(transitions_path)
+    if records and "steps" in records[0]:
+        trans = transitions_from_records(records, env)
+    else:
+        try:
+            trans = [Transition(**r) for r in records]
+        except TypeError as e:
+            raise TrajectoryFileError(
+                f"{transitions_path}: neither episodes (with 'steps') nor transitions ({e})") from None
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    logger = RunLogger(out, tensorboard=False)
+
+    def epoch_cb(ep: int, row: dict[str, float]) -> None:
+        logger.log(row, ep)
+        if on_epoch is not None:
+            on_epoch(ep, row)
+
+    try:
+        critic, _ = train_critic(trans, cfg.retrospex.critic, env, on_epoch=epoch_cb)
+    finally:
+        logger.close()
+    critic.meta["seconds"] = time.perf_counter() - t0
+    critic.meta["data"] = str(transitions_path)
+    critic.save(out)
+    return {"transitions": len(trans), "updates": critic.meta.get("updates", 0), "seconds": critic.meta["seconds"],
+            "final": critic.meta.get("final", {})}
+
+
+def _conventions(res: Any) -> dict[str, Any]:
+    """Overall and per-task means of one evaluation under both scoring conventions."""
+    from empo2.trainer.evaluate import EvalResult
+
+    assert isinstance(res, EvalResult)
+    per = {t: {"ours": s.score, "authors": s.score_last_nonneg, "success": s.success_rate, "episodes": s.episodes}
+           for t, s in res.per_task.items()}
+    tasks = list(per.values())
+    return {"episodes": res.overall.episodes, "score_ours": res.overall.score, "score_ours_ci": res.overall.score_ci,
+            "score_authors": res.overall.score_last_nonneg, "success_rate": res.overall.success_rate,
+            "failure_rate": res.overall.failure_rate, "steps": res.overall.steps,
+            "task_mean_ours": sum(p["ours"] for p in tasks) / max(len(tasks), 1),
+            "task_mean_authors": sum(p["authors"] for p in tasks) / max(len(tasks), 1), "per_task": per}
+
+
+def run_pipeline(cfg: Config, progress: Any = None) -> dict[str, Any]:
+    """Run (or continue) the whole Retrospex sequence for ``cfg`` in ``cfg.run_dir`` (module docstring).
+
+    Args:
+        cfg: the run config (``sft``, ``retrospex``, ``env``, ``eval`` … sections).
+        progress: optional callback ``(text)`` receiving one line per stage / epoch.
+
+    Returns:
+        the summary also written to ``<run>/retrospex_summary.json``.
+    """
+    from empo2.retrospex.collect import TRANSITIONS, collect_critic_data
+    from empo2.retrospex.selector import build_selector
+    from empo2.trainer.evaluate import evaluate, write_eval
+    from empo2.trainer.loop import build_setup
+    from empo2.trainer.sft import run_sft
+
+    say = progress or (lambda text: log.info("%s", text))
+    run = cfg.run_dir
+    times: dict[str, float] = {}
+    ckpt = run / "checkpoints" / "last"
+    t0 = time.perf_counter()
+    if ckpt.exists():
+        say(f"1/4 SFT: reusing {ckpt}")
+    else:
+        say("1/4 SFT warm-up")
+        res = run_sft(cfg, progress=say)
+        say(f"    {res.demos} demonstrations, {res.steps} steps, loss {res.history[-1]['sft/loss']:.4f}")
+    times["sft"] = time.perf_counter() - t0
+    ecfg = _eval_config(cfg, ckpt)
+    data_dir, critic_dir = run / "critic_data", run / "critic"
+    episodes = ecfg.eval.episodes
+    setup = build_setup(ecfg, weights_dir=ckpt.resolve(), pool_size=ecfg.env.num_workers)
+    try:
+        t0 = time.perf_counter()
+        if (data_dir / TRANSITIONS).is_file():
+            say(f"2/4 critic data: reusing {data_dir}")
+        else:
+            say("2/4 critic data: rollouts of the SFT policy on train variations")
+            summ = collect_critic_data(ecfg, setup, data_dir)
+            say(f"    {summ['episodes']} episodes, {summ['transitions']} transitions, success "
+                f"{summ['success_rate']:.2f}, failure {summ['failure_rate']:.2f}")
+        times["collect"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if (critic_dir / "critic.yaml").is_file():
+            say(f"3/4 critic: reusing {critic_dir}")
+        else:
+            say(f"3/4 critic: IQL ({cfg.retrospex.critic.encoder} encoder)")
+            info = train_critic_folder(cfg, data_dir / TRANSITIONS, critic_dir, setup.family.name,
+                                       on_epoch=lambda ep, row: say(
+                                           f"    critic epoch {ep}: loss_q {row['critic/loss_q']:.4f} "
+                                           f"loss_v {row['critic/loss_v']:.4f} ({row['time/epoch']:.0f} s)"))
+            say(f"    {info['transitions']} transitions, {info['updates']} updates, {info['seconds']:.0f} s")
+        times["critic"] = time.perf_counter() - t0
+        settings = setup.settings(ecfg.eval.temperature)
+        t0 = time.perf_counter()
+        say(f"4/4 evaluation on {episodes} {ecfg.env.eval_split} episodes: SFT policy alone")
+        plain, _ = evaluate(setup.engine, setup.family, setup.tasks, ecfg.env.eval_split, episodes, settings)
+        write_eval(plain, run / "eval_before.json")
+        times["eval_plain"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        say("    with Retrospex rescoring")
+        selector = build_selector(setup, critic_dir, cfg.retrospex)
+        rescored, _ = evaluate(setup.engine, setup.family, setup.tasks, ecfg.env.eval_split, episodes, settings,
+                               selector=selector)
+        write_eval(rescored, run / "eval_after.json")
+        times["eval_rescored"] = time.perf_counter() - t0
+    finally:
+        setup.close()
+    summary = {"run": str(run), "split": ecfg.env.eval_split, "temperature": ecfg.eval.temperature,
+               "without_rescoring": _conventions(plain), "with_rescoring": _conventions(rescored),
+               "decisions": rescored.retrospex, "seconds": times}
+    (run / SUMMARY).write_text(json.dumps(summary, indent=1, default=float))
+    return summary
+
+
+def summary_table(summary: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
+    """Rows (policy, score ours [CI], score authors' convention, success, steps) of a pipeline summary."""
+    rows = []
+    for key, name in (("without_rescoring", "SFT policy alone"), ("with_rescoring", "SFT + Retrospex critic")):
+        s = summary[key]
+        lo, hi = s["score_ours_ci"]
+        rows.append((name, f"{s['score_ours']:.1f} [{lo:.1f}, {hi:.1f}]", f"{s['score_authors']:.1f}",
+                     f"{s['success_rate']:.2f}", f"{s['steps']:.1f}"))
+    return rows

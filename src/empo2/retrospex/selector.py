@@ -1,0 +1,194 @@
+"""Retrospex's dynamic action rescoring as a rollout-engine ``ActionSelector`` (spec retrospex §3).
+
+Per live episode and step t (``select``):
+
+1. **Proposals**: k samples of the policy from the episode's prompt (``retrospex.temperature``;
+   the authors used k beams on ScienceWorld and k samples on WebShop), constrained by the
+   admissible-action trie when ``action.mode`` is ``constrained``. The prompt is prefilled once per
+   turn into the episode's KV cache and the k rows fork it.
+2. **Grounding** to k admissible candidates (``grounding.ground_candidates``: sum-of-cosines rule,
+   the last ``exclude_recent`` actions excluded).
+3. **LLM score** ``p(a) = exp(mean token log-prob)`` of each candidate's ids plus the end-of-turn id
+   (teacher forcing, temperature 1; ``policy.scoring``).
+4. **Critic score** ``q(a) = Q_target(s, a) − V(s)`` on the state fields (ScienceWorld: task, look,
+   inventory from ``env.anchor()``, ``"[OBSERVATION]: "`` + the latest observation, or
+   ``"[OBSERVATION]: Start now."`` at t = 0 as in the critic data).
+5. ``argmax λ_t·minmax(p) + (1 − λ_t)·minmax(q)``, ``λ_t = max(b, d^t)`` with t = the episode's turn
+   index (``algo.rescoring``); ties to the lowest index.
+
+The chosen candidate's ids (its text + end-of-turn) go into the chat, with their teacher-forced
+log-probs as behaviour log-probs. Each decision is recorded in the trajectory's
+``info["retrospex"]`` (candidates, p, q, λ, scores, chosen, and the LLM-only choice). Not built:
+the SwiftSage loop heuristics of spec §3 (repeat ``wait``, focus suppression, answering ``0`` to
+ambiguity, early stop) — the environment adapter handles ambiguity itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import weakref
+from typing import Any
+
+import torch
+
+from empo2.agent.parse import parse_action
+from empo2.algo.rescoring import choose, combined_scores, lambda_schedule
+from empo2.policy.chat import ChatFormat
+from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
+from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
+from empo2.policy.scoring import advance_cache, continuation_logprobs, mean_logprob
+from empo2.policy.trie import TokenTrie
+from empo2.records import Trajectory
+from empo2.retrospex.config import RetrospexConfig
+from empo2.retrospex.critic import Critic
+from empo2.retrospex.grounding import Embed, ground_candidates
+from empo2.retrospex.transitions import MISSING, OBS_PREFIX, START_OBS, split_look_inventory
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RetrospexSelector", "decision_summary"]
+
+
+class RetrospexSelector:
+    """Chooses every live episode's action by Retrospex rescoring (``rollout.engine.ActionSelector``).
+
+    Args:
+        model: the policy (causal LM); fmt: its ``ChatFormat``.
+        critic: the trained critic (``critic.load_critic``).
+        cfg: the ``retrospex`` config section (k, d, b, temperature, exclude_recent, const_norm).
+        embed: the grounding embedder (``texts -> L2-normalised [n, D]``), e.g. ``load_embedder(...).encode``.
+        critic_path: where the critic was loaded from (recorded in the evaluation).
+    """
+
+    def __init__(self, model: Any, fmt: ChatFormat, critic: Critic, cfg: RetrospexConfig, embed: Embed | None,
+                 critic_path: str = ""):
+        self.model = model
+        self.fmt = fmt
+        self.critic = critic
+        self.cfg = cfg
+        self.embed = embed
+        self.critic_path = critic_path
+        self.end_id = min(fmt.eos_ids) if fmt.eos_ids else int(fmt.tokenizer.eos_token_id)
+        self._kv: dict[int, tuple[weakref.ref, EpisodeKV]] = {}
+        self._kv_ok = True
+
+    # ------------------------------------------------------------------ the engine hook
+    def select(self, engine: Any, live: list[Any], admissible: list[list[str] | None], settings: Any,
+               iteration: int) -> list[Generation]:
+        """The chosen action of each live episode as a ``Generation`` (ids = text + end-of-turn)."""
+        keep = {id(st) for st in live}
+        for key in [k for k in self._kv if k not in keep]:  # episodes that ended
+            self._kv.pop(key)[1].clear()
+        states = self._critic_states(engine, live)
+        return [self._choose(st, adm, cs, settings, iteration) for st, adm, cs in zip(live, admissible, states)]
+
+    def report(self, trajs: list[Trajectory]) -> dict[str, Any]:
+        """The rescoring settings and ``decision_summary(trajs)``, for the evaluation record."""
+        c = self.cfg
+        return {"critic": self.critic_path, "encoder": self.critic.meta.get("encoder"), "k": c.k, "d": c.d, "b": c.b,
+                "temperature": c.temperature, "exclude_recent": c.exclude_recent, "embedder": c.embedder,
+                **decision_summary(trajs)}
+
+    # ------------------------------------------------------------------ steps
+    def _critic_states(self, engine: Any, live: list[Any]) -> list[dict[str, str]]:
+        looks: list[tuple[str, str]] = [("", "")] * len(live)
+        if "look" in self.critic.fields:
+            # one batched call whatever the pool backend; an env error leaves the look missing (the step
+            # itself will report the crash)
+            anchors = engine.pool.anchor_many([st.slot for st in live])
+            looks = [split_look_inventory(a) if isinstance(a, str) and a else (MISSING, MISSING) for a in anchors]
+        return [{"task": st.task_description, "look": lk, "inv": inv,
+                 "obs": START_OBS if st.turn == 0 else OBS_PREFIX + st.observation}
+                for st, (lk, inv) in zip(live, looks)]
+
+    def _episode_kv(self, st: Any) -> EpisodeKV:
+        entry = self._kv.get(id(st))
+        if entry is not None and entry[0]() is st:
+            return entry[1]
+        ekv = EpisodeKV()
+        self._kv[id(st)] = (weakref.ref(st), ekv)
+        return ekv
+
+    def _propose(self, st: Any, prompt: list[int], ekv: EpisodeKV, trie: TokenTrie | None, s: Any,
+                 iteration: int) -> list[Generation]:
+        k = self.cfg.k
+        gens = [row_generator(s.seed, iteration, st.spec.task_index, st.spec.rollout, st.turn, j) for j in range(k)]
+        kw = dict(max_new_tokens=s.max_new_tokens, temperature=self.cfg.temperature, eos_ids=self.fmt.eos_ids,
+                  newline_ids=self.fmt.newline_ids, stop_at_newline=True,
+                  pad_id=int(self.fmt.tokenizer.pad_token_id or 0), top_k=s.top_k,
+                  tries=[trie] * k if trie is not None else None, generators=gens)
+        if self._kv_ok:
+            try:
+                if advance_cache(self.model, ekv, prompt):
+                    return sample_with_cache(self.model, [ekv.fork() for _ in range(k)], [prompt] * k,
+                                             share_prefix=False, **kw)
+            except KVCacheUnsupported as e:
+                log.info("KV cache reuse unavailable for this model (%s); re-prefilling the proposals", e)
+                self._kv_ok = False
+        return sample(self.model, [prompt] * k, **kw)
+
+    def _choose(self, st: Any, admissible: list[str] | None, cstate: dict[str, str], s: Any,
+                iteration: int) -> Generation:
+        prompt = st.chat.prompt_ids()
+        ekv = self._episode_kv(st)
+        trie = None
+        if s.action_mode == "constrained" and admissible:
+            seqs = [self.fmt.encode(a) for a in admissible]
+            trie = TokenTrie(seqs, self.end_id) if any(seqs) else None
+        proposals = self._propose(st, prompt, ekv, trie, s, iteration)
+        texts = [parse_action(self.fmt.decode(g.ids), lowercase=s.lowercase_actions)[0] for g in proposals]
+        recent = [x.action for x in st.steps]
+        cands = ground_candidates(texts, admissible, recent, self.cfg.k, self.embed, self.cfg.exclude_recent)
+        if not cands:  # nothing parsed and no admissible list: the first proposal as sampled
+            return proposals[0]
+        conts = [self.fmt.encode(c) + [self.end_id] for c in cands]
+        lps = continuation_logprobs(self.model, prompt, conts, ekv=ekv if self._kv_ok else None,
+                                    pad_id=int(self.fmt.tokenizer.pad_token_id or 0))
+        p = [math.exp(mean_logprob(lp)) for lp in lps]
+        q = [float(x) for x in self.critic.advantage([cstate] * len(cands), cands)]
+        lam = lambda_schedule(st.turn, self.cfg.d, self.cfg.b)
+        scores = combined_scores(torch.tensor(p, dtype=torch.float64), torch.tensor(q, dtype=torch.float64), lam,
+                                 self.cfg.const_norm)
+        i = choose(scores)
+        st.info.setdefault("retrospex", []).append({
+            "t": st.turn, "lambda": lam, "proposals": texts, "candidates": cands, "p": p, "q": q,
+            "scores": [float(x) for x in scores], "chosen": i, "llm_choice": choose(p)})
+        return Generation(ids=conts[i], logps=lps[i], stop="eos")
+
+
+def decision_summary(trajs: list[Trajectory]) -> dict[str, float]:
+    """Counts over the rescoring decisions recorded in ``traj.info["retrospex"]``.
+
+    Returns:
+        ``decisions`` (steps rescored), ``changed`` (steps where the chosen candidate is not the
+        one the LLM score alone ranks first), ``changed_frac``, ``candidates_mean``.
+    """
+    recs = [r for t in trajs for r in t.info.get("retrospex", [])]
+    n = len(recs)
+    changed = sum(r["chosen"] != r["llm_choice"] for r in recs)
+    return {"decisions": float(n), "changed": float(changed), "changed_frac": changed / n if n else 0.0,
+            "candidates_mean": sum(len(r["candidates"]) for r in recs) / n if n else 0.0}
+
+
+def build_selector(setup: Any, critic_dir: str | Any, cfg: RetrospexConfig) -> RetrospexSelector:
+    """A ``RetrospexSelector`` for a ``trainer.loop.Setup`` (its policy and environment family).
+
+    Args:
+        setup: the evaluation setup (``build_setup``); critic_dir: a folder written by ``Critic.save``.
+        cfg: the ``retrospex`` config section.
+
+    Raises:
+        CriticError: ``critic_dir`` is not a critic folder. ConfigError: the critic was trained on
+        another environment. EmbedderUnavailableError: the grounding embedder cannot be loaded.
+    """
+    from empo2.configschema import ConfigError
+    from empo2.memory.embedder import load_embedder
+    from empo2.retrospex.critic import load_critic
+
+    critic = load_critic(critic_dir)
+    if critic.env != setup.family.name:
+        raise ConfigError(f"the critic in {critic_dir} was trained on {critic.env!r} data, but env.name is "
+                          f"{setup.family.name!r}")
+    embedder = load_embedder(cfg.embedder, cache_size=65536)
+    return RetrospexSelector(setup.policy.model, setup.fmt, critic, cfg, embedder.encode, str(critic_dir))

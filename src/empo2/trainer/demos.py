@@ -1,0 +1,184 @@
+"""Expert demonstrations for imitation (``empo2 sft``): gold paths and trajectory JSONL files.
+
+A demonstration is an episode record in our trajectory JSONL format (what ``empo2 train`` writes to
+``runs/<name>/trajectories/iter-K.jsonl``)::
+
+    {"id", "task", "variation", "task_description", "score", "success", "initial_score"?,
+     "final_observation"?, "steps": [{"observation", "action", "reward", "score", ...}]}
+
+where ``steps[j].observation`` is the observation action j was chosen on (``steps[0]`` holds the
+first observation after reset). ``gold_records`` makes such records from an environment's gold
+action sequences (``env.gold_path(task)``: the ScienceWorld simulator's, or the tiny env's optimal
+path; train variations only), played through ``reset`` / ``step`` so the observations are exactly
+what the agent sees. ``demo_trajectory`` rebuilds the
+chat as token segments with the same ``EpisodeChat`` the rollout engine uses, the action segment of
+step j being ``encode(action) + [end-of-turn id]`` — what the policy emits when it ends its turn —
+so SFT trains the same ids, in the same context, that rollouts sample (loss on action tokens only).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from empo2.agent.prompts import EpisodeChat, first_user_text, later_user_text
+from empo2.configschema import ConfigError
+from empo2.envs.base import EnvError, EnvFamily, TaskSpec
+from empo2.policy.chat import ChatFormat
+from empo2.policy.sampling import Generation
+from empo2.records import StepRecord, Trajectory
+from empo2.retrospex.transitions import TrajectoryFileError, read_records
+from empo2.rollout.pool import EnvPool
+
+log = logging.getLogger(__name__)
+
+__all__ = ["demo_trajectory", "gold_records", "load_demos", "record_from_jsonl", "variation_pairs"]
+
+
+def variation_pairs(family: EnvFamily, tasks: list[str], only: list[int], per_task: int,
+                    split: str = "train") -> list[tuple[str, int]]:
+    """(task, variation) pairs of ``split``: variations in ``only`` (all if empty), the first ``per_task`` (0 = all)."""
+    out = []
+    for t in tasks:
+        vs = [v for v in family.variations(t, split) if not only or v in only]
+        out += [(t, v) for v in (vs[:per_task] if per_task else vs)]
+    return out
+
+
+def _play_gold(pool: EnvPool, slot: int, task: TaskSpec) -> dict[str, Any] | str:
+    """One gold episode as a record, or an error message."""
+    env = pool.get(slot)
+    try:
+        actions = env.gold_path(task)  # type: ignore[attr-defined]
+        obs = env.reset(task)
+        steps, last, score = [], obs.text, obs.score
+        success = done = False
+        for a in actions:
+            r = env.step(a)
+            steps.append({"observation": last, "action": a, "reward": r.reward, "score": r.score, "valid": r.valid})
+            last, score = r.observation, r.score
+            if r.done:
+                done, success = True, r.success
+                break
+    except EnvError as e:
+        pool.restart(slot)
+        return f"{task.task}/{task.variation}: {e}"
+    return {"id": f"gold-{task.task}-{task.variation}", "task": task.task, "variation": task.variation,
+            "split": task.split, "task_description": obs.task_description, "initial_score": obs.score,
+            "score": score, "success": success, "done": done, "crashed": False, "final_observation": last,
+            "steps": steps}
+
+
+def gold_records(family: EnvFamily, pairs: list[tuple[str, int]], num_workers: int = 4,
+                 split: str = "train") -> list[dict[str, Any]]:
+    """Gold-path episodes of ``pairs`` = [(task, variation)], played on ``num_workers`` environments.
+
+    Only episodes that end in success are returned; the others (and env errors) are logged.
+
+    Raises:
+        ConfigError: the environment has no gold paths (ScienceWorld's simulator and the tiny env have them).
+    """
+    out: list[dict[str, Any]] = []
+    n = max(1, min(num_workers, len(pairs)))
+    with EnvPool(family, n) as pool:
+        if not hasattr(pool.get(0), "gold_path"):
+            raise ConfigError(f"sft.data 'gold' needs an environment with gold paths (scienceworld, tiny), not "
+                              f"{family.name!r}; give trajectory JSONL files in sft.data instead")
+        for w in range(0, len(pairs), n):
+            wave = pairs[w:w + n]
+            specs = [TaskSpec(family.name, t, v, split) for t, v in wave]
+            for res in pool.map(lambda i, s: _play_gold(pool, i, s), range(len(specs)), specs):
+                if isinstance(res, str):
+                    log.warning("gold path skipped: %s", res)
+                elif not res["success"]:
+                    log.warning("gold path of %s/%s ends at score %s without success; skipped", res["task"],
+                                res["variation"], res["score"])
+                else:
+                    out.append(res)
+    return out
+
+
+def record_from_jsonl(record: dict[str, Any], where: str) -> dict[str, Any]:
+    """Check that a JSONL episode record has what a demonstration needs; returns it.
+
+    Raises:
+        TrajectoryFileError: a required key is missing (names ``where`` and the key).
+    """
+    for k in ("task", "task_description", "steps"):
+        if k not in record:
+            raise TrajectoryFileError(f"{where}: missing key {k!r}; a demonstration needs task, variation, "
+                                      "task_description, score and steps[{observation, action}] (our "
+                                      "trajectory JSONL format)")
+    for j, st in enumerate(record["steps"]):
+        if "observation" not in st or "action" not in st:
+            raise TrajectoryFileError(f"{where}: step {j} needs 'observation' and 'action'")
+    return record
+
+
+def load_demos(sources: list[str], family: EnvFamily, tasks: list[str], gold_pairs: list[tuple[str, int]],
+               min_score: float, num_workers: int) -> list[dict[str, Any]]:
+    """All demonstrations named by ``sft.data``.
+
+    Args:
+        sources: ``"gold"`` and/or JSONL paths.
+        family: the environment family; tasks: canonical task names (JSONL episodes of other tasks are kept
+            too: the chat does not depend on the task list).
+        gold_pairs: (task, train variation) pairs for ``gold``.
+        min_score: JSONL episodes with a final score below this are dropped (crashed ones always).
+        num_workers: environments playing gold paths at once.
+
+    Raises:
+        FileNotFoundError / TrajectoryFileError: a JSONL source is missing or malformed. ConfigError: ``gold``
+        without gold paths, or no demonstration at all.
+    """
+    out: list[dict[str, Any]] = []
+    for src in sources:
+        if src == "gold":
+            got = gold_records(family, gold_pairs, num_workers)
+            log.info("gold paths: %d of %d (task, variation) pairs reached 100", len(got), len(gold_pairs))
+            out.extend(got)
+            continue
+        recs = read_records(Path(src))
+        kept = [record_from_jsonl(r, f"{src} episode {i + 1}") for i, r in enumerate(recs)]
+        kept = [r for r in kept if not r.get("crashed") and r["steps"] and float(r.get("score", 0.0)) >= min_score]
+        log.info("%s: %d of %d episodes have score >= %s", src, len(kept), len(recs), min_score)
+        out.extend(kept)
+    if not out:
+        raise ConfigError(f"no demonstrations from sft.data={sources} (tasks {tasks}); lower sft.min_score or check "
+                          "the files")
+    return out
+
+
+def demo_trajectory(record: dict[str, Any], fmt: ChatFormat, family: EnvFamily, few_shot: bool, max_turns: int,
+                    index: int = 0) -> Trajectory:
+    """The demonstration as a ``Trajectory`` whose segments are the chat the rollout engine would build.
+
+    Args:
+        record: an episode record (module docstring).
+        fmt: the model's chat markup; family: the environment (system prompt, few-shot turns).
+        few_shot: include the family's few-shot turns (``action.few_shot``).
+        max_turns: only the first ``max_turns`` steps are kept (the agent never plays more).
+        index: the trajectory's ``task_index`` (its id in the demonstration list).
+
+    Returns:
+        a trajectory with one ``ACTION`` segment per step: ``encode(action) + [end-of-turn id]``.
+    """
+    end_id = min(fmt.eos_ids) if fmt.eos_ids else int(fmt.tokenizer.eos_token_id)
+    chat = EpisodeChat(fmt, family.system_prompt(), family.few_shot() if few_shot else [])
+    steps = record["steps"][:max_turns]
+    recs = []
+    for j, st in enumerate(steps):
+        obs, act = str(st["observation"]), str(st["action"]).strip()
+        chat.add_user(first_user_text(record["task_description"], obs) if j == 0 else later_user_text(obs), j)
+        ids = fmt.encode(act) + [end_id]
+        chat.add_action(Generation(ids=ids, logps=[0.0] * len(ids), stop="eos"), act, j)
+        recs.append(StepRecord(index=j, observation=obs, raw_text=act, action=act, parsed_ok=True, corrected=False,
+                               env_valid=bool(st.get("valid", True)), reward=float(st.get("reward", 0.0)),
+                               score=float(st.get("score", 0.0))))
+    task = TaskSpec(family.name, str(record["task"]), int(record.get("variation", 0)),
+                    str(record.get("split", "train")))
+    return Trajectory(iteration=0, task_index=index, rollout=0, task=task, group=index, segments=chat.segments,
+                      steps=recs, initial_score=float(record.get("initial_score", 0.0)),
+                      final_score=float(record.get("score", 0.0)), done=bool(record.get("done", True)),
+                      success=bool(record.get("success", False)))

@@ -1,0 +1,35 @@
+"""Settings of supervised fine-tuning on expert trajectories (``sft`` section; ``empo2 sft``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from empo2.configschema import ConfigError, doc
+
+
+@dataclass
+class SftConfig:
+    """Imitation warm-up on demonstrations (``sft``; ``empo2 sft``, spec retrospex §1)."""
+
+    data: list[str] = doc(
+        "demonstration sources: 'gold' = the gold paths of env.tasks' train variations "
+        "(ScienceWorld's simulator; the tiny env's optimal path), and/or paths of trajectory JSONL files in our format (runs/<name>/trajectories/"
+        "iter-K.jsonl, a previous sft_demos.jsonl, WebShop demonstrations)", default_factory=lambda: ["gold"])
+    min_score: float = doc("keep JSONL episodes whose final score is >= this (0..100)", default=100.0)
+    variations_per_task: int = doc(
+        "gold: the first N train variations of each task (0 = all; env.variations restricts further)", default=0)
+    epochs: int = doc("passes over the demonstrations", default=2)
+    lr: float = doc("AdamW learning rate (weight decay, gradient clip and micro-batches come from trainer.*)",
+                    default=5e-5)
+    batch_episodes: int = doc("demonstrations per optimiser step", default=4)
+
+    def __post_init__(self) -> None:
+        if not self.data:
+            raise ConfigError("sft.data is empty; use ['gold'] or list trajectory JSONL files")
+        for k in ("epochs", "batch_episodes"):
+            if getattr(self, k) < 1:
+                raise ConfigError(f"sft.{k} must be >= 1, got {getattr(self, k)}")
+        if self.variations_per_task < 0:
+            raise ConfigError(f"sft.variations_per_task must be >= 0, got {self.variations_per_task}")
+        if not self.lr > 0:
+            raise ConfigError(f"sft.lr must be > 0, got {self.lr}")
