@@ -16,7 +16,13 @@ pooled environment each):
    A hook with ``keep_episode_kv`` (EMPO²'s tip writer) may ask to keep a finished episode's
    cache past its end: ``take_episode_kv(trajectory)`` then hands it over (it covers a prefix of
    ``trajectory.token_ids()``), so a prompt that continues the trajectory only prefills its suffix;
-4. the text is parsed (``agent.parse``), optionally corrected, and the environments step in threads.
+4. every episode's text goes through ``take_action`` in the environments' threads: parsed
+   (``agent.parse``), sent as written, and corrected (``action.correction``) only if the
+   environment *refused* it (``StepResult.refused``: nothing happened); a corrected action goes
+   through the environment's ``try_step`` where it has one (ScienceWorld), so a correction never
+   ends an episode. An environment's answer that asks a question (ScienceWorld's numbered
+   ambiguity options) is simply the next observation, and in constrained mode its admissible list
+   for that turn (the options).
 
 An environment that raises ``EnvError`` marks its episode ``crashed`` (excluded from the update,
 counted as ``rollout/env_crashes``) and is restarted; the run goes on.
@@ -32,7 +38,7 @@ from typing import Any, Callable, Protocol
 
 from empo2.agent.parse import correct_action, parse_action
 from empo2.agent.prompts import EpisodeChat, first_user_text, later_user_text, tip_block
-from empo2.envs.base import EnvError, EnvFamily, Observation, StepResult, TaskSpec
+from empo2.envs.base import EnvError, EnvFamily, Observation, StepResult, TaskSpec, TextEnv, TrialStepEnv
 from empo2.policy.chat import ChatFormat
 from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
 from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
@@ -135,6 +141,60 @@ class RolloutSettings:
     generation call (≈ the sum of that call's caches plus the decoded tokens) comes on top, briefly."""
 
 
+@dataclass
+class ActionOutcome:
+    """What one turn's model text did (``take_action``).
+
+    Attributes:
+        action: the text whose step is ``result``: the parsed text, or its correction.
+        parsed_ok: the model text parsed into a one-line action (``parse_action``).
+        corrected: ``action`` is a correction of the parsed text (which the env refused).
+        result: the environment's answer to ``action``.
+        refused_first: the parsed text was refused (also when no correction followed).
+    """
+
+    action: str
+    parsed_ok: bool
+    corrected: bool
+    result: StepResult
+    refused_first: bool = False
+
+
+def take_action(env: TextEnv, raw_text: str, s: RolloutSettings) -> ActionOutcome:
+    """One turn's action pipeline: model text → environment step (used for every rollout step).
+
+    1. ``parse_action(raw_text)`` (lower-cased when ``s.lowercase_actions``);
+    2. ``env.step(action)``: the text as written, so an accepted action is never rewritten;
+    3. only if the env *refused* it (``StepResult.refused``: nothing happened), in free mode with
+       ``s.correction != "none"``: ``correct_action(action, env.admissible_actions(), …)``; a
+       changed text is executed with ``env.try_step`` where the env has it (``TrialStepEnv``;
+       a step that would end or fail the episode is undone and the refusal stands), else with
+       ``env.step``.
+
+    Args:
+        env: the episode's environment (after ``reset``).
+        raw_text: the decoded model output of this turn.
+        s: the rollout settings (``lowercase_actions``, ``action_mode``, ``correction``).
+
+    Returns:
+        The ``ActionOutcome``; its ``result`` is the step that counts for this turn.
+
+    Raises:
+        EnvError: the environment failed.
+    """
+    action, ok = parse_action(raw_text, lowercase=s.lowercase_actions)
+    result = env.step(action)
+    if not (result.refused and ok and s.action_mode != "constrained" and s.correction != "none"):
+        return ActionOutcome(action, ok, False, result, refused_first=bool(result.refused))
+    fixed, changed = correct_action(action, env.admissible_actions(), s.correction)
+    if not changed or " ".join(fixed.lower().split()) == " ".join(action.lower().split()):
+        return ActionOutcome(action, ok, False, result, refused_first=True)
+    second = env.try_step(fixed) if isinstance(env, TrialStepEnv) else env.step(fixed)
+    if second is None:  # it would have ended the episode: undone, the refusal stands
+        return ActionOutcome(action, ok, False, result, refused_first=True)
+    return ActionOutcome(fixed, ok, True, second, refused_first=True)
+
+
 class RolloutEngine:
     """Runs episodes with a policy on a pool of environments.
 
@@ -214,9 +274,9 @@ class RolloutEngine:
         except EnvError as e:
             return e
 
-    def _step(self, slot: int, action: str) -> StepResult | Exception:
+    def _act(self, slot: int, raw_text: str, s: RolloutSettings) -> ActionOutcome | Exception:
         try:
-            return self.pool.get(slot).step(action)
+            return take_action(self.pool.get(slot), raw_text, s)
         except EnvError as e:
             return e
 
@@ -267,7 +327,7 @@ class RolloutEngine:
             if not live:
                 break
             admissible: list[list[str] | None] = [None] * len(live)
-            if s.action_mode == "constrained" or s.correction == "safe":
+            if s.action_mode == "constrained":
                 t0 = time.perf_counter()
                 res = self.pool.map(lambda st: self._safe(lambda: self.pool.get(st.slot).admissible_actions()), live)
                 self.timings["env"] += time.perf_counter() - t0
@@ -282,28 +342,23 @@ class RolloutEngine:
             if not live:
                 break
             gens = self._generate(live, admissible, s, iteration)
-            actions: list[str] = []
-            meta: list[tuple[str, bool, bool]] = []
-            for st, g, adm in zip(live, gens, admissible):
+            raws: list[str] = []
+            for st, g in zip(live, gens):
                 raw = self.fmt.decode(g.ids)
-                act, ok = parse_action(raw, lowercase=s.lowercase_actions)
-                corrected = False
-                if ok and adm is not None and s.action_mode != "constrained" and s.correction != "none":
-                    act, corrected = correct_action(act, adm, s.correction)
                 st.chat.add_action(g, raw.strip(), st.turn)
-                actions.append(act)
-                meta.append((raw, ok, corrected))
+                raws.append(raw)
             t0 = time.perf_counter()
-            results = self.pool.map(self._step, [st.slot for st in live], actions)
+            outcomes = self.pool.map(self._act, [st.slot for st in live], raws, [s] * len(live))
             self.timings["env"] += time.perf_counter() - t0
-            for st, act, (raw, ok, corrected), r in zip(live, actions, meta, results):
-                if isinstance(r, Exception):
-                    self._crash(st, r)
+            for st, raw, out in zip(live, raws, outcomes):
+                if isinstance(out, Exception):
+                    self._crash(st, out)
                     continue
+                r = out.result
                 st.steps.append(StepRecord(
-                    index=st.turn, observation=st.observation, raw_text=raw, action=act, parsed_ok=ok,
-                    corrected=corrected, env_valid=r.valid, reward=r.reward, score=r.score,
-                    tips=list(st.info["shown_tips"][-1]), intrinsic=st.intrinsic,
+                    index=st.turn, observation=st.observation, raw_text=raw, action=out.action,
+                    parsed_ok=out.parsed_ok, corrected=out.corrected, env_valid=r.valid, reward=r.reward,
+                    score=r.score, tips=list(st.info["shown_tips"][-1]), intrinsic=st.intrinsic,
                     anchor=anchors.get(id(st), ""), truncated_tips=st.info["tips_truncated"][-1]))
                 st.observation, st.score = r.observation, r.score
                 if r.done:
