@@ -110,10 +110,16 @@ WORKSHOP = [
     ("Look Around", HALLWAY, "look around", True),
     ("look around", HALLWAY, "look around", False),
     ("move table to battery", WORKSHOP, "move table to battery", False),  # admissible as is
-    ("focus on bulb", ["focus on light bulb", "focus on agent"], "focus on light bulb", True),
-    ("focus on red bulb", WORKSHOP, "focus on red light bulb", True),
+    ("focus on the red light bulb", WORKSHOP, "focus on red light bulb", True),  # articles only
+    ("FOCUS ON  red light bulb", WORKSHOP, "focus on red light bulb", True),
     ("pick up oragne", ["pick up orange", "pick up picture"], "pick up orange", True),  # typo
     ("pick up orange", ["pick up orange juice", "pick up picture"], "pick up orange juice", True),
+    # ---- a focus is never extended or typo-fixed into another object's name (a wrong focus fails
+    # the task at -100): the object must be literally the one named
+    ("focus on bulb", ["focus on light bulb", "focus on agent"], "focus on bulb", False),
+    ("focus on red bulb", WORKSHOP, "focus on red bulb", False),
+    ("focus on red ligth bulb", WORKSHOP, "focus on red ligth bulb", False),
+    ("focus on apple", ["focus on apple seed", "focus on apple tree"], "focus on apple", False),  # grow-fruit
     # ---- ties and verb changes are refused
     ("focus on bulb", WORKSHOP, "focus on bulb", False),  # red vs green light bulb: a tie
     ("focus bulb", ["focus on light bulb"], "focus bulb", False),

@@ -251,30 +251,130 @@ def test_invalid_input_is_marked_and_free(env):
 
 
 @pytest.mark.scienceworld
-def test_ambiguity_is_resolved_deterministically(env):
-    """'open door' in boil/0's hallway is ambiguous (six doors); the option order varies by episode."""
-    outcomes = []
-    for _ in range(3):
-        env.reset(BOIL)
-        r = env.step("open door")
-        assert r.info["ambiguous"] is True and len(r.info["ambiguity_options"]) == 6
-        assert r.info["ambiguity_resolution"] == min(r.info["ambiguity_options"])
-        assert r.valid and not r.observation.startswith("Ambiguous")
-        outcomes.append((r.observation, r.info["ambiguity_resolution"], r.info["moves"]))
-    assert len(set(outcomes)) == 1
-    assert outcomes[0][1] == "open door between art studio and hallway"
+def test_ambiguity_is_asked_and_answered_by_number(env):
+    """'open door' in boil/0's hallway matches six doors: the options are the observation and the
+    admissible set; the next action answers with a number (as the simulator's gold paths do)."""
+    first = env.reset(BOIL)
+    r = env.step("open door")
+    assert r.info["ambiguous"] is True and len(r.info["ambiguity_options"]) == 6
+    assert r.observation.startswith("Ambiguous request: Please enter the number")
+    assert "3:\topen door between workshop and hallway" in r.observation
+    assert r.valid and not r.refused and not r.done and r.info["moves"] == 0  # the prompt costs no tick
+    assert env.admissible_actions() == r.info["ambiguity_options"]
+    assert env.anchor().startswith("Ambiguous request") and "open door between kitchen and hallway" in env.anchor()
+    answer = env.step("3")
+    assert answer.info["ambiguity_answer"] == "open door between workshop and hallway"
+    assert answer.observation == "The door is already open." and answer.valid and answer.info["moves"] == 1
+    assert answer.score == first.score
+    assert "look around" in env.admissible_actions()  # back to normal
 
 
 @pytest.mark.scienceworld
-def test_ambiguous_focus_is_cancelled(env):
+def test_ambiguity_answered_by_option_text_or_not_at_all(env):
     env.reset(BOIL)
-    r = env.step("focus on door")
-    assert r.info["ambiguous"] is True and r.info["ambiguity_resolution"] == "cancelled"
-    assert r.valid is False and not r.done and r.score >= 0
-    assert "focus on door between" in r.observation and "more specifically" in r.observation
-    # the simulator is no longer waiting for a number: a normal action works
-    r2 = env.step("look around")
-    assert r2.valid and r2.observation.startswith("This room is called the hallway")
+    options = env.step("open door").info["ambiguity_options"]
+    r = env.step(options[5].upper())  # an option's text is sent as its number
+    assert r.info["ambiguity_answer"] == options[5] and r.valid
+    env.step("open door")
+    r = env.step("look around")  # not an answer: the simulator drops the request, one tick
+    assert r.info["ambiguity_answer"] is None
+    assert r.observation.startswith("Unknown action.") and not r.valid and not r.refused
+    assert r.info["moves"] == 2
+    assert env.step("look around").observation.startswith("This room is called the hallway")
+
+
+@pytest.mark.scienceworld
+def test_ambiguous_focus_is_never_answered_automatically():
+    """``ambiguity: auto`` answers non-focus prompts with the alphabetically first option (in one
+    step); a focus prompt is always left to the agent."""
+    from empo2.envs.scienceworld.env import SciWorldEnv
+
+    _need_java()
+    with SciWorldEnv(SciWorldConfig(ambiguity="auto")) as e:
+        e.reset(BOIL)
+        r = e.step("open door")
+        assert r.info["ambiguous"] and r.info["ambiguity_resolution"] == "open door between art studio and hallway"
+        assert r.valid and not r.observation.startswith("Ambiguous") and r.info["moves"] == 1
+        r = e.step("focus on door")
+        assert r.info["ambiguous"] and "ambiguity_resolution" not in r.info and not r.done and r.score >= 0
+        assert r.observation.startswith("Ambiguous request") and "focus on door between" in r.observation
+        assert e.admissible_actions() == r.info["ambiguity_options"]
+
+
+@pytest.mark.scienceworld
+def test_refusal_is_free_and_flagged(env):
+    first = env.reset(POWER)
+    r = env.step("pick up the moon")
+    assert r.refused and not r.valid and r.observation == "No known action matches that input."
+    assert (r.reward, r.score, r.info["moves"]) == (0.0, first.score, 0)
+    ok = env.step("go to workshop")
+    assert ok.valid and not ok.refused
+
+
+@pytest.mark.scienceworld
+def test_try_step_undoes_a_step_that_would_end_the_episode(env):
+    """power-component: a wrong focus (−100) and the completing step are both undone exactly;
+    a step that does not end the episode is kept."""
+    gold = env.gold_path(POWER)  # open door, go to workshop, look around, focus on red light bulb, …
+    env.reset(POWER)
+    for a in gold[:3]:
+        env.step(a)
+    anchor, adm = env.anchor(), env.admissible_actions()
+    kept = env.try_step("look around")
+    assert kept is not None and kept.valid
+    assert env.try_step("focus on agent") is None
+    assert env.anchor() == anchor and env.admissible_actions() == adm
+    rest = [env.step(a) for a in gold[3:]]
+    k = 3 + next(i for i, r in enumerate(rest) if r.done)  # the completing step
+    assert rest[k - 3].success
+    # the completing step is undone too, and then taken for real
+    env.reset(POWER)
+    for a in gold[:k]:
+        r = env.step(a)
+    before = (r.score, r.info["moves"], env.anchor())
+    assert env.try_step(gold[k]) is None
+    assert env.anchor() == before[2]
+    final = env.step(gold[k])
+    assert final.success and final.reward == 100.0 - before[0]
+    assert final.info["moves"] == rest[k - 3].info["moves"]
+
+
+@pytest.mark.scienceworld
+def test_admissible_list_does_not_depend_on_what_was_asked_before(env):
+    """grow-plant/0 (the issue's state): the seed jar holds identical apple seeds, whose names the
+    simulator draws from its game RNG. The list of one state is the same whether or not it was
+    asked on earlier steps, and asking never changes the game (grow-fruit's bees use that RNG)."""
+    plant = TaskSpec("scienceworld", "grow-plant", 0)
+    gold = env.gold_path(plant)
+
+    def list_after(k: int, ask_every_step: bool) -> list[str]:
+        env.reset(plant)
+        for a in gold[:k]:
+            if ask_every_step:
+                env.admissible_actions()
+            env.step(a)
+        return env.admissible_actions()
+
+    for k in (4, 9):  # after "pick up seed jar"; in the greenhouse
+        lists = [list_after(k, True), list_after(k, False), list_after(k, True)]
+        assert lists[0] == lists[1] == lists[2]
+        assert env.admissible_actions() == lists[0]  # asked twice in a row
+    fruit = TaskSpec("scienceworld", "grow-fruit", 0)
+    gold = env.gold_path(fruit)
+    runs = []
+    for ask in (False, True):
+        env.reset(fruit)
+        obs = []
+        for a in gold:
+            if ask:
+                env.admissible_actions()
+                env.anchor()
+            r = env.step(a)
+            obs.append((r.observation, r.score))
+            if r.done:
+                break
+        runs.append(obs)
+    assert runs[0] == runs[1] and runs[0][-1][1] == 100.0
 
 
 @pytest.mark.scienceworld

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from empo2.envs.base import EnvError, TaskSpec
+from empo2.envs.base import EnvError, Observation, StepResult, TaskSpec
 from empo2.envs.tiny.env import TinyEnv, TinyFamily
 from empo2.records import Mode, SegmentKind
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
@@ -102,3 +102,130 @@ def test_turn_cap_and_context_cap(fake, chat_format):
     assert trajs[0].info.get("context_full")
     assert len(trajs[0].token_ids()) <= pre + 20
     assert trajs[0].num_steps == 0  # the first user turn already does not fit: nothing was sampled
+
+
+# ------------------------------------------------------------------------------ the action pipeline
+
+
+class _ScriptedEnv:
+    """A ``TextEnv`` with a fixed table: which texts it accepts (some missing from its admissible
+    list, as in ScienceWorld), which end the episode, and everything else refused."""
+
+    ADMISSIBLE = ["look around", "pick up red key", "pick up blue key", "focus on red key"]
+    ACCEPTED = {"look around": 0.0, "pick up red key": 10.0, "pick up blue key": 0.0, "examine key": 0.0,
+                "focus on red key": 100.0}
+
+    def __init__(self):
+        self.calls: list[str] = []
+        self.score = 0.0
+
+    def reset(self, task):
+        self.calls, self.score = [], 0.0
+        return Observation("A red key and a blue key.", "Focus on the red key.")
+
+    def step(self, action):
+        self.calls.append(action)
+        if action not in self.ACCEPTED:
+            return StepResult("No known action matches that input.", 0.0, self.score, False, valid=False)
+        reward = self.ACCEPTED[action]
+        self.score += reward
+        return StepResult(f"done: {action}", reward, self.score, action.startswith("focus"), self.score >= 100)
+
+    def admissible_actions(self):
+        return list(self.ADMISSIBLE)
+
+    def anchor(self):
+        return str(self.score)
+
+    def close(self):
+        return None
+
+
+class _TrialEnv(_ScriptedEnv):
+    """The same, with ``try_step``: a step that would end the episode is not taken."""
+
+    def try_step(self, action):
+        if self.ACCEPTED.get(action, 0.0) >= 100:
+            self.calls.append(f"tried {action}")
+            return None
+        return self.step(action)
+
+
+@pytest.mark.parametrize("text, sent, corrected, calls", [
+    # accepted as written, though not admissible: never rewritten (old: corrected before stepping)
+    ("examine key", "examine key", False, ["examine key"]),
+    # refused, then corrected (a typo) and the correction executed
+    ("pick up the red key", "pick up red key", True, ["pick up the red key", "pick up red key"]),
+    # refused, and nothing to correct to: the refusal stands
+    ("pick up green key", "pick up green key", False, ["pick up green key"]),
+    # refused; its correction would end the episode: try_step does not take it
+    ("Focus on the red key.", "focus on the red key", False, ["focus on the red key", "tried focus on red key"]),
+])
+def test_take_action_corrects_only_after_a_refusal(text, sent, corrected, calls):
+    from empo2.rollout.engine import take_action
+
+    env = _TrialEnv()
+    env.reset(None)
+    out = take_action(env, text, _settings(action_mode="free", correction="safe"))
+    assert (out.action, out.corrected, env.calls) == (sent, corrected, calls)
+    assert out.refused_first == (len(calls) > 1 or out.result.refused)
+    assert not out.result.done
+
+
+def test_take_action_without_try_step_and_other_modes():
+    from empo2.rollout.engine import take_action
+
+    env = _ScriptedEnv()  # no try_step (WebShop, tiny): the correction is stepped as is
+    env.reset(None)
+    out = take_action(env, "focus on the red key", _settings(action_mode="free", correction="safe"))
+    assert out.corrected and out.result.done and env.calls == ["focus on the red key", "focus on red key"]
+    for kw in (dict(action_mode="free", correction="none"), dict(action_mode="constrained", correction="safe")):
+        env.reset(None)
+        out = take_action(env, "pick up red kye", _settings(**kw))
+        assert not out.corrected and out.result.refused and env.calls == ["pick up red kye"]
+
+
+def test_step_result_refused_defaults_to_not_valid():
+    assert StepResult("x", 0.0, 0.0, False, valid=False).refused is True
+    assert StepResult("x", 0.0, 0.0, False).refused is False
+    assert StepResult("Unknown action.", 0.0, 0.0, False, valid=False, refused=False).refused is False
+
+
+class _AskEnv(_ScriptedEnv):
+    """ScienceWorld's ambiguity protocol in miniature: 'pick up key' matches two keys; the answer
+    (an option text) comes on the next turn."""
+
+    OPTIONS = ["pick up blue key", "pick up red key"]
+
+    def reset(self, task):
+        self.pending = False
+        return super().reset(task)
+
+    def step(self, action):
+        if self.pending:
+            self.pending = False
+            red = action == "pick up red key"
+            return StepResult(f"You take the {'red' if red else 'blue'} key.", 100.0 * red, 100.0 * red, True, red)
+        if action == "pick up key":
+            self.pending = True
+            listing = "".join(f"{i}:\t{o}\n" for i, o in enumerate(self.OPTIONS))
+            return StepResult("Ambiguous request: Please enter the number for the action you intended:\n" + listing,
+                              0.0, 0.0, False, valid=True, refused=False, info={"ambiguous": True})
+        return super().step(action)
+
+    def admissible_actions(self):
+        return list(self.OPTIONS) if self.pending else ["pick up key"]
+
+
+class _AskFamily(TinyFamily):
+    def make(self):
+        return _AskEnv()
+
+
+def test_ambiguity_options_are_the_next_observation_and_admissible_set(fake, chat_format):
+    trajs, _ = _run(fake, chat_format, _specs(4), _settings(max_turns=5), family=_AskFamily())
+    for t in trajs:
+        assert [s.action for s in t.steps][:1] == ["pick up key"] and t.num_steps == 2 and t.done
+        assert t.steps[1].observation.startswith("Ambiguous request") and "1:\tpick up red key" in t.steps[1].observation
+        assert t.steps[1].action in _AskEnv.OPTIONS
+        assert t.success == (t.steps[1].action == "pick up red key")

@@ -9,7 +9,13 @@ include ``open door`` → ``close bedroom door`` and ``focus on bulb`` → ``foc
 episode-ending wrong focus). ``correct_action(mode="safe")`` only picks among candidates with
 the *same verb phrase* as the model's text whose object words contain the model's words in
 order (added qualifiers and typo fixes only), refuses ties, and otherwise returns the text
-unchanged — an unknown action costs nothing in ScienceWorld.
+unchanged — an unknown action costs nothing in ScienceWorld. A ``focus on`` (the action that
+fails a task when aimed at the wrong object) is only ever corrected to a candidate naming
+literally the same object words (``FOCUS_VERBS``): ``focus on bulb`` never becomes ``focus on red
+light bulb``. The rollout engine corrects only text the environment refused
+(``rollout.engine.take_action``): an accepted action is never rewritten, since the
+simulator's parser accepts actions its admissible list lacks (``pick up seed jar`` in
+grow-plant, ``examine X``).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import re
 from collections.abc import Mapping, Sequence
 from enum import Enum
 
-__all__ = ["Correction", "DEFAULT_VERB_ALIASES", "correct_action", "parse_action", "verb_phrase"]
+__all__ = ["Correction", "DEFAULT_VERB_ALIASES", "FOCUS_VERBS", "correct_action", "parse_action", "verb_phrase"]
 
 _ACTION_TAG = re.compile(r"<action>(.*?)(?:</action>|$)", re.IGNORECASE | re.DOTALL)
 _THINK_BLOCK = re.compile(r"<think>.*?</think>", re.IGNORECASE | re.DOTALL)
@@ -34,6 +40,9 @@ _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 PARTICLES = frozenset({"on", "to", "at", "in", "up", "down", "around", "into", "onto", "off", "out"})
 # Words ignored when comparing objects.
 _ARTICLES = frozenset({"the", "a", "an"})
+# Verb phrases whose object is never extended or typo-fixed by correction (a wrong focus fails
+# the task at −100): a candidate must name literally the same object words.
+FOCUS_VERBS = frozenset({"focus on"})
 # Model verb phrase → the phrase it may be corrected to (harmless spellings only: never a
 # target like "focus on" that ends an episode when misused).
 DEFAULT_VERB_ALIASES: Mapping[str, str] = {
@@ -194,7 +203,9 @@ def correct_action(action: str, admissible: Sequence[str], mode: Correction | st
             ``verb_aliases``: ``go`` → ``go to``), if its similarity ≥ ``threshold`` and no
             other candidate ties with it; otherwise unchanged. So ``open door`` never becomes
             ``close …``, text not starting with ``focus on`` never becomes ``focus on …``, and
-            ``focus on red light bulb`` never becomes ``focus on green light bulb``.
+            ``focus on red light bulb`` never becomes ``focus on green light bulb``. For
+            ``FOCUS_VERBS`` the candidate's object words must equal the action's (articles,
+            case and spacing aside): ``focus on bulb`` never becomes ``focus on red light bulb``.
 
     Args:
         action: the parsed action (``parse_action``).
@@ -237,7 +248,7 @@ def _safe(action: str, admissible: Sequence[str], threshold: float,
     best_sim = -1.0
     for cand in admissible:
         c_verb, c_obj = verb_phrase(cand)
-        if c_verb not in verbs:
+        if c_verb not in verbs or (c_verb in FOCUS_VERBS and c_obj != obj):
             continue
         sim = _object_similarity(obj, c_obj)
         if sim > best_sim + 1e-9:

@@ -75,6 +75,12 @@ class StepResult:
         success: the episode ended in success (ScienceWorld: score == 100; WebShop: reward == 1).
         valid: the env accepted the action (False for "No known action matches that input." etc.).
         info: free-form extras.
+        refused: the env did not recognise the action and *nothing happened* (no state change, no
+            time passed, reward 0), so the caller may correct the text and try again in the same
+            turn (``rollout.engine.take_action``). Left as None it becomes ``not valid``, which
+            is right for environments whose invalid actions change nothing (WebShop, tiny).
+            ScienceWorld sets it: only "No known action matches that input." is a refusal there
+            (a non-answer to an ambiguity prompt is invalid but costs a tick).
     """
 
     observation: str
@@ -84,6 +90,11 @@ class StepResult:
     success: bool = False
     valid: bool = True
     info: dict[str, Any] = field(default_factory=dict)
+    refused: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.refused is None:
+            self.refused = not self.valid
 
 
 @dataclass(frozen=True)
@@ -124,6 +135,21 @@ class TextEnv(Protocol):
 
     def close(self) -> None:
         """Release all resources. Idempotent; never raises."""
+        ...
+
+
+@runtime_checkable
+class TrialStepEnv(Protocol):
+    """A ``TextEnv`` that can execute an action *unless* it would end the episode (optional).
+
+    The rollout engine sends corrected actions (text the model did not write) through
+    ``try_step`` when the environment has it, so a correction never ends an episode
+    (ScienceWorld has it; WebShop and tiny do not, and their corrections go through ``step``).
+    """
+
+    def try_step(self, action: str) -> StepResult | None:
+        """``step(action)``, except that a step which ends or fails the episode is undone (the
+        state is exactly as before) and None returned. Raises ``EnvError`` if the back end died."""
         ...
 
 

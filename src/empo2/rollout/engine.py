@@ -16,8 +16,14 @@ pooled environment each):
    A hook with ``keep_episode_kv`` (EMPO²'s tip writer) may ask to keep a finished episode's
    cache past its end: ``take_episode_kv(trajectory)`` then hands it over (it covers a prefix of
    ``trajectory.token_ids()``), so a prompt that continues the trajectory only prefills its suffix;
-4. the text is parsed (``agent.parse``), optionally corrected, and the environments step: one batched
-   ``step_many`` call on the pool (threads in this process, or one remote call per Ray actor).
+4. every episode's text goes through ``take_action`` (``rollout/action.py``) next to its environment, in
+   one batched ``act_many`` call on the pool (threads here, or one remote call per Ray actor): parsed
+   (``agent.parse``), sent as written, and corrected (``action.correction``) only if the
+   environment *refused* it (``StepResult.refused``: nothing happened); a corrected action goes
+   through the environment's ``try_step`` where it has one (ScienceWorld), so a correction never
+   ends an episode. An environment's answer that asks a question (ScienceWorld's numbered
+   ambiguity options) is simply the next observation, and in constrained mode its admissible list
+   for that turn (the options).
 
 An environment that raises ``EnvError`` marks its episode ``crashed`` (excluded from the update,
 counted as ``rollout/env_crashes``) and is restarted; the run goes on.
@@ -31,10 +37,10 @@ import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from empo2.agent.parse import correct_action, parse_action
 from empo2.agent.prompts import EpisodeChat, first_user_text, later_user_text, tip_block
 from empo2.envs.base import EnvFamily, TaskSpec
 from empo2.policy.chat import ChatFormat
+from empo2.rollout.action import ActionOutcome, take_action  # noqa: F401  (re-exported: the action pipeline)
 from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported, kv_bytes_per_token
 from empo2.policy.precision import autocast, model_device
 from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
@@ -287,7 +293,7 @@ class RolloutEngine:
             if not live:
                 break
             admissible: list[list[str] | None] = [None] * len(live)
-            if s.action_mode == "constrained" or s.correction == "safe" or selector is not None:
+            if s.action_mode == "constrained" or selector is not None:
                 t0 = time.perf_counter()
                 res = self.pool.admissible_many([st.slot for st in live])
                 self.timings["env"] += time.perf_counter() - t0
@@ -307,28 +313,23 @@ class RolloutEngine:
                 self.timings["generation"] += time.perf_counter() - t0
             else:
                 gens = self._generate(live, admissible, s, iteration)
-            actions: list[str] = []
-            meta: list[tuple[str, bool, bool]] = []
-            for st, g, adm in zip(live, gens, admissible):
+            raws: list[str] = []
+            for st, g in zip(live, gens):
                 raw = self.fmt.decode(g.ids)
-                act, ok = parse_action(raw, lowercase=s.lowercase_actions)
-                corrected = False
-                if ok and adm is not None and s.action_mode != "constrained" and s.correction != "none":
-                    act, corrected = correct_action(act, adm, s.correction)
                 st.chat.add_action(g, raw.strip(), st.turn)
-                actions.append(act)
-                meta.append((raw, ok, corrected))
+                raws.append(raw)
             t0 = time.perf_counter()
-            results = self.pool.step_many([st.slot for st in live], actions)
+            outcomes = self.pool.act_many([st.slot for st in live], raws, s)
             self.timings["env"] += time.perf_counter() - t0
-            for st, act, (raw, ok, corrected), r in zip(live, actions, meta, results):
-                if isinstance(r, Exception):
-                    self._crash(st, r)
+            for st, raw, out in zip(live, raws, outcomes):
+                if isinstance(out, Exception):
+                    self._crash(st, out)
                     continue
+                r = out.result
                 st.steps.append(StepRecord(
-                    index=st.turn, observation=st.observation, raw_text=raw, action=act, parsed_ok=ok,
-                    corrected=corrected, env_valid=r.valid, reward=r.reward, score=r.score,
-                    tips=list(st.info["shown_tips"][-1]), intrinsic=st.intrinsic,
+                    index=st.turn, observation=st.observation, raw_text=raw, action=out.action,
+                    parsed_ok=out.parsed_ok, corrected=out.corrected, env_valid=r.valid, reward=r.reward,
+                    score=r.score, tips=list(st.info["shown_tips"][-1]), intrinsic=st.intrinsic,
                     anchor=anchors.get(id(st), ""), truncated_tips=st.info["tips_truncated"][-1]))
                 st.observation, st.score = r.observation, r.score
                 if r.done:

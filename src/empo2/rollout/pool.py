@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence, TypeVar
 
 from empo2.envs.base import EnvError, EnvFamily, Observation, StepResult, TaskSpec, TextEnv
+from empo2.rollout.action import ActionOutcome, take_action
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,6 +56,11 @@ class EnvPoolBase:
         """``anchor()`` of each slot's environment; an ``EnvError`` in place of a crashed one."""
         raise NotImplementedError
 
+    def act_many(self, slots: Sequence[int], raw_texts: Sequence[str], settings: Any) -> list[ActionOutcome | EnvError]:
+        """``rollout.action.take_action(env, raw_text, settings)`` next to each slot's environment (parse,
+        step as written, correct only a refused action); an ``EnvError`` in place of a crashed one."""
+        raise NotImplementedError
+
     def restart(self, slot: int) -> None:
         """Replace the environment of ``slot`` after a crash (counted in ``restarts``)."""
         raise NotImplementedError
@@ -78,10 +84,12 @@ def _checked(slots: Sequence[int], others: Sequence[Any], size: int, what: str) 
         raise ValueError(f"slots {bad} outside the pool of {size}")
 
 
-def call_env(env_of: Callable[[int], TextEnv], slot: int, method: str, *args: Any) -> Any:
-    """``getattr(env_of(slot), method)(*args)``, returning an ``EnvError`` instead of raising it."""
+def call_env(env_of: Callable[[int], TextEnv], slot: int, method: str | Callable[..., Any], *args: Any) -> Any:
+    """``getattr(env_of(slot), method)(*args)`` (or ``method(env, *args)`` when ``method`` is a
+    function, e.g. ``rollout.action.take_action``), returning an ``EnvError`` instead of raising it."""
     try:
-        return getattr(env_of(slot), method)(*args)
+        env = env_of(slot)
+        return method(env, *args) if callable(method) else getattr(env, method)(*args)
     except EnvError as e:
         return e
 
@@ -122,8 +130,9 @@ class LocalEnvs:
             self.envs[i] = env
         return env
 
-    def call_many(self, method: str, slots: Sequence[int], *arg_lists: Sequence[Any]) -> list[Any]:
-        """``slots[j]``'s ``method(arg_lists[0][j], …)`` for every j, concurrently; ``EnvError`` returned."""
+    def call_many(self, method: str | Callable[..., Any], slots: Sequence[int], *arg_lists: Sequence[Any]) -> list[Any]:
+        """``slots[j]``'s ``method(arg_lists[0][j], …)`` for every j, concurrently (a function ``method``
+        is called as ``method(env, …)``); ``EnvError`` returned."""
         if len(slots) == 1:  # no thread hop for a single call
             return [call_env(self.get, slots[0], method, *(a[0] for a in arg_lists))]
         return list(self.executor.map(lambda s, *a: call_env(self.get, s, method, *a), slots, *arg_lists))
@@ -209,6 +218,10 @@ class EnvPool(EnvPoolBase):
     def anchor_many(self, slots: Sequence[int]) -> list[str | EnvError]:
         _checked(slots, slots, self.size, "slots")
         return self.local.call_many("anchor", slots)
+
+    def act_many(self, slots: Sequence[int], raw_texts: Sequence[str], settings: Any) -> list[ActionOutcome | EnvError]:
+        _checked(slots, raw_texts, self.size, "raw_texts")
+        return self.local.call_many(take_action, slots, raw_texts, [settings] * len(slots))
 
     def restart(self, slot: int) -> None:
         self.local.restart(slot)

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 from empo2 import raycluster
 from empo2.envs.base import EnvError, Observation, StepResult, TaskSpec
+from empo2.rollout.action import ActionOutcome, take_action
 from empo2.rollout.pool import EnvPoolBase, LocalEnvs, _checked
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class EnvWorker:
 
         self.local = LocalEnvs(make_family(env_cfg), size)
 
-    def call_many(self, method: str, slots: list[int], *arg_lists: list[Any]) -> list[Any]:
+    def call_many(self, method: Any, slots: list[int], *arg_lists: list[Any]) -> list[Any]:
         """``LocalEnvs.call_many`` on this actor's environments (local slot numbers)."""
         return self.local.call_many(method, slots, *arg_lists)
 
@@ -105,7 +106,7 @@ class RayEnvPool(EnvPoolBase):
     def _where(self, slot: int) -> tuple[int, int]:
         return slot // self.per_actor, slot % self.per_actor
 
-    def _dispatch(self, method: str, slots: Sequence[int], *arg_lists: Sequence[Any]) -> list[Any]:
+    def _dispatch(self, method: Any, slots: Sequence[int], *arg_lists: Sequence[Any]) -> list[Any]:
         """One remote ``call_many`` per actor holding any of ``slots``; results in input order."""
         by_actor: dict[int, list[int]] = defaultdict(list)
         for j, s in enumerate(slots):
@@ -146,6 +147,10 @@ class RayEnvPool(EnvPoolBase):
     def anchor_many(self, slots: Sequence[int]) -> list[str | EnvError]:
         _checked(slots, slots, self.size, "slots")
         return self._dispatch("anchor", slots)
+
+    def act_many(self, slots: Sequence[int], raw_texts: Sequence[str], settings: Any) -> list[ActionOutcome | EnvError]:
+        _checked(slots, raw_texts, self.size, "raw_texts")
+        return self._dispatch(take_action, slots, raw_texts, [settings] * len(slots))
 
     def restart(self, slot: int) -> None:
         """Restart ``slot``'s environment in its actor, or replace the actor if it died."""

@@ -250,6 +250,11 @@ class JVMHandle:
 # step and load times were the same or lower (measured on 2 busy cores).
 DETERMINISTIC_OPTS = ("-XX:+UnlockExperimentalVMOptions", "-XX:hashCode=2")
 
+# Lets the adapter read the simulator's global ``scala.util.Random`` seed by reflection (Java 17
+# closes ``java.util`` to it otherwise), so that ``admissible_actions`` can compute the list
+# under a fixed seed and put the game's random state back afterwards (see ``env._RandomGuard``).
+RNG_ACCESS_OPTS = ("--add-opens", "java.base/java.util=ALL-UNNAMED")
+
 
 JAVA_HINT = ("ScienceWorld needs Java 17 or newer: install it (Debian/Ubuntu: `apt install openjdk-17-jre-headless`, "
              "macOS: `brew install openjdk@17`) or set JAVA_HOME to a Java 17 installation")
@@ -278,12 +283,14 @@ def java_command(heap: str, extra_opts: tuple[str, ...] = (), deterministic: boo
         extra_opts: further JVM options.
         deterministic: add ``DETERMINISTIC_OPTS`` (constant identity hash codes).
 
+    ``RNG_ACCESS_OPTS`` are always added.
+
     Returns:
         The argv list (``$JAVA_HOME/bin/java`` if ``JAVA_HOME`` is set, else ``java``).
     """
     java_home = os.environ.get("JAVA_HOME")
     java = os.path.join(java_home, "bin", "java") if java_home else "java"
-    opts = ([f"-Xmx{heap}"] if heap else []) + ["-XX:+UseSerialGC"]
+    opts = ([f"-Xmx{heap}"] if heap else []) + ["-XX:+UseSerialGC", *RNG_ACCESS_OPTS]
     opts += [*(DETERMINISTIC_OPTS if deterministic else ()), *extra_opts]
     classpath = os.pathsep.join((find_jar_path(), JAR_PATH))
     return [java, *opts, "-classpath", classpath, "py4j.GatewayServer", "--die-on-broken-pipe", "0"]

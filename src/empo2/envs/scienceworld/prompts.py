@@ -62,6 +62,8 @@ Rules:
 - "focus on OBJ" tells the simulator which object the task is about. Focus only on the object \
 the task asks for: focusing on a wrong object fails the task immediately.
 - If an input is not understood, nothing happens; try a different wording.
+- If the simulator answers "Ambiguous request" with numbered options, reply with just the number \
+of the option you mean (for example: 0).
 - "wait" and "wait1" let time pass, which some experiments need; each step of time counts \
 against a limit."""
 

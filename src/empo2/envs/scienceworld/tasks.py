@@ -11,6 +11,9 @@
 * Variation splits come from the simulator's ``get_variations_train/dev/test`` (spec §1.5). They
   need a JVM, so they are cached in ``variations.json`` next to this file; regenerate it with
   ``python -m empo2.envs.scienceworld.tasks --regenerate`` (about 30 s).
+* Gold-path lengths (agent turns and simulator ticks to completion, for a sample of variations
+  of every task) are cached in ``gold_paths.json``, written by ``python -m scripts.sciworld_gold``;
+  ``auto_step_limit`` derives the default tick limit from them.
 """
 
 from __future__ import annotations
@@ -33,6 +36,11 @@ logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "dev", "test")
 VARIATIONS_PATH = Path(__file__).with_name("variations.json")
+GOLD_PATHS_PATH = Path(__file__).with_name("gold_paths.json")
+AUTHORS_STEP_LIMIT = 100
+"""``envStepLimit`` of agl-envs / the EMPO² recipe (and the simulator wrapper's default)."""
+STEP_LIMIT_MARGIN = 2
+"""``auto_step_limit`` allows this many times the ticks of the longest measured gold path."""
 _LEGACY_PREFIX = re.compile(r"^task-[0-9ab]+-")
 
 
@@ -196,6 +204,47 @@ def task_infos() -> list[TaskInfo]:
     return [TaskInfo(env="scienceworld", name=t.name, id=t.id, n_train=len(variations(t.name, "train")),
                      n_dev=len(variations(t.name, "dev")), n_test=len(variations(t.name, "test")))
             for t in all_tasks()]
+
+
+@functools.cache
+def gold_path_table() -> dict[str, Any]:
+    """The measured gold paths (``gold_paths.json``): ``{"scienceworld_version", "source",
+    "simulator_failures": {name: [variation, …]}, "tasks": {name: {"<variation>": {"listed",
+    "turns", "ticks"}}}}``: per variation, the number of actions the simulator lists, the agent
+    turns and the simulator ticks (``moves``) until the episode was done at score 100 through the
+    rollout engine's action pipeline. ``simulator_failures`` lists sampled variations whose gold
+    sequence does not complete the task even in the simulator's own wrapper.
+
+    Raises:
+        FileNotFoundError: the file is missing (regenerate it: ``python -m scripts.sciworld_gold``).
+    """
+    data = json.loads(GOLD_PATHS_PATH.read_text())
+    if data.get("scienceworld_version") != _installed_version():
+        logger.warning("%s was measured with scienceworld %s but %s is installed; regenerate it with"
+                       " `python -m scripts.sciworld_gold`", GOLD_PATHS_PATH, data.get("scienceworld_version"),
+                       _installed_version())
+    return data
+
+
+def max_gold_ticks(task: str) -> int:
+    """The most ticks any measured gold path of ``task`` needs (``gold_path_table``).
+
+    Raises:
+        UnknownTaskError: unknown task. KeyError: the task is missing from ``gold_paths.json``.
+    """
+    rows = gold_path_table()["tasks"][resolve_task(task)]
+    return max(int(r["ticks"]) for r in rows.values())
+
+
+def auto_step_limit(task: str) -> int:
+    """The tick limit ``env_step_limit: auto`` gives ``task``: max(``AUTHORS_STEP_LIMIT``,
+    ``STEP_LIMIT_MARGIN`` × ``max_gold_ticks(task)``), i.e. the authors' 100 wherever that leaves
+    room for twice the longest measured gold path, more where it does not (9-3, 10-1, 10-2, …).
+
+    Raises:
+        UnknownTaskError: unknown task. KeyError: the task is missing from ``gold_paths.json``.
+    """
+    return max(AUTHORS_STEP_LIMIT, STEP_LIMIT_MARGIN * max_gold_ticks(task))
 
 
 def query_variation_table(env: Any) -> dict[str, Any]:

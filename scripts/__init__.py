@@ -1,0 +1,1 @@
+"""Maintenance scripts (run from the repository root as ``python -m scripts.<name>``)."""
