@@ -116,10 +116,9 @@ def test_act_many_runs_the_action_pipeline_in_the_actor_like_the_thread_pool(sw_
     tasks = [SPECS[0].task, SPECS[2].task]
     outs = []
     for pool in (sw_thread_pool, sw_ray_pool):
-        assert pool.reset_many([0, 1], tasks) is not None
-        outs.append([pool.act_many([0, 1], texts, FREE) for texts in TURNS])
+        outs.append([pool.reset_many([0, 1], tasks)] + [pool.act_many([0, 1], texts, FREE) for texts in TURNS])
     assert outs[1] == outs[0]
-    flat = [o for turn in outs[1] for o in turn]
+    flat = [o for turn in outs[1][1:] for o in turn]
     assert sum(o.corrected for o in flat) >= 4  # go to kitchen, open cupboard, look at table, look at orange
     assert all(o.result.refused is False for o in flat)  # every text did something in the end
     assert [o.refused_first for o in flat] == [o.corrected for o in flat]
