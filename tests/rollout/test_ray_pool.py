@@ -12,7 +12,7 @@
   a later wave on the replaced actor — equals the thread backend's.
 
 Cost: the ScienceWorld tests share one thread pool and one Ray pool (2 actors of one JVM each) for
-the module, so 4 JVMs start in all; the killing test runs last since it replaces parts of the Ray
+the module, so 4 JVMs start (2 more in the killing test, its restart and replacement); that test runs last since it replaces parts of the Ray
 pool. The cluster is the session's (``ray_cluster`` in tests/conftest.py: 1 CPU, 80 MiB object store).
 """
 
