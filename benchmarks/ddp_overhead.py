@@ -52,7 +52,8 @@ def _learner(model: Any, dist_ctx: Any = None) -> Any:
     from empo2.config import AlgoConfig, TrainerConfig
     from empo2.trainer.learner import Learner
 
-    cfg = TrainerConfig(lr=1e-6, tensorboard=False, micro_batch_tokens=4096, measure_policy_kl=False)
+    cfg = TrainerConfig(lr=1e-6, tensorboard=False, micro_batch_tokens=4096, measure_policy_kl=False,
+                        mini_batch_size=0)  # one step over the batch in both settings (mini-batches are per rank)
     return Learner(model, AlgoConfig(), cfg, 1.0, pad_id=0, dist=dist_ctx)
 
 

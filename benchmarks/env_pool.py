@@ -2,9 +2,10 @@
 
 Each backend drives the same number of environments the way the rollout engine does, through the
 batched pool interface: ``admissible_many`` over every environment, a uniformly random admissible
-action each (``focus on …`` excluded), ``step_many``; finished episodes are reset (not timed).
-Throughput = envs · rounds / Σ wall time of the ``step_many`` calls; the ``admissible_many`` calls are
-timed separately. Backends run one after the other (their JVMs never overlap), each after an untimed
+action each (``focus on …`` excluded), ``act_many`` (the engine's per-turn action pipeline, run next to
+each environment: in the pool's threads or inside the Ray actor; an admissible text is stepped as
+written); finished episodes are reset (not timed). Throughput = envs · rounds / Σ wall time of the
+``act_many`` calls; the ``admissible_many`` calls are timed separately. Backends run one after the other (their JVMs never overlap), each after an untimed
 warm-up (a fresh JVM's JIT makes its first steps several times slower):
 
 * ``thread``: ``EnvPool`` — every environment in this process, one thread each;
@@ -29,7 +30,16 @@ TASKS = {"scienceworld": "4-2", "tiny": "fetch-key"}
 
 
 def _measure(pool: Any, tasks: list[Any], rounds: int, warmup: int, rng: random.Random) -> dict[str, Any]:
-    """Warm up, then time ``rounds`` engine-like rounds on every slot of ``pool``."""
+    """Warm up, then time ``rounds`` engine-like rounds on every slot of ``pool``.
+
+    Raises:
+        EnvError: an environment failed (a benchmark does not restart environments).
+    """
+    from empo2.envs.base import EnvError
+    from empo2.rollout.engine import RolloutSettings
+
+    settings = RolloutSettings(temperature=1.0, max_new_tokens=1, max_turns=1, action_mode="constrained",
+                               correction="none")
     slots = list(range(pool.size))
     pool.reset_many(slots, tasks)
 
@@ -39,9 +49,12 @@ def _measure(pool: Any, tasks: list[Any], rounds: int, warmup: int, rng: random.
         a_wall = time.perf_counter() - t
         actions = [rng.choice([a for a in acts if not a.startswith("focus on")] or acts) for acts in adm]
         t = time.perf_counter()
-        out = pool.step_many(slots, actions)
+        out = pool.act_many(slots, actions, settings)
         s_wall = time.perf_counter() - t
-        done = [s for s, r in zip(slots, out) if r.done]
+        for r in out:
+            if isinstance(r, EnvError):
+                raise r
+        done = [s for s, r in zip(slots, out) if r.result.done]
         if done:
             pool.reset_many(done, [tasks[s] for s in done])
         return a_wall, s_wall
@@ -122,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         r["vs_thread"] = r["steps_per_s"]["median"] / base["steps_per_s"]["median"]
     run.results = {"ray_start_s": ray_start_s, "rows": rows}
     print_table(f"Env steps/s, {n} environments: thread pool vs Ray actors (local cluster, {cores} CPUs)",
-                ["env", "backend", "start s", "steps/s", "vs thread", "step call ms", "admissible/s",
+                ["env", "backend", "start s", "steps/s", "vs thread", "act_many call ms", "admissible/s",
                  "admissible call ms"],
                 [[r["env"], r["backend"], r["start_s"], r["steps_per_s"]["median"], r["vs_thread"],
                   r["step_call_ms"]["median"], r["admissible_per_s"]["median"], r["admissible_call_ms"]["median"]]

@@ -1,13 +1,19 @@
 """Ray environment workers (``env.backend: ray``) on a small local Ray cluster.
 
-* the batched pool calls of ``RayEnvPool`` equal ``EnvPool``'s (tiny env, no JVM);
-* with real ScienceWorld JVMs and a seeded fake policy, the Ray backend gives the same trajectories
-  as the thread backend;
+* the batched pool calls of ``RayEnvPool`` — ``act_many`` (the per-turn action pipeline
+  ``take_action``, shipped to the actors as a function) included — equal ``EnvPool``'s (tiny env, no
+  JVM, two environments in one actor);
+* with real ScienceWorld JVMs, ``act_many`` parses, steps and corrects refused texts inside the
+  actor exactly as the thread pool does next to its JVMs;
+* with real ScienceWorld and a seeded fake policy, the Ray backend gives the same trajectories as the
+  thread backend (every step through ``act_many``);
 * a JVM killed inside an actor and a whole actor killed mid-rollout: the affected episodes are
   marked crashed, the JVM is restarted / the actor replaced, and every other episode — including
   a later wave on the replaced actor — equals the thread backend's.
 
-The cluster is kept small (``ray_cluster`` in tests/conftest.py: 1 CPU, 80 MiB object store; ≤ 2 actors).
+Cost: the ScienceWorld tests share one thread pool and one Ray pool (2 actors of one JVM each) for
+the module, so 4 JVMs start (2 more in the killing test, its restart and replacement); that test runs last since it replaces parts of the Ray
+pool. The cluster is the session's (``ray_cluster`` in tests/conftest.py: 1 CPU, 80 MiB object store).
 """
 
 from __future__ import annotations
@@ -28,11 +34,7 @@ from empo2.rollout.pool import EnvPool  # noqa: E402
 from empo2.rollout.ray_pool import RayEnvPool  # noqa: E402
 from tests.fakes import BigramLM  # noqa: E402
 
-
-@pytest.fixture
-def cluster(ray_cluster):
-    """The session's local Ray cluster (tests/conftest.py); the pools' own acquire/release nest inside."""
-    return ray_cluster
+FREE = RolloutSettings(temperature=1.0, max_new_tokens=12, max_turns=3, seed=3)  # free text, correction: safe
 
 
 def _env_cfg(name: str, per_actor: int, **kw) -> EnvConfig:
@@ -42,17 +44,21 @@ def _env_cfg(name: str, per_actor: int, **kw) -> EnvConfig:
     return cfg
 
 
-def test_batched_calls_equal_the_thread_pool(cluster):
+def test_batched_calls_equal_the_thread_pool(ray_cluster):
     cfg = _env_cfg("tiny", per_actor=2)
     tasks = [TaskSpec("tiny", "fetch-key", v) for v in range(3)]
     with EnvPool(make_family(cfg), 3) as local, RayEnvPool(cfg, 3, None) as remote:
         assert remote.actor_sizes == [2, 1]
         for pool in (local, remote):
             pool.out = [pool.reset_many([0, 1, 2], tasks), pool.step_many([2, 0], ["go east", "take key"]),
-                        pool.admissible_many([1]), pool.anchor_many([0, 1, 2])]
+                        pool.admissible_many([1]), pool.anchor_many([0, 1, 2]),
+                        pool.act_many([1, 0, 2], ["Action: Go East.", "open door", "take key"], FREE)]
         assert remote.out == local.out
+        assert [o.action for o in remote.out[-1]] == ["go east", "open door", "take key"]
         with pytest.raises(ValueError, match="outside the pool"):
             remote.step_many([3], ["go east"])
+        with pytest.raises(ValueError, match="2 slots but 1 raw_texts"):
+            remote.act_many([0, 1], ["go east"], FREE)
 
 
 def _need_java() -> None:
@@ -67,8 +73,25 @@ SETTINGS = RolloutSettings(temperature=1.0, max_new_tokens=12, max_turns=3, acti
                            correction="none", seed=3, few_shot=False, lowercase_actions=True)
 
 
-def _rollout(pool, family, fmt, hook=None):
+@pytest.fixture(scope="module")
+def sw_thread_pool():
+    """The reference backend: 2 ScienceWorld JVMs in this process, shared by the module."""
+    _need_java()
+    with EnvPool(make_family(EnvConfig(name="scienceworld")), 2) as pool:
+        yield pool
+
+
+@pytest.fixture(scope="module")
+def sw_ray_pool(ray_cluster):
+    """2 Ray actors of one ScienceWorld JVM each, shared by the module (the killing test runs last)."""
+    _need_java()
+    with RayEnvPool(_env_cfg("scienceworld", per_actor=1), 2, None) as pool:
+        yield pool
+
+
+def _rollout(pool, fmt, hook=None):
     model = BigramLM(len(fmt.tokenizer), seed=5)
+    family = make_family(EnvConfig(name="scienceworld"))
     return RolloutEngine(model, fmt, family, pool).run(SPECS, SETTINGS, iteration=0, hook=hook)
 
 
@@ -77,22 +100,35 @@ def _summary(t):
 
 
 @pytest.fixture(scope="module")
-def thread_trajectories(chat_format):
+def thread_trajectories(sw_thread_pool, chat_format):
     """The reference: the thread backend, 2 JVMs, two waves of 2 episodes."""
-    _need_java()
-    cfg = EnvConfig(name="scienceworld")
-    family = make_family(cfg)
-    with EnvPool(family, 2) as pool:
-        return [_summary(t) for t in _rollout(pool, family, chat_format)]
+    return [_summary(t) for t in _rollout(sw_thread_pool, chat_format)]
+
+
+# per turn: one text per slot (slot 0: find-non-living-thing 0, slot 1: lifespan-longest-lived 1); typos
+# and an alias the ``safe`` correction fixes after the simulator refused the text, and texts it accepts
+TURNS = [["go to kitchn", "open cupbord"], ["Action: GO TO HALLWAY.", "examine tabel"],
+         ["look at the ornge", "look around"]]
 
 
 @pytest.mark.scienceworld
-def test_ray_backend_gives_the_thread_backend_trajectories(cluster, chat_format, thread_trajectories):
-    cfg = _env_cfg("scienceworld", per_actor=2)  # one actor, two JVMs
-    family = make_family(cfg)
-    with RayEnvPool(cfg, 2, None) as pool:
-        trajs = _rollout(pool, family, chat_format)
-        assert pool.restarts == 0
+def test_act_many_runs_the_action_pipeline_in_the_actor_like_the_thread_pool(sw_thread_pool, sw_ray_pool):
+    tasks = [SPECS[0].task, SPECS[2].task]
+    outs = []
+    for pool in (sw_thread_pool, sw_ray_pool):
+        outs.append([pool.reset_many([0, 1], tasks)] + [pool.act_many([0, 1], texts, FREE) for texts in TURNS])
+    assert outs[1] == outs[0]
+    flat = [o for turn in outs[1][1:] for o in turn]
+    assert sum(o.corrected for o in flat) >= 4  # go to kitchen, open cupboard, look at table, look at orange
+    assert all(o.result.refused is False for o in flat)  # every text did something in the end
+    assert [o.refused_first for o in flat] == [o.corrected for o in flat]
+
+
+@pytest.mark.scienceworld
+def test_ray_backend_gives_the_thread_backend_trajectories(sw_ray_pool, chat_format, thread_trajectories):
+    restarts = sw_ray_pool.restarts
+    trajs = _rollout(sw_ray_pool, chat_format)
+    assert sw_ray_pool.restarts == restarts
     assert [_summary(t) for t in trajs] == thread_trajectories
     assert all(t.num_steps > 0 for t in trajs)
 
@@ -115,20 +151,20 @@ class _Saboteur:
 
 @pytest.mark.scienceworld
 def test_killed_jvm_and_killed_actor_mid_rollout_are_replaced_and_the_run_continues(
-        cluster, chat_format, thread_trajectories):
-    cfg = _env_cfg("scienceworld", per_actor=1)  # two actors, one JVM each
-    family = make_family(cfg)
-    with RayEnvPool(cfg, 2, None) as pool:
-        hook = _Saboteur(pool)
-        trajs = _rollout(pool, family, chat_format, hook)
-        assert [t.crashed for t in trajs] == [True, True, False, False]  # first wave: both slots hit
-        assert "Ray environment worker 0 died" in trajs[0].info["crash"]  # the actor
-        assert "Ray environment worker" not in trajs[1].info["crash"]  # the JVM, reported by the env itself
-        assert pool.restarts == 2 and pool.actor_replacements == 1
-        info = pool.actor_info()
-        assert info[0]["pid"] != hook.killed[0]  # a fresh actor holds slot 0
-        assert info[1]["env_pids"][0] != hook.killed[1]  # a fresh JVM in the surviving actor
-        # the second wave ran on the replaced actor and the restarted JVM, and matches the thread backend
-        assert [_summary(t) for t in trajs[2:]] == thread_trajectories[2:]
-        # the crashed episodes got one step before the kill
-        assert all(t.num_steps == 1 for t in trajs[:2])
+        sw_ray_pool, chat_format, thread_trajectories):
+    pool = sw_ray_pool
+    restarts, replacements = pool.restarts, pool.actor_replacements
+    hook = _Saboteur(pool)
+    trajs = _rollout(pool, chat_format, hook)
+    assert [t.crashed for t in trajs] == [True, True, False, False]  # first wave: both slots hit
+    assert "Ray environment worker 0 died" in trajs[0].info["crash"]  # the actor
+    assert "Ray environment worker" not in trajs[1].info["crash"]  # the JVM, reported by the env itself
+    assert pool.restarts - restarts == 2 and pool.actor_replacements - replacements == 1
+    info = pool.actor_info()
+    assert info[0]["pid"] != hook.killed[0]  # a fresh actor holds slot 0
+    assert info[1]["env_pids"][0] != hook.killed[1]  # a fresh JVM in the surviving actor
+    # the second wave ran on the replaced actor and the restarted JVM (every step through act_many)
+    # and matches the thread backend
+    assert [_summary(t) for t in trajs[2:]] == thread_trajectories[2:]
+    # the crashed episodes got one step before the kill
+    assert all(t.num_steps == 1 for t in trajs[:2])

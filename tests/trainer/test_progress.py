@@ -13,7 +13,7 @@ from rich.console import Console
 
 from empo2.cli import main
 from empo2.trainer.evaluate import EvalResult, EvalSummary, read_eval, write_eval
-from empo2.trainer.progress import Progress, fmt_duration, iteration_line, update_note
+from empo2.trainer.progress import Progress, checkpoint_note, fmt_duration, iteration_line, update_note
 from tests.runcfg import write_config
 
 BASE = {
@@ -104,6 +104,18 @@ def test_iteration_line_shows_the_learner_stall_counters_when_present():
                                           (3725, "1 h 02 min")])
 def test_fmt_duration(seconds, text):
     assert fmt_duration(seconds) == text
+
+
+def test_checkpoint_note_sizes_a_written_checkpoint_and_explains_a_missing_one(tmp_path):
+    ck = tmp_path / "checkpoints" / "iter-00002"
+    ck.mkdir(parents=True)
+    (ck / "model.safetensors").write_bytes(b"x" * 2000)
+    (tmp_path / "checkpoints" / "iter-00001").mkdir()
+    (tmp_path / "checkpoints" / "iter-00001" / "model.safetensors").write_bytes(b"x" * 1000)
+    assert checkpoint_note(ck) == "iter-00002, 2.0 kB; checkpoints/ now 3.0 kB"
+    # torchrun ranks other than 0 write none (a None path must not crash their progress line)
+    assert checkpoint_note(None, main=False) == "written by rank 0"
+    assert checkpoint_note(None).startswith("not written")  # the write failed on the writing process
 
 
 def test_eval_result_round_trips_through_its_file(tmp_path):

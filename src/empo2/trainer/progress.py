@@ -264,8 +264,17 @@ def update_note(train: dict[str, float]) -> str:
     return ", ".join(parts)
 
 
-def checkpoint_note(path: Path) -> str:
-    """``iter-00003, 1.6 GB; checkpoints/ now 3.2 GB`` — the disk a run's checkpoints take."""
+def checkpoint_note(path: Path | None, main: bool = True) -> str:
+    """``iter-00003, 1.6 GB; checkpoints/ now 3.2 GB`` — the disk a run's checkpoints take.
+
+    Args:
+        path: the checkpoint folder ``Trainer.checkpoint`` wrote, or None when it wrote none (the write
+            failed, or this is not rank 0).
+        main: this process writes checkpoints (rank 0, or the only process).
+    """
+    if path is None:
+        return "not written (the error is logged above; the previous checkpoint is intact)" if main else \
+            "written by rank 0"
     here, root = fmt_bytes(folder_bytes(path)), fmt_bytes(folder_bytes(path.parent))
     return f"{path.name}, {here}; {path.parent.name}/ now {root}"
 
