@@ -8,6 +8,8 @@ import json
 import re
 from pathlib import Path
 
+import math
+
 import pytest
 from rich.console import Console
 
@@ -119,10 +121,16 @@ def test_checkpoint_note_sizes_a_written_checkpoint_and_explains_a_missing_one(t
 
 
 def test_eval_result_round_trips_through_its_file(tmp_path):
-    s = EvalSummary(6, 3.6, (0.0, 11.3), 0.0, (0.0, 0.39), 9.5, (8.1, 10.9), 0.5, 1)
+    s = EvalSummary(6, 3.6, (0.0, 11.3), 0.0, (0.0, 0.39), 9.5, (8.1, 10.9), 0.5, 1, score_last_nonneg=4.2)
     res = EvalResult("test", 0.4, s, {"lifespan-longest-lived": s}, [{"task": "x", "score": 3.6}])
     write_eval(res, tmp_path / "eval_before.json")
     assert read_eval(tmp_path / "eval_before.json") == res
+    # a statistic without a value is written as null (strict JSON) and read back as NaN
+    blank = EvalSummary(0, float("nan"), (float("nan"), float("nan")), 0.0, (0.0, 1.0), 0.0, (0.0, 0.0), 0.0, 2)
+    write_eval(EvalResult("test", 0.4, blank, {}, []), tmp_path / "blank.json")
+    assert '"score": null' in (tmp_path / "blank.json").read_text()
+    back = read_eval(tmp_path / "blank.json").overall
+    assert math.isnan(back.score) and all(math.isnan(x) for x in back.score_ci) and back.crashed == 2
     (tmp_path / "bad.json").write_text("{}")
     with pytest.raises(ValueError, match="bad.json is not an evaluation file"):
         read_eval(tmp_path / "bad.json")

@@ -144,8 +144,12 @@ def write_eval(res: EvalResult, path: Path) -> None:
 
 
 def _summary(d: dict[str, Any]) -> EvalSummary:
-    """An ``EvalSummary`` from its ``asdict`` form (JSON lists back to CI tuples)."""
-    return EvalSummary(**{k: tuple(v) if k.endswith("_ci") else v for k, v in d.items()})
+    """An ``EvalSummary`` from its ``asdict`` form (JSON lists back to CI tuples; ``null``, which
+    ``write_eval`` writes for a statistic without a value, back to NaN)."""
+    def num(v: Any) -> Any:
+        return float("nan") if v is None else v
+
+    return EvalSummary(**{k: tuple(num(x) for x in v) if k.endswith("_ci") else num(v) for k, v in d.items()})
 
 
 def read_eval(path: Path) -> EvalResult:
