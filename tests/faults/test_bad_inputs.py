@@ -15,6 +15,7 @@ import json
 import os
 import pickle
 import shutil
+import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +55,10 @@ def _numeric_fields(cls: type = Config, prefix: str = "") -> dict[str, type]:
             out.update(_numeric_fields(tp, f"{prefix}{f.name}."))
         elif tp in (int, float):
             out[f"{prefix}{f.name}"] = tp
+        elif typing.get_origin(tp) in (typing.Union, types.UnionType):  # int | Literal["auto"]
+            nums = [a for a in typing.get_args(tp) if a in (int, float)]
+            if len(nums) == 1:
+                out[f"{prefix}{f.name}"] = nums[0]
     return out
 
 
