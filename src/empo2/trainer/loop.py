@@ -532,7 +532,11 @@ class Trainer:
                 self.progress.report_iteration(it + 1, c.trainer.iterations, m)
                 if (it + 1) % c.trainer.checkpoint_every == 0 or it + 1 == c.trainer.iterations:
                     with self.progress.phase(f"iter {it + 1}/{c.trainer.iterations} checkpoint") as ph:
-                        ph.note(checkpoint_note(self.checkpoint(it + 1, m)))
+                        path = self.checkpoint(it + 1, m)
+                        if path is not None:
+                            ph.note(checkpoint_note(path))
+                        elif self.checkpoint_error is not None:  # logged above; the run goes on
+                            ph.note("not written (write error above); the previous checkpoint is intact")
             if c.eval.before_after and c.trainer.iterations > 0:
                 out["after"] = self.run_eval("after", c.trainer.iterations)
         finally:
