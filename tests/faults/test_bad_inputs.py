@@ -395,7 +395,20 @@ def _cli_cases() -> list[tuple[str, Callable[[Path, Path], list[str]], str]]:
     def resume_too_far(tmp: Path, trained: Path) -> list[str]:
         return _ckpt_case(lambda r, l: None)(tmp, trained)[:-1] + ["trainer.iterations=0"]
 
+    def out_is_a_folder(tmp: Path, trained: Path) -> list[str]:
+        return ck(["--out", str(tmp)])(tmp, trained)
+
+    def config_out_under_a_file(tmp: Path, trained: Path) -> list[str]:
+        (tmp / "a-file").write_text("x")
+        return ["eval", "--config", str(trained / "t.yaml"), "--out", str(tmp / "a-file" / "eval.json")]
+
+    def config_no_out(tmp: Path, trained: Path) -> list[str]:
+        return ["eval", "--config", str(trained / "t.yaml"), "--episodes", "2"]
+
     return [
+        ("cli-eval-out-is-a-folder", out_is_a_folder, "is a folder"),
+        ("cli-eval-config-out-under-a-file", config_out_under_a_file, "is a file"),
+        ("cli-eval-config-without-out", config_no_out, "--out"),
         ("cli-eval-episodes-0", ck(["--episodes", "0"]), "--episodes"),
         ("cli-eval-temperature-0", ck(["--temperature", "0"]), "--temperature"),
         ("cli-eval-not-a-checkpoint", not_a_ckpt, "not a checkpoint folder"),

@@ -52,11 +52,15 @@ def _exercise(mem):
     out["count"] = mem.count_similar(b, q, 0.7)
     out["novelty"] = [mem.observe_novelty(b, q).tolist(), mem.observe_novelty(b[:2], q[:2]).tolist(),
                       [r.tolist() for r in mem.observe_episodes(b[:3], [q[:2], q[1:], q[:0]])]]
+    out["digest"] = [mem.digest(), mem.digest(as_of=1)]  # checkpoint records (trainer.checkpoint, --resume)
     out["truncated"] = mem.truncate(1)
+    out["digest_after_rollback"] = mem.digest()
     snap = mem.snapshot()
     out["snapshot"] = {k: snap[k] for k in ("entries", "buckets", "added", "duplicates", "evicted", "dim")}
     out["novelty_state"] = {b: (s["keys"].tolist(), s["visits"].tolist())
                             for b, s in mem.novelty_state()["buckets"].items()}
+    out["forgotten"] = mem.forget_evicted(0)
+    out["digest_after_forget"] = mem.digest()
     return out
 
 
@@ -69,6 +73,8 @@ def test_ray_memory_answers_like_the_local_memory_and_persists_the_same_file(ray
         assert a == b
         assert a["query"][0] and a["query"][3] == [] and a["added"] == 12  # 12 texts, one duplicate
         assert a["snapshot"]["evicted"] == 2  # capacity 5 per bucket
+        assert a["digest_after_rollback"] == a["digest"][1] != a["digest"][0]  # truncate(1) = digest(as_of=1)
+        assert a["digest_after_forget"] == a["digest_after_rollback"]  # forgetting rollback data changes no entry
     finally:
         local.close()
         remote.close()
