@@ -11,7 +11,6 @@ imported and says so in one warning line (``empo2.threads``; opt out: ``EMPO2_OM
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
