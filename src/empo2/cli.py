@@ -11,7 +11,6 @@ imported and says so in one warning line (``empo2.threads``; opt out: ``EMPO2_OM
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -73,7 +72,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from empo2.trainer.checkpoint import check_weights, checkpoint_config, load_state
-    from empo2.trainer.evaluate import evaluate, write_eval
+    from empo2.trainer.evaluate import check_eval_path, evaluate, write_eval
     from empo2.trainer.loop import build_setup, fail_if_all_crashed
     from empo2.trainer.progress import Progress, eval_note, make_console
     from empo2.config import Config
@@ -109,6 +108,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     temperature = args.temperature if args.temperature is not None else cfg.eval.temperature
     if args.out is None and weights is None:
         raise ConfigError("empo2 eval --config needs --out FILE.json (there is no checkpoint folder to write into)")
+    suffix = ("_memory" if args.with_memory else "") + ("_retrospex" if args.retrospex else "")
+    out = Path(args.out) if args.out else ckpt.resolve() / f"eval_{split}{suffix}.json"
+    check_eval_path(out)  # before the model loads, not after the evaluation
     console = make_console()
     progress = Progress(enabled=cfg.run.progress, console=console)
     setup = build_setup(cfg, weights_dir=weights, pool_size=min(cfg.env.num_workers, episodes),
@@ -140,8 +142,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if runtime is not None:
             runtime.close()
         setup.close()
-    suffix = ("_memory" if args.with_memory else "") + ("_retrospex" if args.retrospex else "")
-    out = Path(args.out) if args.out else ckpt.resolve() / f"eval_{split}{suffix}.json"
     write_eval(res, out)
     t = Table(title=f"empo2 eval {ckpt} — split {split}, temperature {temperature}, "
                     f"{'with memory ' + args.with_memory if args.with_memory else 'no memory'}"

@@ -332,7 +332,7 @@ class Bound(NamedTuple):
 _BIG = 10 ** 9
 RANGES: dict[str, Bound] = {
     # Every numeric key, with a generous but sane upper bound: a value outside is a typo (1e6 for
-    # 1e-6, an extra zero), not an experiment. tests/test_config_ranges.py checks none is missing.
+    # 1e-6, an extra zero), not an experiment. tests/trainer/test_reliability_units.py checks none is missing.
     "run.seed": Bound(0, 2 ** 32 - 1),
     "model.max_context": Bound(64, 1 << 20),
     "model.lora.r": Bound(1, 4096),
@@ -392,11 +392,34 @@ RANGES: dict[str, Bound] = {
     "trainer.checkpoint_every": Bound(1, _BIG),
     "trainer.keep_checkpoints": Bound(1, 1000),
     "trainer.threads": Bound(0, 4096),
+    "sft.min_score": Bound(-100.0, 100.0),
+    "sft.variations_per_task": Bound(0, 100_000),
+    "sft.epochs": Bound(1, 1000),
+    "sft.lr": Bound(0.0, 1.0, lo_open=True),
+    "sft.batch_episodes": Bound(1, 100_000),
+    "retrospex.k": Bound(1, 1024),
+    "retrospex.d": Bound(0.0, 1.0, lo_open=True),
+    "retrospex.b": Bound(0.0, 1.0),
+    "retrospex.temperature": Bound(0.0, 10.0, lo_open=True),
+    "retrospex.exclude_recent": Bound(0, 10_000),
+    "retrospex.const_norm": Bound(0.0, 1.0),
+    "retrospex.collect_temperature": Bound(0.0, 10.0, lo_open=True),
+    "retrospex.collect_episodes_per_variation": Bound(1, 10_000),
+    "retrospex.collect_variations_per_task": Bound(0, 100_000),
+    "retrospex.critic.embedding_dim": Bound(1, 65_536),
+    "retrospex.critic.hidden": Bound(1, 65_536),
+    "retrospex.critic.max_tokens": Bound(1, 1 << 20),
+    "retrospex.critic.vocab_size": Bound(16, 10_000_000),
+    "retrospex.critic.tau": Bound(0.0, 1.0, lo_open=True, hi_open=True),
+    "retrospex.critic.gamma": Bound(0.0, 1.0),
+    "retrospex.critic.polyak_alpha": Bound(0.0, 1.0),
+    "retrospex.critic.lr": Bound(0.0, 1.0, lo_open=True),
+    "retrospex.critic.batch": Bound(1, 1_000_000),
+    "retrospex.critic.epochs": Bound(1, 100_000),
+    "retrospex.critic.max_updates": Bound(0, _BIG),
+    "retrospex.critic.seed": Bound(0, 2 ** 32 - 1),
 }
 """Valid range of each numeric key (dotted path from the top of ``Config``)."""
-
-AUTO_KEYS = frozenset({"env.scienceworld.env_step_limit"})
-"""Numeric keys that also accept the text ``"auto"`` (resolved later; e.g. the per-task tick limit)."""
 
 SCIWORLD_SIMPLIFICATIONS = ("easy", "teleportAction", "selfWateringFlowerPots", "openContainers", "openDoors",
                             "noElectricalAction")
@@ -411,15 +434,36 @@ def _get(cfg: Any, dotted: str) -> Any:
     return cfg
 
 
+def range_words(key: str) -> tuple[str, ...]:
+    """Words a range-checked key accepts besides a number (the ``Literal`` part of ``int | Literal["auto"]``).
+
+    Args:
+        key: dotted path of a key in ``RANGES`` (e.g. ``"env.scienceworld.env_step_limit"``).
+
+    Returns:
+        The key's word choices, ``()`` for a plain ``int``/``float`` key.
+    """
+    import types
+    import typing
+
+    tp: Any = Config
+    for part in key.split("."):
+        tp = typing.get_type_hints(tp)[part]
+    if typing.get_origin(tp) not in (typing.Union, types.UnionType):
+        return ()
+    return tuple(w for a in typing.get_args(tp) if typing.get_origin(a) is typing.Literal for w in typing.get_args(a))
+
+
 def _check_ranges(cfg: Config) -> None:
     import math
 
     for key, bound in RANGES.items():
         v = _get(cfg, key)
-        if key in AUTO_KEYS and v == "auto":
+        if isinstance(v, str) and v in range_words(key):
             continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not bound.holds(v):
-            raise ConfigError(f"{key} = {v!r} is out of range; it must be a number in {bound}")
+            words = "".join(f" or {w!r}" for w in range_words(key))
+            raise ConfigError(f"{key} = {v!r} is out of range; it must be a number in {bound}{words}")
     for v in cfg.env.variations:
         if not 0 <= v <= 100_000:
             raise ConfigError(f"env.variations must be variation indices in [0, 100000], got {v}")

@@ -24,9 +24,12 @@ TINY = {
     "action": {"mode": "constrained", "max_new_tokens": 6},
     "rollout": {"tasks_per_iteration": 1, "group_size": 4},
     "eval": {"episodes": 2, "before_after": False},
-    "trainer": {"iterations": 2, "lr": 1.0e-3, "tensorboard": False},
+    "trainer": {"iterations": 2, "lr": 1.0e-3, "tensorboard": False, "threads": 1},
 }
-"""GRPO on the tiny corridor with a tiny random Llama: a 2-iteration run takes seconds."""
+"""GRPO on the tiny corridor with a tiny random Llama: a 2-iteration run takes seconds. One torch
+thread in every process: the in-process runs (tests/conftest.py sets 1) and the child processes the
+slow cases kill and resume (torch's default: one per core) must sum in the same order to be
+bit-identical."""
 
 TINY_EMPO2 = copy.deepcopy(TINY)
 TINY_EMPO2["empo2"] = {"p": 1.0, "q": 0.5, "mode_granularity": "rollout",

@@ -15,6 +15,7 @@ import json
 import os
 import pickle
 import shutil
+import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +55,10 @@ def _numeric_fields(cls: type = Config, prefix: str = "") -> dict[str, type]:
             out.update(_numeric_fields(tp, f"{prefix}{f.name}."))
         elif tp in (int, float):
             out[f"{prefix}{f.name}"] = tp
+        elif typing.get_origin(tp) in (typing.Union, types.UnionType):  # int | Literal["auto"]
+            nums = [a for a in typing.get_args(tp) if a in (int, float)]
+            if len(nums) == 1:
+                out[f"{prefix}{f.name}"] = nums[0]
     return out
 
 
@@ -69,7 +74,7 @@ def _train(overrides: list[str], base: dict[str, Any] = TINY) -> Callable[[Path]
 def _range_cases() -> list[Case]:
     cases = []
     for key, b in RANGES.items():
-        tp = NUMERIC.get(key, int)  # int | 'auto' keys (config.AUTO_KEYS) are integers here
+        tp = NUMERIC.get(key, int)  # int | Literal keys (config.range_words) are integers here
         step = 1 if tp is int else 0.5
         below = b.lo if b.lo_open else b.lo - step
         above = b.hi if b.hi_open else (b.hi + 1 if tp is int else b.hi * 10 + 1)
@@ -390,7 +395,20 @@ def _cli_cases() -> list[tuple[str, Callable[[Path, Path], list[str]], str]]:
     def resume_too_far(tmp: Path, trained: Path) -> list[str]:
         return _ckpt_case(lambda r, l: None)(tmp, trained)[:-1] + ["trainer.iterations=0"]
 
+    def out_is_a_folder(tmp: Path, trained: Path) -> list[str]:
+        return ck(["--out", str(tmp)])(tmp, trained)
+
+    def config_out_under_a_file(tmp: Path, trained: Path) -> list[str]:
+        (tmp / "a-file").write_text("x")
+        return ["eval", "--config", str(trained / "t.yaml"), "--out", str(tmp / "a-file" / "eval.json")]
+
+    def config_no_out(tmp: Path, trained: Path) -> list[str]:
+        return ["eval", "--config", str(trained / "t.yaml"), "--episodes", "2"]
+
     return [
+        ("cli-eval-out-is-a-folder", out_is_a_folder, "is a folder"),
+        ("cli-eval-config-out-under-a-file", config_out_under_a_file, "is a file"),
+        ("cli-eval-config-without-out", config_no_out, "--out"),
         ("cli-eval-episodes-0", ck(["--episodes", "0"]), "--episodes"),
         ("cli-eval-temperature-0", ck(["--temperature", "0"]), "--temperature"),
         ("cli-eval-not-a-checkpoint", not_a_ckpt, "not a checkpoint folder"),

@@ -183,6 +183,50 @@ def test_too_little_disk_for_one_checkpoint_is_refused_before_training(tmp_path,
     assert not (tmp_path / "runs" / "n" / "metrics.jsonl").exists()
 
 
+def test_a_resume_refused_after_the_model_loaded_closes_envs_memory_and_process_group(tmp_path, monkeypatch):
+    """A refusal that can only come once the model and the memory are open (here: a malformed EMPO²
+    novelty state in the checkpoint) closes the environment pool, the memory and the process group
+    before the error reaches the user (no JVM or open memory file left behind by a refused resume)."""
+    from empo2.config import load_config
+    from empo2.trainer import loop
+    from empo2.trainer.checkpoint import CheckpointError
+
+    cfg_path = write_cfg(tmp_path, TINY_EMPO2, "r", trainer={"iterations": 1})
+    assert main(["train", "--config", str(cfg_path)]) == 0
+    closed: list[str] = []
+    real_hooks = loop.Trainer._make_empo2_hooks
+
+    def hooks(self):  # noqa: ANN001, ANN202 - test spy
+        h = real_hooks(self)
+        real_close = h.close
+
+        def close() -> None:
+            closed.append("memory")
+            real_close()
+        h.close = close
+
+        def bad_state(state) -> None:  # noqa: ANN001
+            raise ValueError("novelty keys of the wrong shape")
+        h.load_state = bad_state
+        return h
+
+    real_setup_close = loop.Setup.close
+    monkeypatch.setattr(loop.Trainer, "_make_empo2_hooks", hooks)
+    monkeypatch.setattr(loop.Setup, "close", lambda self: (closed.append("envs"), real_setup_close(self))[1])
+    real_dist = loop.init_distributed
+
+    def dist(*a, **k):  # noqa: ANN002, ANN003, ANN202
+        d = real_dist(*a, **k)
+        real_dist_close = d.close
+        d.close = lambda: (closed.append("process group"), real_dist_close())[1]
+        return d
+    monkeypatch.setattr(loop, "init_distributed", dist)
+    cfg = load_config(cfg_path, ["trainer.iterations=2"])
+    with pytest.raises(CheckpointError, match="novelty state"):
+        loop.Trainer(cfg, resume=True)
+    assert sorted(closed) == ["envs", "memory", "process group"]
+
+
 def test_a_run_where_every_episode_crashes_exits_non_zero(tmp_path, monkeypatch, capsys):
     from empo2.envs.tiny.env import TinyEnv
 

@@ -168,3 +168,20 @@ def test_killed_jvm_and_killed_actor_mid_rollout_are_replaced_and_the_run_contin
     assert [_summary(t) for t in trajs[2:]] == thread_trajectories[2:]
     # the crashed episodes got one step before the kill
     assert all(t.num_steps == 1 for t in trajs[:2])
+
+
+@pytest.mark.scienceworld
+def test_a_jvm_restarted_by_its_env_inside_an_actor_is_counted(ray_cluster):
+    """A JVM killed while idle is restarted by ScienceWorld itself at the next reset (no EnvError, no
+    ``restart`` call): the pool still counts it, as the thread backend does (``rollout/env_restarts``)."""
+    _need_java()
+    cfg = _env_cfg("scienceworld", per_actor=1)
+    task = [TaskSpec("scienceworld", "find-non-living-thing", 0)]
+    with RayEnvPool(cfg, 1, None) as pool:
+        pool.reset_many([0], task)
+        assert pool.restarts == 0
+        os.kill(pool.actor_info()[0]["env_pids"][0], signal.SIGKILL)
+        obs = pool.reset_many([0], task)[0]
+        assert not isinstance(obs, Exception), obs
+        assert pool.restarts == 1
+    assert pool.restarts == 1  # the last figure read, after close

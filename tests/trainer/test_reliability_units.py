@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import pickle
+import types
 import typing
 from pathlib import Path
 
@@ -15,12 +16,22 @@ import numpy as np
 import pytest
 import torch
 
-from empo2.config import RANGES, Config
+from empo2.config import RANGES, Config, load_config, range_words
 from empo2.configschema import ConfigError
 from empo2.trainer.checkpoint import (CheckpointError, CheckpointSize, check_disk_space, check_run_dir, load_extra,
                                       load_optimizer_state, save_checkpoint)
 from empo2.trainer.metrics import RunLogger, json_ready
 from empo2.trainer.safestate import SafeStateError, load_state_files, save_state
+
+
+def _numeric_type(tp: object) -> type | None:
+    """int/float for a numeric annotation, including ``int | Literal["auto"]``; None otherwise."""
+    if tp in (int, float):
+        return tp  # type: ignore[return-value]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        nums = [a for a in typing.get_args(tp) if a in (int, float)]
+        return nums[0] if len(nums) == 1 else None
+    return None
 
 
 def _numeric_keys(cls: type = Config, prefix: str = "") -> list[str]:
@@ -30,7 +41,7 @@ def _numeric_keys(cls: type = Config, prefix: str = "") -> list[str]:
         tp = hints[f.name]
         if dataclasses.is_dataclass(tp):
             out += _numeric_keys(tp, f"{prefix}{f.name}.")
-        elif tp in (int, float):
+        elif _numeric_type(tp) is not None:
             out.append(f"{prefix}{f.name}")
     return out
 
@@ -45,7 +56,17 @@ def test_every_numeric_config_key_has_a_range_that_holds_its_default():
         v = cfg
         for part in key.split("."):
             v = getattr(v, part)
-        assert bound.holds(v), (key, v, bound)
+        assert v in range_words(key) if isinstance(v, str) else bound.holds(v), (key, v, bound)
+
+
+def test_a_word_key_takes_its_word_and_numbers_in_range_only():
+    assert range_words("env.scienceworld.env_step_limit") == ("auto",)
+    assert range_words("trainer.lr") == ()
+    assert load_config(None, ["env.scienceworld.env_step_limit=150"]).env.scienceworld.env_step_limit == 150
+    with pytest.raises(ConfigError, match="env_step_limit"):
+        load_config(None, ["env.scienceworld.env_step_limit=10000000"])
+    with pytest.raises(ConfigError, match="env_step_limit"):
+        load_config(None, ["env.scienceworld.env_step_limit=lots"])
 
 
 # ------------------------------------------------------------------------------ pickle-free state

@@ -60,6 +60,11 @@ class EnvWorker:
         """Restart local environment ``slot`` after an ``EnvError``."""
         self.local.restart(slot)
 
+    def restarts(self) -> int:
+        """Restarts of this actor's environments so far (``LocalEnvs.restarts``: the ones asked for and
+        those an environment did by itself, e.g. ScienceWorld restarting a dead JVM at ``reset``)."""
+        return self.local.restarts
+
     def info(self) -> dict[str, Any]:
         """``{"pid": actor process id, "env_pids": [pid of each env's back end or None]}`` (tests, tools)."""
         return {"pid": os.getpid(), "env_pids": [getattr(e, "pid", None) for e in self.local.envs]}
@@ -86,8 +91,10 @@ class RayEnvPool(EnvPoolBase):
         if size <= 0:
             raise ValueError(f"pool size must be > 0, got {size}")
         self.size = size
-        self.restarts = 0
         self.actor_replacements = 0
+        self._replaced = 0  # restarts done by replacing a dead actor
+        self._retired = 0  # restarts counted inside actors that were since replaced
+        self._seen: dict[int, int] = {}  # actor -> its environments' restart count when last read
         self.env_cfg = env_cfg
         self.per_actor = int(env_cfg.ray.envs_per_actor)
         self.ray = raycluster.acquire(ray_cfg)
@@ -152,9 +159,24 @@ class RayEnvPool(EnvPoolBase):
         _checked(slots, raw_texts, self.size, "raw_texts")
         return self._dispatch(take_action, slots, raw_texts, [settings] * len(slots))
 
+    @property
+    def restarts(self) -> int:  # type: ignore[override]
+        """Environment restarts since the pool was made (``rollout/env_restarts``): those counted inside
+        each live actor (asked for by ``restart`` or done by an environment itself, e.g. ScienceWorld
+        restarting a dead JVM at ``reset``; one remote call per actor), those of actors since replaced
+        (as last read), and one per actor replacement. After ``close`` the last figure read."""
+        if not self._closed:
+            refs = {a: actor.restarts.remote() for a, actor in enumerate(self.actors) if a not in self._dead}
+            for a, ref in refs.items():
+                try:
+                    self._seen[a] = int(self.ray.get(ref))
+                except self.ray.exceptions.RayActorError:
+                    self._dead.add(a)  # replaced by the next restart() of one of its slots
+        return self._replaced + self._retired + sum(self._seen.values())
+
     def restart(self, slot: int) -> None:
-        """Restart ``slot``'s environment in its actor, or replace the actor if it died."""
-        self.restarts += 1
+        """Restart ``slot``'s environment in its actor (counted there), or replace the actor if it died
+        (counted here)."""
         a, local = self._where(slot)
         if a not in self._dead:
             try:
@@ -171,6 +193,8 @@ class RayEnvPool(EnvPoolBase):
             pass
         self.actors[a] = self._spawn(a)
         self._dead.discard(a)
+        self._retired += self._seen.pop(a, 0)
+        self._replaced += 1
         self.actor_replacements += 1
         log.warning("Ray environment worker %d replaced by a fresh actor", a)
 

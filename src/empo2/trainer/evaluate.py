@@ -10,6 +10,7 @@ reached before failing (``last_nonnegative_score``), which is higher than counti
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,27 @@ def write_eval(res: EvalResult, path: Path) -> None:
     finished episode, is ``null``, never a bare ``NaN``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(json_ready(res.to_json()), indent=1, allow_nan=False))
+
+
+def check_eval_path(path: Path, flag: str = "--out") -> None:
+    """Refuse, before any work, an evaluation output path ``write_eval`` could not write.
+
+    Raises:
+        ConfigError: ``path`` is a folder, a file stands where one of its parent folders should be, or
+            the nearest existing parent folder is not writable (the message names the path and the fix).
+    """
+    from empo2.configschema import ConfigError
+
+    p = Path(path).absolute()
+    if p.is_dir():
+        raise ConfigError(f"{flag} {path} is a folder; give a file path, e.g. {flag} {Path(path) / 'eval.json'}")
+    for q in p.parents:
+        if q.exists() or q.is_symlink():
+            if not q.is_dir():
+                raise ConfigError(f"{flag} {path}: {q} is a file, not a folder; choose another {flag} path")
+            if not os.access(q, os.W_OK | os.X_OK):
+                raise ConfigError(f"{flag} {path}: {q} is not writable; choose another {flag} path")
+            return
 
 
 def _summary(d: dict[str, Any]) -> EvalSummary:

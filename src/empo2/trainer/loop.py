@@ -286,6 +286,7 @@ class Trainer:
             if self.hooks is not None:
                 self.hooks.close()
             self.setup.close()
+            self.dist.close()
             raise
 
     def _holds_a_run(self) -> bool:
