@@ -89,8 +89,11 @@ def test_sft_and_retrospex_runs_are_labelled_from_their_files(tmp_path):
     run = tmp_path / "rx"
     run.mkdir()
     (run / "config.yaml").write_text("trainer: {iterations: 4}\n")  # the defaults of an `empo2 sft` run
-    (run / "metrics.jsonl").write_text(json.dumps({"iteration": 1, "sft/loss": 1.2}) + "\n")
+    (run / "metrics.jsonl").write_text("".join(json.dumps({"iteration": i, "sft/loss": 1.2, "sft/optimizer_steps": 4.0 * i,
+                                                           "time/epoch": 10.0}) + "\n" for i in (1, 2)))
     assert load_run(run).algorithm is Algorithm.SFT
+    s = summarise_run(load_run(run))
+    assert s.optimizer_steps == 8.0 and s.train_time_s == 20.0  # the SFT epochs are the training
     ev = {"split": "test", "overall": {"episodes": 2, "score": 10.0}, "per_task": {}, "episodes": []}
     (run / "eval_before.json").write_text(json.dumps(ev))
     assert load_run(run).algorithm is Algorithm.SFT  # evaluated, but without rescoring

@@ -28,9 +28,11 @@ class RunSummary:
         eval_success, eval_success_ci: success rate (0..1) and its 95% CI.
         eval_score_before: score of ``eval_before.json``, for the before → after comparison.
         best_train_score, best_train_iteration: highest ``rollout/score_mean`` and where.
-        train_time_s: sum of ``time/iteration`` (seconds; excludes evaluation).
+        train_time_s: sum of ``time/iteration`` (seconds; excludes evaluation); for an imitation
+            run (SFT / Retrospex, no RL iterations) the sum of its SFT epochs' ``time/epoch``.
         optimizer_steps: total AdamW steps (sum of ``train/optimizer_steps``; None for runs logged
-            before that metric existed); ``stalled_iterations``: training iterations that took no step
+            before that metric existed; an imitation run's last cumulative ``sft/optimizer_steps``);
+            ``stalled_iterations``: training iterations that took no step
             (every group's rollouts scored alike); ``longest_stall``: the longest run of them.
     """
 
@@ -115,6 +117,10 @@ def summarise_run(run: RunData) -> RunSummary:
             cur = cur + 1 if v == 0 else 0
             longest = max(longest, cur)
         s.longest_stall = longest
+    sft_rows = [r for r in run.rows if "sft/optimizer_steps" in r]
+    if sft_rows and not train:  # imitation only: its AdamW steps and epoch times are the training
+        s.optimizer_steps = float(sft_rows[-1]["sft/optimizer_steps"])
+        s.train_time_s = sum(float(r.get("time/epoch", 0.0)) for r in sft_rows)
     _apply_eval(s, run)
     return s
 
