@@ -396,7 +396,13 @@ class Trainer:
             trajs = self.setup.engine.run(episodes, self.setup.settings(c.rollout.temperature), it, hook, ph.advance)
             ph.note(trajectories_note(trajs))
         env_restarts = self.setup.pool.restarts - restarts_before
+        # every rank decides together: a rank that raised alone would leave the others in a collective
+        everywhere = self.dist.all_reduce([float(bool(trajs) and all(t.crashed for t in trajs))], "max")[0] > 0
         fail_if_all_crashed(trajs, f"iteration {it + 1}")
+        if everywhere:
+            raise EnvironmentFailedError(
+                f"every episode of another rank crashed in iteration {it + 1}, so its environment is not working; "
+                "fix it (see that rank's warnings), then continue with --resume")
         release_free_memory()
         timings = {f"time/{k}": v for k, v in self.setup.engine.timings.items()}
         metrics: dict[str, float] = {}
