@@ -395,6 +395,9 @@ RANGES: dict[str, Bound] = {
 }
 """Valid range of each numeric key (dotted path from the top of ``Config``)."""
 
+AUTO_KEYS = frozenset({"env.scienceworld.env_step_limit"})
+"""Numeric keys that also accept the text ``"auto"`` (resolved later; e.g. the per-task tick limit)."""
+
 SCIWORLD_SIMPLIFICATIONS = ("easy", "teleportAction", "selfWateringFlowerPots", "openContainers", "openDoors",
                             "noElectricalAction")
 """Simplification names ScienceWorld 1.2.3 accepts (``ScienceWorldEnv.get_possible_simplifications`` + 'easy')."""
@@ -413,6 +416,8 @@ def _check_ranges(cfg: Config) -> None:
 
     for key, bound in RANGES.items():
         v = _get(cfg, key)
+        if key in AUTO_KEYS and v == "auto":
+            continue
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not bound.holds(v):
             raise ConfigError(f"{key} = {v!r} is out of range; it must be a number in {bound}")
     for v in cfg.env.variations:

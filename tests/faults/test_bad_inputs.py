@@ -69,7 +69,7 @@ def _train(overrides: list[str], base: dict[str, Any] = TINY) -> Callable[[Path]
 def _range_cases() -> list[Case]:
     cases = []
     for key, b in RANGES.items():
-        tp = NUMERIC[key]
+        tp = NUMERIC.get(key, int)  # int | 'auto' keys (config.AUTO_KEYS) are integers here
         step = 1 if tp is int else 0.5
         below = b.lo if b.lo_open else b.lo - step
         above = b.hi if b.hi_open else (b.hi + 1 if tp is int else b.hi * 10 + 1)
