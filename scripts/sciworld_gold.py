@@ -13,7 +13,9 @@ default ``env.scienceworld.env_step_limit``) and the table between the ``gold-pa
 further ones spread evenly over all of the task's variations.
 
 Run (a few minutes with 2 JVMs; mendelian gold paths take 7–11 s each to generate):
-``python -m scripts.sciworld_gold [--per-task 6] [--workers 2] [--tasks 1-1 5-2 …] [--no-write]``.
+``python -m scripts.sciworld_gold [--per-task 6] [--workers 2] [--tasks 1-1 5-2 …] [--no-write]``;
+``python -m scripts.sciworld_gold --from-json`` only renders the existing ``gold_paths.json`` into
+the docs (no JVM, a second).
 """
 
 from __future__ import annotations
@@ -271,14 +273,35 @@ def write_docs(table: dict[str, Any], path: Path = DOCS_PATH) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """Measure, then write ``gold_paths.json`` and the docs table (unless ``--no-write``)."""
+    """Measure, then write ``gold_paths.json`` and the docs table (unless ``--no-write``); with
+    ``--from-json`` render the docs table from the existing ``gold_paths.json`` instead.
+
+    Args:
+        argv: command-line arguments (default ``sys.argv[1:]``).
+
+    Returns:
+        The table (``gold_paths.json`` content).
+
+    Raises:
+        EnvError: a JVM failed. RuntimeError: a gold path that completes in the simulator failed
+        through the pipeline. ValueError: the docs lack the table markers.
+    """
     p = argparse.ArgumentParser(prog="python -m scripts.sciworld_gold", description=__doc__.split("\n")[0])
     p.add_argument("--per-task", type=int, default=6, help="evenly spaced variations per task (plus 0 and the first test one)")
     p.add_argument("--workers", type=int, default=2, help="JVMs in parallel")
     p.add_argument("--tasks", nargs="*", help="task ids or names (default: all 30)")
     p.add_argument("--no-write", action="store_true", help="only print")
+    p.add_argument("--from-json", action="store_true",
+                   help="no JVM: print the table of the existing gold_paths.json and rewrite the docs table from it")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
+    if args.from_json:
+        table = tasks.gold_path_table()
+        print(render_markdown(table))
+        if not args.no_write:
+            write_docs(table)
+            log.info("wrote the table in %s", DOCS_PATH)
+        return table
     names = [tasks.resolve_task(t) for t in args.tasks] if args.tasks else [t.name for t in tasks.all_tasks()]
     jobs = [TaskSpec("scienceworld", n, v) for n in names for v in sample_variations(n, args.per_task)]
     t0 = time.perf_counter()

@@ -5,8 +5,10 @@ The simulator's gold sequences are played as model text through ``rollout.engine
 ``SciWorldEnv`` in its default configuration (``env_step_limit: auto``, ``ambiguity: ask``):
 all 30 tasks at variation 0, plus the first test variation of six tasks. The gold sequences are
 generated live by the simulator, on ``WORKERS`` JVMs in threads (the mendelian ones take 7–11 s
-each, so they start first). The measured turns and ticks must equal ``gold_paths.json``, the
-source of the docs table and of the ``auto`` tick limit. Issue #11; about 1–2 min on 2 cores.
+each, so they start first). A path's turns and ticks must equal those in ``gold_paths.json`` (the
+source of the docs table and of the ``auto`` tick limit) when the simulator listed as many gold
+actions as when it was measured, and must fit in half the ``auto`` tick limit in any case.
+Issue #11; measured 158 s on 2 busy cores (3 JVMs).
 
 The table checks at the bottom need no JVM.
 """
@@ -50,8 +52,12 @@ def test_gold_path_reaches_100_through_the_action_pipeline(gold_runs, job):
     assert all(not o.result.done for o in run.outcomes[:-1])
     assert run.ticks <= tasks.auto_step_limit(job.task) // tasks.STEP_LIMIT_MARGIN
     measured = tasks.gold_path_table()["tasks"][job.task].get(str(job.variation))
-    if measured is not None:  # the docs table / auto limit were measured on this very path
-        assert (run.listed, run.turns, run.ticks) == (measured["listed"], measured["turns"], measured["ticks"])
+    # The docs table / auto limit were measured on this task instance. The simulator's gold agent
+    # does not always write the same sequence for it: on the two conductivity tasks (3-3, 3-4) it
+    # depends on what the JVM loaded before (17 or 21 actions at variation 0, different wires), so
+    # the numbers must match only when the gold sequence has the measured length.
+    if measured is not None and run.listed == measured["listed"]:
+        assert (run.turns, run.ticks) == (measured["turns"], measured["ticks"])
 
 
 @pytest.mark.scienceworld

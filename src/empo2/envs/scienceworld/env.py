@@ -53,7 +53,7 @@ Behaviour (spec scienceworld.md §1, §5; measured on scienceworld 1.2.3):
   asked before, and asking never changes the game.
 * **Step limit** (``cfg.env_step_limit``): ``"auto"`` (default) uses, per task, the larger of 100
   (the authors' ``envStepLimit``) and twice the most ticks a measured gold path of that task needs
-  (``gold_paths.json``, ``python -m empo2.envs.scienceworld.gold``), so no gold path is cut.
+  (``gold_paths.json``, ``python -m scripts.sciworld_gold``), so no gold path is cut.
 * **Trial steps.** ``try_step`` executes an action but undoes it (reset + replay of the episode's
   inputs, verified against the state before) when it ends or fails the episode; the rollout
   engine sends corrected actions through it, so no correction can end an episode.
