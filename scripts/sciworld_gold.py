@@ -220,16 +220,6 @@ def to_table(runs: list[GoldRun]) -> dict[str, Any]:
             "tasks": out}
 
 
-def dump_table(table: dict[str, Any]) -> str:
-    """JSON text with one task per line (small, diff-friendly)."""
-    head = {k: v for k, v in table.items() if k != "tasks"}
-    rows = ",\n".join(f"  {json.dumps(name)}: {json.dumps(row, sort_keys=True)}"
-                      for name, row in sorted(table["tasks"].items()))
-    text = json.dumps(head, indent=1)[:-2] + ',\n "tasks": {\n' + rows + "\n }\n}\n"
-    json.loads(text)  # self-check
-    return text
-
-
 def _span(values: list[int]) -> str:
     lo, hi = min(values), max(values)
     return str(lo) if lo == hi else f"{lo}–{hi}"
@@ -314,7 +304,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             old = json.loads(tasks.GOLD_PATHS_PATH.read_text())
             table["tasks"] = {**old["tasks"], **table["tasks"]}
             table["simulator_failures"] = {**old.get("simulator_failures", {}), **table["simulator_failures"]}
-        tasks.GOLD_PATHS_PATH.write_text(dump_table(table))
+        tasks.GOLD_PATHS_PATH.write_text(tasks.dump_task_table(table))
         tasks.gold_path_table.cache_clear()
         write_docs(table)
         log.info("wrote %s and the table in %s", tasks.GOLD_PATHS_PATH, DOCS_PATH)

@@ -276,8 +276,13 @@ def query_variation_table(env: Any) -> dict[str, Any]:
             "tasks": table}
 
 
-def _dump(table: dict[str, Any]) -> str:
-    """JSON text with one task per line (small, diff-friendly)."""
+def dump_task_table(table: dict[str, Any]) -> str:
+    """A ``{..., "tasks": {name: row}}`` table as JSON text with one task per line (small,
+    diff-friendly); used for ``variations.json`` and ``gold_paths.json``.
+
+    Raises:
+        TypeError: a value JSON cannot hold.
+    """
     head = {k: v for k, v in table.items() if k != "tasks"}
     rows = ",\n".join(f"  {json.dumps(name)}: {json.dumps(row, sort_keys=True)}"
                       for name, row in sorted(table["tasks"].items()))
@@ -295,7 +300,7 @@ def regenerate(path: Path = VARIATIONS_PATH) -> dict[str, Any]:
         table = query_variation_table(env)
     finally:
         env.close()
-    path.write_text(_dump(table))
+    path.write_text(dump_task_table(table))
     _variation_table.cache_clear()
     logger.info("wrote %s (%d tasks)", path, len(table["tasks"]))
     return table
