@@ -238,6 +238,10 @@ def cmd_envs(args: argparse.Namespace) -> int:
     from empo2.envs.registry import FAMILIES, make_family
 
     console = Console()
+    if args.env and args.env not in FAMILIES:
+        print(f"error: unknown environment {args.env!r}; use one of {', '.join(sorted(FAMILIES))} "
+              "(or no name to list them all)", file=sys.stderr)
+        return 2
     names = [args.env] if args.env else sorted(FAMILIES)
     for name in names:
         try:
@@ -262,6 +266,9 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
     from empo2.memory.store import MemoryStore
 
     path = Path(args.run) / "memory.sqlite"
+    if args.top is not None and args.top < 0:
+        print(f"error: --top must be >= 0 (0 = every entry), got {args.top}", file=sys.stderr)
+        return 2
     if not path.is_file():
         print(f"error: {path} does not exist (was the run trained with empo2.p > 0?)", file=sys.stderr)
         return 2
@@ -271,7 +278,12 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.task:
+        buckets = sorted({e.bucket for e in entries})
         entries = [e for e in entries if args.task in e.bucket]
+        if not entries:
+            print(f"error: no memory bucket of {args.run} matches --task {args.task!r}; its buckets: "
+                  f"{', '.join(buckets) or '(none)'}", file=sys.stderr)
+            return 2
     # per-step entries of one episode share their tip: show each (bucket, tip) once, best score
     best: dict[tuple[str, str], Any] = {}
     for e in entries:
@@ -316,9 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--checkpoint", default=None, help="checkpoint folder, e.g. runs/<name>/checkpoints/last")
     e.add_argument("--config", default=None, help="instead of --checkpoint: evaluate the untrained model of this "
                                                    "YAML config (the base-model baseline); needs --out")
-    e.add_argument("--split", choices=["train", "dev", "test"], default=None)
-    e.add_argument("--episodes", type=int, default=None)
-    e.add_argument("--temperature", type=float, default=None)
+    e.add_argument("--split", choices=["train", "dev", "test"], default=None,
+                   help="variations to evaluate on (default: the config's env.eval_split, normally test)")
+    e.add_argument("--episodes", type=int, default=None, help="episodes (default: eval.episodes)")
+    e.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: eval.temperature)")
     e.add_argument("--with-memory", default=None, metavar="RUN", help="retrieve tips from this run's memory")
     e.add_argument("--retrospex", default=None, metavar="CRITIC",
                    help="choose actions by Retrospex rescoring with this critic folder (retrospex.* settings)")
@@ -327,12 +340,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.set_defaults(fn=cmd_eval)
 
     a = sub.add_parser("adapt", help="adapt a trained policy to new tasks through memory only (frozen weights)")
-    a.add_argument("--checkpoint", required=True)
+    a.add_argument("--checkpoint", required=True, help="checkpoint folder whose frozen weights adapt (e.g. runs/<name>/checkpoints/last)")
     a.add_argument("--tasks", required=True, help="comma-separated task names or ids, e.g. 3-2,4-1")
-    a.add_argument("--trials", type=int, default=3)
-    a.add_argument("--split", choices=["train", "dev", "test"], default="test")
+    a.add_argument("--trials", type=int, default=3, help="memory-only trials (each writes tips the next one retrieves)")
+    a.add_argument("--split", choices=["train", "dev", "test"], default="test", help="variations to adapt on")
     a.add_argument("--episodes", type=int, default=None, help="episodes per trial (default eval.episodes)")
-    a.add_argument("--temperature", type=float, default=None)
+    a.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: eval.temperature)")
     a.add_argument("--out", default=None, help="folder for the adaptation memory and adapt.json")
     a.add_argument("--keep-memory", action="store_true", help="continue an existing adaptation memory")
     a.add_argument("--retrospex", default=None, metavar="CRITIC",
@@ -349,7 +362,7 @@ def build_parser() -> argparse.ArgumentParser:
     ms = msub.add_parser("show", help="print stored tips with scores")
     ms.add_argument("run", help="run folder, e.g. runs/sciworld_empo2_cpu")
     ms.add_argument("--task", default=None, help="only buckets containing this text")
-    ms.add_argument("--top", type=int, default=20)
+    ms.add_argument("--top", type=int, default=20, help="show the N best-scoring tips (0 = all)")
     ms.set_defaults(fn=cmd_memory_show)
 
     c = sub.add_parser("config", help="config helpers")

@@ -417,6 +417,8 @@ def _cli_cases() -> list[tuple[str, Callable[[Path, Path], list[str]], str]]:
         ("cli-adapt-trials-0", ck(["--tasks", "fetch-key", "--trials", "0"], "adapt"), "--trials"),
         ("cli-adapt-unknown-task", ck(["--tasks", "fetch-kee", "--out", "/tmp/empo2-never"], "adapt"), "fetch-key"),
         ("cli-resume-fewer-iterations", resume_too_far, "trainer.iterations"),
+        ("cli-envs-unknown", lambda tmp, trained: ["envs", "scienceworl"], "unknown environment"),
+        ("cli-memory-show-top-negative", lambda tmp, trained: ["memory", "show", str(tmp), "--top", "-1"], "--top"),
     ]
 
 
