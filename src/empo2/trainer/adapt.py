@@ -9,7 +9,6 @@ score per trial gives the paper's "improvement after a few trials" figure: impro
 
 from __future__ import annotations
 
-import math
 
 import hashlib
 import json
@@ -54,10 +53,13 @@ class AdaptResult:
         return 100.0 * (self.trials[-1].score - self.trials[0].score) / self.trials[0].score
 
     def to_json(self) -> dict[str, Any]:
+        """The result as strict-JSON-ready data: every statistic without a value (NaN, e.g. the
+        improvement over a trial that scored 0, or an unused scoring convention) becomes ``None``."""
+        from empo2.trainer.metrics import json_ready
+
         d = asdict(self)
-        imp = self.improvement_pct()
-        d["improvement_pct"] = None if math.isnan(imp) else imp  # JSON has no NaN
-        return d
+        d["improvement_pct"] = self.improvement_pct()
+        return json_ready(d)
 
 
 def adapt(setup: Any, runtime: Any, trials: int, split: str, episodes_per_trial: int,
