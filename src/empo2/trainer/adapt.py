@@ -112,8 +112,7 @@ def adapt(setup: Any, runtime: Any, trials: int, split: str, episodes_per_trial:
 
 
 def write_adapt(res: AdaptResult, path: Path) -> None:
-    """Write an ``AdaptResult`` as strict JSON (a statistic without a value is ``null``, never ``NaN``)."""
-    from empo2.trainer.metrics import json_ready
-
+    """Write an ``AdaptResult`` as strict JSON (a statistic without a value is ``null``, never ``NaN``;
+    ``AdaptResult.to_json`` already maps them)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(json_ready(res.to_json()), indent=1, allow_nan=False))
+    path.write_text(json.dumps(res.to_json(), indent=1, allow_nan=False))
