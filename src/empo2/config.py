@@ -109,6 +109,13 @@ class RolloutConfig:
         "keep each episode's KV cache between turns and prefill only the new tokens (same samples and"
         " log-probs as re-prefilling the whole chat, several times faster on CPU; off = re-prefill every turn)",
         default=True)
+    kv_cache_max_bytes: int = doc(
+        "cap on the bytes of all kept per-episode KV caches (live episodes first, then the finished ones kept"
+        " for tip writing); episodes past it are re-prefilled each turn (0 = no cap). SmolLM2-135M fp32 uses"
+        " 46 KiB per cached token, so 2 GiB ≈ 45k tokens; a 7B model needs far more", default=2 * 1024 ** 3)
+    generator: Literal["hf"] = doc(
+        "generation backend (policy/generator.py): 'hf' samples with this process's transformers model",
+        default="hf")
 
 
 @dataclass
@@ -358,6 +365,7 @@ RANGES: dict[str, Bound] = {
     "rollout.temperature": Bound(0.0, 10.0, lo_open=True),
     "rollout.top_k": Bound(0, 10_000_000),
     "rollout.generation_batch_size": Bound(0, 100_000),
+    "rollout.kv_cache_max_bytes": Bound(0, 2 ** 50),
     "algo.std_eps": Bound(0.0, 1.0, lo_open=True),
     "algo.gigpo_omega": Bound(0.0, 100.0),
     "algo.gigpo_gamma": Bound(0.0, 1.0),
