@@ -135,6 +135,13 @@ class AlgoConfig:
     advantage: Literal["grpo", "gigpo"] = doc("episode-level GRPO or GiGPO (episode + anchor-state step advantage)", default="grpo")
     norm_std: bool = doc("divide by the group std (False = 'w/o std' variant)", default=True)
     std_eps: float = doc("epsilon added to the std", default=1e-6)
+    singleton: Literal["zero", "raw"] = doc(
+        "advantage of the only member of a one-member group: 'zero' (no baseline, no signal) or 'raw' (A = R,"
+        " mean 0 and std 1 as in verl and the authors' code)", default="zero")
+    episode_stats: Literal["rollout", "step"] = doc(
+        "GiGPO's episode-level group mean/std over one value per trajectory ('rollout', the authors' code) or"
+        " per step-sample ('step': long episodes weigh more, verl's compute_mean_std_cross_steps)",
+        default="rollout")
     gigpo_omega: float = doc("GiGPO weight ω of the step-level advantage", default=1.0)
     gigpo_gamma: float = doc("GiGPO discount γ of step returns", default=0.95)
     clip_low: float = doc("ε_low of the clipped surrogate", default=0.2)

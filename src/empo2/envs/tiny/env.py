@@ -114,6 +114,9 @@ class TinyFamily:
     """The tiny environment family (implements ``EnvFamily``)."""
 
     name = "tiny"
+    score_scale = 100.0  # 100 = the key fetched
+    lowercase_actions = False
+    two_word_verbs: dict[str, frozenset[str]] = {}
 
     def __init__(self, cfg: TinyConfig | None = None):
         self.cfg = cfg or TinyConfig()
