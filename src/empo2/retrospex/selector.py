@@ -178,4 +178,4 @@ def build_selector(setup: Any, critic_dir: str | Any, cfg: RetrospexConfig) -> R
                           f"{setup.family.name!r}")
     embedder = load_embedder(cfg.embedder, cache_size=65536)
     return RetrospexSelector(setup.policy.model, setup.fmt, critic, cfg, embedder.encode, str(critic_dir),
-                             generator=setup.engine.generator)
+                             generator=setup.generator)

@@ -34,6 +34,7 @@ from empo2.distributed import combine_metrics, init_distributed, rank_device
 from empo2.envs.base import EnvError, EnvFamily, TaskSpec, UnknownTaskError
 from empo2.envs.registry import make_family
 from empo2.policy.chat import ChatFormat
+from empo2.policy.generator import Generator, make_generator
 from empo2.policy.loading import LoadedPolicy, check_model_source, load_policy, save_weights
 from empo2.records import Trajectory
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
@@ -119,6 +120,12 @@ class Setup:
     pool: EnvPoolBase
     engine: RolloutEngine
 
+    @property
+    def generator(self) -> Generator:
+        """The run's one generation backend (``rollout.generator``), shared by the engine, EMPO²'s tip
+        writer and Retrospex's selector."""
+        return self.engine.generator
+
     def settings(self, temperature: float) -> RolloutSettings:
         c = self.cfg
         return RolloutSettings(
@@ -127,7 +134,7 @@ class Setup:
             max_tip_tokens=c.empo2.memory.max_tip_tokens, generation_batch_size=c.rollout.generation_batch_size,
             top_k=c.rollout.top_k, seed=c.run.seed, few_shot=c.action.few_shot,
             need_anchor=c.algo.advantage == "gigpo", lowercase_actions=self.family.lowercase_actions,
-            kv_cache=c.rollout.kv_cache, autocast=c.model.autocast)
+            kv_cache=c.rollout.kv_cache, kv_cache_max_bytes=c.rollout.kv_cache_max_bytes, autocast=c.model.autocast)
 
     def close(self) -> None:
         self.pool.close()
@@ -161,7 +168,13 @@ def build_setup(cfg: Config, weights_dir: Path | None = None, pool_size: int | N
         raise
     policy.model.eval()
     fmt = ChatFormat(policy.tokenizer)
-    engine = RolloutEngine(policy.model, fmt, family, pool)
+    try:
+        generator = make_generator(cfg.rollout.generator, policy.model, fmt,
+                                   kv_cache_max_bytes=cfg.rollout.kv_cache_max_bytes)
+    except BaseException:
+        pool.close()
+        raise
+    engine = RolloutEngine(policy.model, fmt, family, pool, generator=generator)
     return Setup(cfg, policy, fmt, family, tasks, pool, engine)
 
 
@@ -431,6 +444,7 @@ class Trainer:
             with self.progress.phase(f"{label} update", unit="micro-batches") as ph:
                 train = self.learner.update(samples, iteration=it, on_step=ph.step)
                 ph.note(update_note(train))
+            self.setup.generator.sync_weights(self.setup.policy.model.named_parameters())  # HF: drops stale caches
         else:  # memory-only baseline: weights stay frozen
             train = {"train/skipped": 1.0}
         timings["time/update"] = time.perf_counter() - t0

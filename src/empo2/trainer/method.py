@@ -28,9 +28,10 @@ name           config                                       advantage    memory/
 ``memory_only`` ``empo2.p > 0``, ``trainer.update: false``  (none)       yes           no (frozen)
 =============  ===========================================  ===========  ============  =================
 
-Retrospex selection is not a training method but an evaluation-time ``rollout.engine.ActionSelector``
-(``retrospex.selector.RetrospexSelector``, docs/retrospex.md); ``RetrospexSelection`` carries it
-with the same no-op hooks so ``retrospex.pipeline`` runs it through the same interface.
+Retrospex selection is not a training method: it is an evaluation-time ``rollout.engine.ActionSelector``
+(``retrospex.selector.RetrospexSelector``, docs/retrospex.md) that chooses each action instead of the
+engine's single sample, and combines with any hook (``empo2 eval --retrospex --with-memory``); it
+samples and scores through the same ``Generator`` as the engine.
 
 Which prompt shows tips and which update keeps them is the one table of ``algo.modes``
 (``ROLLOUT_SHOWS_TIPS`` / ``UPDATE_KEEPS_TIPS``, Eq. 5 of arXiv 2602.23008).
@@ -42,9 +43,9 @@ from pathlib import Path
 from typing import Any
 
 from empo2.records import Trajectory
-from empo2.rollout.engine import ActionSelector, StepHook
+from empo2.rollout.engine import StepHook
 
-__all__ = ["Method", "RetrospexSelection", "METHOD_NAMES", "method_name", "make_method"]
+__all__ = ["Method", "METHOD_NAMES", "method_name", "make_method"]
 
 METHOD_NAMES = ("grpo", "gigpo", "empo2", "memory_only")
 
@@ -98,19 +99,6 @@ class Method(StepHook):
 
     def close(self) -> None:
         """Release what the method holds (memory files, actors)."""
-
-
-class RetrospexSelection(Method):
-    """Retrospex's rescoring at evaluation time (docs/retrospex.md): no training hooks, a selector.
-
-    Args:
-        selector: the ``ActionSelector`` the rollout engine uses instead of one sample per episode.
-    """
-
-    def __init__(self, selector: ActionSelector):
-        super().__init__("grpo")
-        self.name = "retrospex"
-        self.selector = selector
 
 
 def method_name(cfg: Any) -> str:
