@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +33,9 @@ from empo2.configschema import ConfigError
 from empo2.distributed import combine_metrics, init_distributed, rank_device
 from empo2.envs.base import EnvError, EnvFamily, TaskSpec, UnknownTaskError
 from empo2.envs.registry import make_family
-from empo2.policy.chat import ChatFormat
-from empo2.policy.generator import Generator, make_generator
-from empo2.policy.loading import LoadedPolicy, check_model_source, load_policy, save_weights
+from empo2.policy.loading import check_model_source, load_policy, save_weights
 from empo2.records import Trajectory
-from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
-from empo2.rollout.pool import EnvPoolBase, make_pool
+from empo2.rollout.engine import EpisodeSpec
 from empo2.sysmem import release_free_memory
 from empo2.threads import thread_info
 from empo2.trainer.batch import build_sample
@@ -54,14 +51,11 @@ from empo2.trainer.method import Method, make_method
 from empo2.trainer.metrics import (
     SCORE_TABLE_COLUMNS, MetricsSink, NullSink, RunLogger, group_score_rows, rollout_metrics)
 from empo2.trainer.progress import (
-    Progress, checkpoint_note, eval_note, model_note, tips_note, trajectories_note, update_note)
+    Progress, checkpoint_note, eval_note, tips_note, trajectories_note, update_note)
+
+from empo2.setup import Setup, build_setup, resolve_tasks  # noqa: F401  (re-exported: the composition root)
 
 log = logging.getLogger(__name__)
-
-
-def resolve_tasks(family: EnvFamily, names: list[str]) -> list[str]:
-    """Canonical task names; ``UnknownTaskError`` (with close matches) for a bad one."""
-    return [family.resolve_task(n) for n in names]
 
 
 def compute_step_advantages(trajs: list[Trajectory], cfg: Config,
@@ -106,76 +100,6 @@ def compute_step_advantages(trajs: list[Trajectory], cfg: Config,
     stats["rollout/return_mean"] = float(np.mean(rets))
     stats["rollout/intrinsic_sum_mean"] = float(np.mean(intrinsic_sum))
     return out, stats
-
-
-@dataclass
-class Setup:
-    """Everything a run needs, built from a config (shared by train, eval and adapt)."""
-
-    cfg: Config
-    policy: LoadedPolicy
-    fmt: ChatFormat
-    family: EnvFamily
-    tasks: list[str]
-    pool: EnvPoolBase
-    engine: RolloutEngine
-
-    @property
-    def generator(self) -> Generator:
-        """The run's one generation backend (``rollout.generator``), shared by the engine, EMPO²'s tip
-        writer and Retrospex's selector."""
-        return self.engine.generator
-
-    def settings(self, temperature: float) -> RolloutSettings:
-        c = self.cfg
-        return RolloutSettings(
-            temperature=temperature, max_new_tokens=c.action.max_new_tokens, max_turns=c.env.max_turns,
-            action_mode=c.action.mode, correction=c.action.correction, max_context=c.model.max_context,
-            max_tip_tokens=c.empo2.memory.max_tip_tokens, generation_batch_size=c.rollout.generation_batch_size,
-            top_k=c.rollout.top_k, seed=c.run.seed, few_shot=c.action.few_shot,
-            need_anchor=c.algo.advantage == "gigpo", lowercase_actions=self.family.lowercase_actions,
-            kv_cache=c.rollout.kv_cache, kv_cache_max_bytes=c.rollout.kv_cache_max_bytes, autocast=c.model.autocast)
-
-    def close(self) -> None:
-        self.pool.close()
-
-
-def build_setup(cfg: Config, weights_dir: Path | None = None, pool_size: int | None = None,
-                progress: Progress | None = None, family: EnvFamily | None = None) -> Setup:
-    """Resolve tasks (fails fast on a bad name), start one environment, load the model (a ``model``
-    phase of ``progress``), make the env pool.
-
-    ``family``: the environment family, if the caller made it already (else made from ``cfg.env``).
-    """
-    if cfg.trainer.threads > 0:
-        torch.set_num_threads(cfg.trainer.threads)
-    family = family or make_family(cfg.env)
-    tasks = resolve_tasks(family, cfg.env.tasks)
-    check_model_source(cfg.model, weights_dir)
-    size = pool_size or min(cfg.env.num_workers, cfg.rollout.tasks_per_iteration * cfg.rollout.group_size)
-    pool = make_pool(cfg.env, family, max(1, size), cfg.ray)
-    try:
-        try:  # one environment now: one that cannot start (no Java, a bad heap) fails before the model loads
-            if hasattr(pool, "get"):  # thread pool (a Ray pool's actors start theirs at the first reset)
-                pool.get(0)
-        except EnvError as e:
-            raise EnvError(f"the {family.name} environment cannot start: {e}") from None
-        with (progress or Progress(enabled=False)).phase("model") as ph:
-            policy = load_policy(cfg.model, weights_dir=weights_dir)
-            ph.note(model_note(policy, weights_dir or cfg.model.name_or_path))
-    except BaseException:
-        pool.close()
-        raise
-    policy.model.eval()
-    fmt = ChatFormat(policy.tokenizer)
-    try:
-        generator = make_generator(cfg.rollout.generator, policy.model, fmt,
-                                   kv_cache_max_bytes=cfg.rollout.kv_cache_max_bytes)
-    except BaseException:
-        pool.close()
-        raise
-    engine = RolloutEngine(policy.model, fmt, family, pool, generator=generator)
-    return Setup(cfg, policy, fmt, family, tasks, pool, engine)
 
 
 def train_variations(cfg: Config, family: EnvFamily) -> dict[str, list[int]]:
