@@ -160,6 +160,20 @@ def cache_layers(cache: Any) -> list[Layer]:
     raise KVCacheUnsupported(f"unknown cache type {type(cache).__name__}")
 
 
+def _cache_kwarg(model: Any) -> str:
+    """Name of the KV-cache argument: ``cache`` (transformers ≥ 5.2x) or ``past_key_values``."""
+    import inspect
+
+    fwd = (model.get_base_model() if hasattr(model, "get_base_model") else model).forward
+    return "cache" if "cache" in inspect.signature(fwd).parameters else "past_key_values"
+
+
+def _out_cache(out: Any) -> Any:
+    """The cache a forward returned (``out.cache`` or ``out.past_key_values``; None if neither)."""
+    c = getattr(out, "cache", None)
+    return c if c is not None else getattr(out, "past_key_values", None)
+
+
 def make_cache(layers: list[Layer]) -> Any:
     """A transformers ``DynamicCache`` holding ``layers`` (copies them; None for no layers)."""
     if not layers:
@@ -195,8 +209,6 @@ def extend(model: Any, ekv: EpisodeKV, new_ids: list[int]) -> torch.Tensor:
         ValueError: ``new_ids`` is empty.
         KVCacheUnsupported: the model returned no (or an unsupported) cache; ``ekv`` is unchanged.
     """
-    from empo2.policy.sampling import _cache_kwarg, _out_cache
-
     if not new_ids:
         raise ValueError("extend needs at least one new id")
     dev = _device(model)
@@ -307,8 +319,6 @@ def extend_batch(model: Any, ekvs: list[EpisodeKV], new_ids: list[list[int]], pa
             are released before the forward (so that only the batch copy is in memory), so when
             the forward or this check fails the records are left empty; callers re-prefill.
     """
-    from empo2.policy.sampling import _cache_kwarg, _out_cache
-
     B = len(ekvs)
     if B == 0 or len(new_ids) != B:
         raise ValueError(f"extend_batch needs B ≥ 1 records and as many id lists ({B} vs {len(new_ids)})")

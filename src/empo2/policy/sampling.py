@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from empo2.policy.kvcache import EpisodeKV, extend, extend_batch, split, stack
+from empo2.policy.kvcache import EpisodeKV, _cache_kwarg, _out_cache, extend, extend_batch, split, stack
 from empo2.policy.trie import TokenTrie
 
 
@@ -40,19 +40,6 @@ class Generation:
     logps: list[float] = field(default_factory=list)
     allowed: list[list[int]] | None = None
     stop: str = "length"
-
-
-def _cache_kwarg(model: Any) -> str:
-    """Name of the KV-cache argument: ``cache`` (transformers ≥ 5.2x) or ``past_key_values``."""
-    import inspect
-
-    fwd = (model.get_base_model() if hasattr(model, "get_base_model") else model).forward
-    return "cache" if "cache" in inspect.signature(fwd).parameters else "past_key_values"
-
-
-def _out_cache(out: Any) -> Any:
-    c = getattr(out, "cache", None)
-    return c if c is not None else getattr(out, "past_key_values", None)
 
 
 def _left_pad(prompts: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:

@@ -78,7 +78,7 @@ def continuation_logprobs(model: Any, prompt: Sequence[int], continuations: Sequ
 
 def _cached(model: Any, ekv: EpisodeKV, last: int, conts: list[list[int]], pad_id: int) -> list[list[float]]:
     """Score K continuations on K copies of a cache covering the prompt minus its last id."""
-    from empo2.policy.sampling import _cache_kwarg
+    from empo2.policy.kvcache import _cache_kwarg
 
     dev = next(model.parameters()).device
     K, Lc = len(conts), ekv.length
