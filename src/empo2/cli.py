@@ -75,7 +75,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from empo2.trainer.loop import build_setup, fail_if_all_crashed
     from empo2.trainer.progress import Progress, eval_note, make_console
     from empo2.config import Config, load_config
-    from empo2.setup import run_config
+    from empo2.trainer.setup import run_config
 
     if (args.checkpoint is None) == (args.config is None):
         raise ConfigError("empo2 eval needs exactly one of --checkpoint CKPT (a trained policy) or --config FILE "
@@ -160,7 +160,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from empo2.config import Config
-    from empo2.setup import run_config
+    from empo2.trainer.setup import run_config
     from empo2.trainer.adapt import adapt, write_adapt
     from empo2.trainer.empo2_hooks import make_runtime
     from empo2.trainer.loop import build_setup
@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     from empo2.envs.webshop.data import DataFileError
     from empo2.memory.embedder import EmbedderUnavailableError
     from empo2.memory.store import MemoryStoreError
-    from empo2.retrospex.transitions import TrajectoryFileError
+    from empo2.trajfile import TrajectoryFileError
     from empo2.trainer.loop import EnvironmentFailedError
 
     user_errors: tuple[type[BaseException], ...] = (

@@ -16,7 +16,7 @@ from empo2.envs.scienceworld.config import SciWorldConfig
 from empo2.envs.tiny.config import TinyConfig
 from empo2.envs.webshop.config import WebShopConfig
 from empo2.retrospex.config import RetrospexConfig
-from empo2.trainer.sft_config import SftConfig
+from empo2.sft_config import SftConfig
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 

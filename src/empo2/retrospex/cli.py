@@ -12,7 +12,7 @@ from typing import Any
 
 
 def _checkpoint_cfg(ckpt: Path, overrides: list[str]) -> Any:
-    from empo2.setup import run_config
+    from empo2.trainer.setup import run_config
 
     return run_config(ckpt, overrides, check_weights=False)
 

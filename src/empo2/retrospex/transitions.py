@@ -30,6 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from empo2.trajfile import TrajectoryFileError, read_records  # noqa: F401  (re-exported)
+
 log = logging.getLogger(__name__)
 
 __all__ = [
@@ -48,10 +50,6 @@ MISSING = "Not recorded."
 """Look/inventory placeholder for records that lack them (e.g. ``empo2 train`` trajectories)."""
 _INVENTORY_MARK = "In your inventory"
 _CLEAN = str.maketrans({"\t": " ", "\n": " ", "*": " ", "-": " "})
-
-class TrajectoryFileError(ValueError):
-    """A trajectory or transitions JSONL file (or one of its records) is malformed; names the place."""
-
 
 SCIWORLD_FIELDS = ("task", "look", "inv", "obs")
 PLAIN_FIELDS = ("task", "obs")
@@ -195,26 +193,6 @@ def transitions_from_records(records: Iterable[dict[str, Any]], env: str) -> lis
     out: list[Transition] = []
     for i, r in enumerate(records):
         out.extend(transitions_from_record(r, env, where=f"record {i}"))
-    return out
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Episode records of a trajectory JSONL file (one JSON object per line; blank lines skipped).
-
-    Raises:
-        FileNotFoundError: no such file. TrajectoryFileError: a line is not JSON (names the file and line).
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"trajectory file {path} does not exist")
-    out = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as e:
-            raise TrajectoryFileError(f"{path}:{i} is not a JSON line ({e})") from None
     return out
 
 

@@ -28,7 +28,7 @@ from empo2.envs.base import EnvError, EnvFamily, TaskSpec
 from empo2.policy.chat import ChatFormat
 from empo2.policy.sampling import Generation
 from empo2.records import StepRecord, Trajectory
-from empo2.retrospex.transitions import TrajectoryFileError, read_records
+from empo2.trajfile import TrajectoryFileError, read_records
 from empo2.rollout.pool import EnvPool
 
 log = logging.getLogger(__name__)

@@ -53,7 +53,7 @@ from empo2.trainer.metrics import (
 from empo2.trainer.progress import (
     Progress, checkpoint_note, eval_note, tips_note, trajectories_note, update_note)
 
-from empo2.setup import Setup, build_setup, resolve_tasks  # noqa: F401  (re-exported: the composition root)
+from empo2.trainer.setup import Setup, build_setup, resolve_tasks  # noqa: F401  (re-exported: the composition root)
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,35 @@
+"""Trajectory JSONL files: one episode record per line (``<run>/trajectories/iter-K.jsonl``, SFT
+demonstrations, Retrospex data). Read by ``trainer.demos`` (SFT) and ``retrospex.transitions`` (critic
+data), so neither package needs the other for it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+__all__ = ["TrajectoryFileError", "read_records"]
+
+
+class TrajectoryFileError(ValueError):
+    """A trajectory or transitions JSONL file (or one of its records) is malformed; names the place."""
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Episode records of a trajectory JSONL file (one JSON object per line; blank lines skipped).
+
+    Raises:
+        FileNotFoundError: no such file. TrajectoryFileError: a line is not JSON (names the file and line).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"trajectory file {path} does not exist")
+    out = []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            raise TrajectoryFileError(f"{path}:{i} is not a JSON line ({e})") from None
+    return out
