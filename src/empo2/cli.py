@@ -53,6 +53,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     main_rank = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 talks
     console = make_console(quiet=not main_rank)
+    if args.resume:
+        from empo2.trainer.resume import finished_run
+
+        done = finished_run(cfg.run_dir, cfg.trainer.iterations, cfg.eval.before_after)
+        if done is not None:  # nothing to do: no re-evaluation, nothing overwritten, no metrics rows
+            console.print(f"run {cfg.run_dir} already finished its {done} iterations"
+                          f"{' and its final evaluation (eval_after.json)' if cfg.eval.before_after else ''}; "
+                          f"nothing changed. To train further, raise trainer.iterations "
+                          f"(e.g. --resume trainer.iterations={done + 1}).")
+            return 0
     console.print(f"[bold]empo2 train[/] run={cfg.run_dir} env={cfg.env.name} tasks={cfg.env.tasks} "
                   f"model={cfg.model.name_or_path} p={cfg.empo2.p} iterations={cfg.trainer.iterations}")
     trainer = Trainer(cfg, resume=args.resume, console=console)
@@ -313,8 +323,18 @@ def cmd_config_keys(args: argparse.Namespace) -> int:
     return 0
 
 
+class StrictParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that takes no abbreviated long options (``--resum`` is an error, not
+    ``--resume``). Sub-commands inherit the class (``add_subparsers`` uses the parent's), so every
+    parser of the CLI, the plug-ins' (report, webshop, retrospex) included, is strict."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="empo2", description="EMPO² / multi-step GRPO for LLM agents on text environments")
+    p = StrictParser(prog="empo2", description="EMPO² / multi-step GRPO for LLM agents on text environments")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
 

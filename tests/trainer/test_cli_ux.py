@@ -1,0 +1,76 @@
+"""First-hour behaviours of the CLI (issue 23): strict options, a finished run left untouched by
+``--resume``, ``empo2 eval`` writing next to the run with the training evaluation's seed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from empo2.cli import build_parser, main
+from tests.runcfg import write_config
+
+BASE = {
+    "model": {"name_or_path": "tiny-random"},
+    "env": {"name": "tiny", "tasks": ["fetch-key"], "max_turns": 4, "num_workers": 4},
+    "action": {"mode": "constrained", "max_new_tokens": 6},
+    "rollout": {"tasks_per_iteration": 2, "group_size": 2},
+    "eval": {"episodes": 3, "before_after": True},
+    "trainer": {"iterations": 1, "lr": 1.0e-3, "tensorboard": False},
+}
+
+
+def _parsers(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    out = [p]
+    for a in p._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                out += _parsers(sub)
+    return out
+
+
+def test_every_parser_refuses_abbreviations():
+    parsers = _parsers(build_parser())
+    assert len(parsers) > 10  # the plug-ins' sub-commands are in the walk
+    assert all(not q.allow_abbrev for q in parsers), [q.prog for q in parsers if q.allow_abbrev]
+
+
+def test_abbreviated_resume_is_an_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["train", "--config", "x.yaml", "--resum"])
+    assert e.value.code == 2
+    assert "--resum" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ux")
+    cfg = write_config(tmp, BASE, "done")
+    assert main(["train", "--config", str(cfg)]) == 0
+    return cfg, tmp / "runs" / "done"
+
+
+def test_resume_of_a_finished_run_changes_nothing(finished, capsys):
+    cfg, run = finished
+    files = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in
+             (run / "metrics.jsonl", run / "eval_after.json", run / "eval_before.json")}
+    capsys.readouterr()
+    assert main(["train", "--config", str(cfg), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "already finished its 1 iterations" in out and "trainer.iterations=2" in out
+    for p, (mtime, data) in files.items():
+        assert p.read_bytes() == data and p.stat().st_mtime_ns == mtime, p
+
+
+def test_resume_runs_a_missing_final_evaluation(tmp_path):
+    cfg = write_config(tmp_path, BASE, "noeval")
+    assert main(["train", "--config", str(cfg)]) == 0
+    run = tmp_path / "runs" / "noeval"
+    (run / "eval_after.json").unlink()
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    kept = [r for r in rows if not any(k.startswith("eval/") for k in r) or r["iteration"] == 0]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    assert main(["train", "--config", str(cfg), "--resume"]) == 0
+    assert (run / "eval_after.json").is_file()
