@@ -95,9 +95,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
     if args.temperature is not None and not args.temperature > 0:
         raise ConfigError(f"--temperature must be > 0, got {args.temperature}")
+    if args.seed_iteration is not None and args.seed_iteration < 0:
+        raise ConfigError(f"--seed-iteration must be >= 0, got {args.seed_iteration}")
+    trained = 0  # the iteration of the evaluated weights (0: an untrained model)
     if args.checkpoint is not None:
         ckpt = Path(args.checkpoint)
-        load_state(ckpt)  # clear error if not a checkpoint
+        trained = int(load_state(ckpt)["iteration"])  # clear error if not a checkpoint
         check_weights(ckpt)
         data = checkpoint_config(ckpt)
         weights = ckpt.resolve()
@@ -119,7 +122,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.out is None and weights is None:
         raise ConfigError("empo2 eval --config needs --out FILE.json (there is no checkpoint folder to write into)")
     suffix = ("_memory" if args.with_memory else "") + ("_retrospex" if args.retrospex else "")
-    out = Path(args.out) if args.out else ckpt.resolve() / f"eval_{split}{suffix}.json"
+    out = Path(args.out) if args.out else default_eval_path(ckpt, trained, f"eval_{split}{suffix}")
+    seed_it = trained if args.seed_iteration is None else args.seed_iteration
     check_eval_path(out)  # before the model loads, not after the evaluation
     console = make_console()
     progress = Progress(enabled=cfg.run.progress, console=console)
@@ -145,7 +149,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         with progress.phase(f"eval {split}", total=episodes * cfg.env.max_turns, bound=True) as ph:
             res, trajs = evaluate(setup.engine, setup.family, setup.tasks, split, episodes, setup.settings(temperature),
-                              hook=hook, mode=mode or _M.PLAIN, on_turn=ph.advance, selector=selector)
+                                  hook=hook, mode=mode or _M.PLAIN, on_turn=ph.advance, selector=selector,
+                                  iteration=seed_it)
             ph.note(eval_note(res))
         fail_if_all_crashed(trajs, f"the evaluation of {ckpt}", then="run the evaluation again")
     finally:
@@ -163,6 +168,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         t.add_row(name, str(s.episodes), f"{s.score:.1f} [{s.score_ci[0]:.1f}, {s.score_ci[1]:.1f}]",
                   f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]", f"{s.steps:.1f}")
     console.print(t)
+    same = ("the stream of the training-time evaluation of these weights (eval_after / eval_iterK), so the same "
+            "settings give the same number" if seed_it == trained else "not the training-time evaluation's stream")
+    console.print(f"sampling seed: run.seed={cfg.run.seed}, evaluation stream of iteration {seed_it}: {same} "
+                  f"(another sample: --seed-iteration N or run.seed=N)")
     console.print(f"mean score {res.overall.score:.1f} (authors' convention, a failure keeps its last non-negative "
                   f"score: {res.overall.score_last_nonneg:.1f})  success rate {res.overall.success_rate:.2f}  "
                   f"→ {out}")
@@ -171,6 +180,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
                       f"{res.retrospex['decisions']:.0f} choices (k={res.retrospex['k']}, d={res.retrospex['d']}, "
                       f"b={res.retrospex['b']})")
     return 0
+
+
+def default_eval_path(ckpt: Path, iteration: int, stem: str) -> Path:
+    """Where ``empo2 eval --checkpoint CKPT`` writes without ``--out``: next to the run, never inside
+    a checkpoint folder (checkpoint rotation deletes those).
+
+    ``<run>/<stem>-iter-<iteration:05d>.json`` for a checkpoint under ``<run>/checkpoints/`` (``last``
+    resolves to the numbered folder it points at), else beside the checkpoint folder; the iteration
+    and the stem (split, memory, Retrospex) in the name keep evaluations of different checkpoints
+    and settings apart, e.g. ``runs/quickstart/eval_test-iter-00005.json``.
+    """
+    real = Path(ckpt).resolve()
+    where = real.parent.parent if real.parent.name == "checkpoints" else real.parent
+    return where / f"{stem}-iter-{iteration:05d}.json"
 
 
 def cmd_adapt(args: argparse.Namespace) -> int:
@@ -355,7 +378,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--with-memory", default=None, metavar="RUN", help="retrieve tips from this run's memory")
     e.add_argument("--retrospex", default=None, metavar="CRITIC",
                    help="choose actions by Retrospex rescoring with this critic folder (retrospex.* settings)")
-    e.add_argument("--out", default=None, help="JSON output path")
+    e.add_argument("--seed-iteration", type=int, default=None, metavar="K",
+                   help="sampling stream: that of the training-time evaluation after iteration K (default: the "
+                        "checkpoint's iteration, so a checkpoint scores what its eval_after / eval_iterK said; "
+                        "0 for --config, as eval_before)")
+    e.add_argument("--out", default=None, help="JSON output path (default: next to the run, "
+                                               "<run>/eval_<split>-iter-<K>.json; never inside a checkpoint)")
     e.add_argument("overrides", nargs="*", help="key=value overrides of the checkpoint's config")
     e.set_defaults(fn=cmd_eval)
 

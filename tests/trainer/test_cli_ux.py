@@ -74,3 +74,24 @@ def test_resume_runs_a_missing_final_evaluation(tmp_path):
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
     assert main(["train", "--config", str(cfg), "--resume"]) == 0
     assert (run / "eval_after.json").is_file()
+
+
+def test_eval_of_the_final_checkpoint_matches_eval_after_and_writes_next_to_the_run(finished, capsys):
+    cfg, run = finished
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(run / "checkpoints" / "last")]) == 0
+    assert "evaluation stream of iteration 1" in capsys.readouterr().out
+    out = run / "eval_test-iter-00001.json"
+    assert out.is_file()
+    assert not list((run / "checkpoints").rglob("eval_*.json"))  # nothing inside a checkpoint folder
+    after = json.loads((run / "eval_after.json").read_text())
+    got = json.loads(out.read_text())
+    assert got["episodes"] == after["episodes"]
+    assert got["overall"] == after["overall"]
+    # another stream is another sample of the same episodes (same tasks and variations)
+    assert main(["eval", "--checkpoint", str(run / "checkpoints" / "last"), "--seed-iteration", "7",
+                 "--out", str(run / "other.json")]) == 0
+    other = json.loads((run / "other.json").read_text())
+    assert [(e["task"], e["variation"]) for e in other["episodes"]] == [(e["task"], e["variation"])
+                                                                        for e in after["episodes"]]
+    assert [e["actions"] for e in other["episodes"]] != [e["actions"] for e in after["episodes"]]
