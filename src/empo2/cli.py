@@ -223,6 +223,14 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     for k, v in parse_overrides(args.overrides):
         set_dotted(data, k, v)
     cfg: Config = from_dict(Config, data)
+    if not cfg.env.tasks:
+        raise ConfigError(f"--tasks {args.tasks!r} names no task; give task names or ids, e.g. --tasks 7-2 "
+                          "(empo2 envs lists them)")
+    from empo2.envs.registry import make_family
+    from empo2.trainer.loop import resolve_tasks
+
+    family = make_family(cfg.env)
+    resolve_tasks(family, cfg.env.tasks)  # a bad task name fails here, before adapt-<tasks>/ is created
     out_dir = Path(args.out) if args.out else ckpt.resolve().parent.parent / f"adapt-{'_'.join(cfg.env.tasks)}"
     if (out_dir / "memory.sqlite").exists() and not args.keep_memory:
         raise FileExistsError(f"{out_dir}/memory.sqlite exists; pass --keep-memory to continue it or --out NEW_DIR")
@@ -232,7 +240,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     console = make_console()
     progress = Progress(enabled=cfg.run.progress, console=console)
     setup = build_setup(cfg, weights_dir=ckpt.resolve(), pool_size=min(cfg.env.num_workers, episodes),
-                        progress=progress)
+                        progress=progress, family=family)
     runtime = make_runtime(cfg, setup, out_dir)
     # with progress on, each trial's phase line carries its score; without, one plain line per trial
     on_trial = None if progress.enabled else lambda k, s: console.print(

@@ -95,3 +95,10 @@ def test_eval_of_the_final_checkpoint_matches_eval_after_and_writes_next_to_the_
     assert [(e["task"], e["variation"]) for e in other["episodes"]] == [(e["task"], e["variation"])
                                                                         for e in after["episodes"]]
     assert [e["actions"] for e in other["episodes"]] != [e["actions"] for e in after["episodes"]]
+
+
+def test_adapt_with_a_bad_task_name_creates_no_folder(finished, capsys):
+    _, run = finished
+    assert main(["adapt", "--checkpoint", str(run / "checkpoints" / "last"), "--tasks", "no-such-task"]) == 2
+    assert "no-such-task" in capsys.readouterr().err
+    assert not list(run.glob("adapt-*"))
