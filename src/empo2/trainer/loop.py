@@ -410,7 +410,7 @@ class Trainer:
             t0 = time.perf_counter()
             with self.progress.phase(f"{label} tips") as ph:
                 metrics.update(self.hooks.after_rollout(trajs, it))
-                ph.note(tips_note(metrics))
+                ph.note(tips_note(metrics, during_rollout=timings.get("time/tips")))
             timings["time/tips"] = timings.get("time/tips", 0.0) + time.perf_counter() - t0  # + during rollout
             release_free_memory()
         step_adv, adv_stats = compute_step_advantages(trajs, c)
