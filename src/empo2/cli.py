@@ -335,11 +335,12 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
     if args.top:
         entries = entries[:args.top]
     console = Console()
-    t = Table(title=f"memory of {args.run}: {len(entries)} entries shown")
+    t = Table(title=f"memory of {args.run}: {len(entries)} tips shown",
+              caption="iter: the training iteration (adapt: the trial) that wrote the tip, counted from 1 as in the logs")
     for c in ("bucket", "score", "iter", "tip"):
         t.add_column(c, overflow="fold")
     for e in entries:
-        t.add_row(e.bucket, f"{e.score:.1f}", str(e.iteration), e.tip)
+        t.add_row(e.bucket, f"{e.score:.1f}", str(e.iteration + 1), e.tip)  # stored 0-based; shown as the logs
     console.print(t)
     return 0
 

@@ -102,3 +102,18 @@ def test_adapt_with_a_bad_task_name_creates_no_folder(finished, capsys):
     assert main(["adapt", "--checkpoint", str(run / "checkpoints" / "last"), "--tasks", "no-such-task"]) == 2
     assert "no-such-task" in capsys.readouterr().err
     assert not list(run.glob("adapt-*"))
+
+
+def test_memory_show_counts_iterations_from_one(tmp_path, capsys):
+    import numpy as np
+
+    from empo2.memory.store import MemoryStore, build_entries
+
+    key = np.ones(4, dtype=np.float32) / 2.0
+    with MemoryStore(tmp_path / "memory.sqlite", dim=4) as s:
+        s.add(build_entries("b", key, "k", "first tip", 10.0, 0, ["look"]))   # stored iteration 0 = the logs' 1
+        s.add(build_entries("b", key, "k", "second tip", 20.0, 1, ["go"]))
+    assert main(["memory", "show", str(tmp_path)]) == 0
+    rows = {line.split("│")[4].strip(): line.split("│")[3].strip()
+            for line in capsys.readouterr().out.splitlines() if line.count("│") == 5 and "tip" in line.split("│")[4]}
+    assert rows == {"first tip": "1", "second tip": "2"}
