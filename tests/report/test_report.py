@@ -210,3 +210,28 @@ def test_fits_the_empo2_command_line(real_run, tmp_path):
         args = parser.parse_args(argv)
         assert args.fn(args) == 0
     assert (tmp_path / "rep" / "report.md").is_file()
+
+
+def test_kl_and_clip_lines_have_gaps_where_no_step_was_taken(tmp_path):
+    import math
+
+    from empo2.report.curves import _draw_panel, _xy
+    from matplotlib.figure import Figure
+
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    rows = [{"iteration": i, "rollout/score_mean": 1.0, "train/policy_kl": 0.01 * i, "train/clip_frac": 0.1,
+             "train/optimizer_steps": 0.0 if i == 3 else 2.0} for i in range(1, 6)]
+    rows[4]["train/skipped"] = 1.0  # iteration 5: update skipped
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = load_run(run_dir)
+    kl = next(p for p in DIAGNOSTIC_PANELS if p.key == "train/policy_kl")
+    x, y = _xy(run, kl, kl.key, run.rows)
+    assert x == [1, 2, 3, 4, 5] and [math.isnan(v) for v in y] == [False, False, True, False, True]
+    ax = Figure().add_subplot()
+    _draw_panel(ax, kl, [run], ["k"])
+    line = ax.get_lines()[0]
+    assert line.get_marker() == "o"  # an isolated step still shows
+    assert math.isnan(line.get_ydata()[2])  # matplotlib breaks the line there: 2 and 4 are not joined
+    steps = next(p for p in DIAGNOSTIC_PANELS if p.key == "train/optimizer_steps")
+    assert not any(math.isnan(v) for v in _xy(run, steps, steps.key, run.rows)[1])  # other panels unchanged
