@@ -4,8 +4,9 @@ Errors a user can fix (bad config, unknown task, missing model or checkpoint) ar
 clear message with exit status 2, without a traceback.
 
 On a machine already busy at start, ``main`` sets ``OMP_WAIT_POLICY=PASSIVE`` before torch is
-imported and says so in one warning line (``empo2.threads``; opt out: ``EMPO2_OMP_AUTO=0`` or set
-``OMP_WAIT_POLICY`` yourself). Nothing imported at module level here may import torch.
+imported and says so in one warning line, logged when the model loads, so a bad input's one-line
+error comes alone (``empo2.threads``; opt out: ``EMPO2_OMP_AUTO=0`` or set ``OMP_WAIT_POLICY``
+yourself). Nothing imported at module level here may import torch.
 """
 
 from __future__ import annotations
@@ -18,12 +19,19 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if not sys.stderr.isatty():  # piped logs: no progress bars from libraries (e.g. transformers' GGUF conversion)
+    os.environ.setdefault("TQDM_DISABLE", "1")  # tqdm reads TQDM_* defaults when it is imported, i.e. later
 
 log = logging.getLogger("empo2")
 
 
-def _setup_logging(verbose: bool) -> None:
-    """Log to stdout: rich in a terminal; off a terminal plain ``HH:MM:SS LEVEL message`` lines, unwrapped."""
+def _setup_logging(verbose: bool, listing: bool = False) -> None:
+    """Log to stdout: rich in a terminal; off a terminal plain ``HH:MM:SS LEVEL message`` lines, unwrapped.
+
+    empo2's loggers log INFO (DEBUG with ``verbose``; WARNING for a ``listing`` command such as
+    ``empo2 envs``, whose tables would otherwise be interleaved with set-up lines); every other
+    library logs WARNING and above only.
+    """
     from rich.logging import RichHandler
 
     if sys.stdout.isatty():
@@ -32,7 +40,11 @@ def _setup_logging(verbose: bool) -> None:
     else:
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S"))
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
+    # libraries log warnings only (their INFO/DEBUG lines would land in piped logs and inside tables);
+    # empo2's own loggers log INFO, or DEBUG with -v
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    logging.getLogger().setLevel(logging.WARNING)  # also when a handler was installed before (basicConfig no-op)
+    logging.getLogger("empo2").setLevel(logging.DEBUG if verbose else logging.WARNING if listing else logging.INFO)
     for noisy in ("transformers", "httpx", "urllib3", "sentence_transformers", "filelock", "bm25s",
                   "scienceworld"):  # py4j: envs/scienceworld/jvm.py keeps it quiet
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -447,6 +459,10 @@ _COMPUTE_COMMANDS = {"train", "eval", "adapt", "sft", "retrospex"}
 """Commands that run the model: the OpenMP wait-policy decision is logged as a warning for them."""
 
 
+_LISTING_COMMANDS = {"envs", "config", "memory"}
+"""Commands that print tables: empo2's own INFO lines (e.g. a catalogue being built) stay out of them."""
+
+
 def _one_line(e: BaseException) -> str:
     """The error's message on one line (an OSError as 'what: path')."""
     if isinstance(e, OSError) and e.strerror:
@@ -479,9 +495,11 @@ def main(argv: list[str] | None = None) -> int:
     user_errors: tuple[type[BaseException], ...] = (
         ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError, MemoryStoreError,
         EmbedderUnavailableError, DataFileError, EnvError, OSError, TrajectoryFileError)
-    _setup_logging(args.verbose)
-    if omp.set_passive and computes:
-        log.warning(omp.reason)
+    _setup_logging(args.verbose, listing=args.command in _LISTING_COMMANDS)
+    if omp.set_passive and computes:  # one line, logged when the model loads: after the inputs are checked
+        from empo2.threads import defer_warning
+
+        defer_warning(omp.reason)
     else:
         log.debug("OpenMP: %s", omp.reason)
     try:

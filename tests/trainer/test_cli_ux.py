@@ -117,3 +117,38 @@ def test_memory_show_counts_iterations_from_one(tmp_path, capsys):
     rows = {line.split("│")[4].strip(): line.split("│")[3].strip()
             for line in capsys.readouterr().out.splitlines() if line.count("│") == 5 and "tip" in line.split("│")[4]}
     assert rows == {"first tip": "1", "second tip": "2"}
+
+
+def test_libraries_log_warnings_only_and_empo2_info(monkeypatch):
+    import logging
+
+    from empo2.cli import _setup_logging
+    import empo2.envs.webshop.search  # noqa: F401 - bm25s sets its logger to DEBUG when imported
+
+    _setup_logging(False)
+    assert logging.getLogger("bm25s").getEffectiveLevel() >= logging.WARNING
+    assert logging.getLogger("some.library").getEffectiveLevel() >= logging.WARNING
+    assert logging.getLogger("empo2.trainer.loop").getEffectiveLevel() == logging.INFO
+    _setup_logging(False, listing=True)  # empo2 envs: no set-up lines inside its tables
+    assert logging.getLogger("empo2.envs.webshop.data").getEffectiveLevel() == logging.WARNING
+    _setup_logging(True)
+    assert logging.getLogger("empo2.x").getEffectiveLevel() == logging.DEBUG
+    _setup_logging(False)
+
+
+def test_a_config_error_is_not_preceded_by_the_busy_machine_warning(tmp_path, monkeypatch, capsys, caplog):
+    import empo2.threads as threads
+
+    monkeypatch.setattr(threads, "apply_omp_wait_policy",
+                        lambda: threads.OmpDecision(True, "machine busy at start (test)"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer: {iterations: -1}\n")
+    assert main(["train", "--config", str(bad)]) == 2
+    out = capsys.readouterr()
+    assert "trainer.iterations" in out.err
+    assert "machine busy" not in out.out + out.err + caplog.text
+    # once the inputs are checked, the model load says it, once, on one line
+    with caplog.at_level("WARNING", logger="empo2"):
+        threads.announce()
+        threads.announce()
+    assert caplog.text.count("machine busy at start (test)") == 1

@@ -295,6 +295,9 @@ def load_policy(cfg: ModelConfig, weights_dir: str | Path | None = None) -> Load
 
     device = pick_device(cfg.device)  # a device this machine lacks fails before any loading
     check_model_source(cfg, weights_dir)
+    from empo2.threads import announce
+
+    announce()  # the OpenMP warning, now that the inputs passed their checks
     dtype = getattr(torch, cfg.dtype)
     # a checkpoint is read from safetensors only (never a pickled *.bin that may sit next to it)
     ckpt_kw: dict[str, Any] = {"use_safetensors": True} if weights_dir is not None else {}
