@@ -502,8 +502,16 @@ def main(argv: list[str] | None = None) -> int:
         defer_warning(omp.reason)
     else:
         log.debug("OpenMP: %s", omp.reason)
+    from empo2.distributed import RankFailedError
+
     try:
         return int(args.fn(args) or 0)
+    except RankFailedError as e:  # under torchrun: another rank failed and printed its error
+        if args.verbose:
+            raise
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"error: {_one_line(e)}", file=sys.stderr)
+        return RUN_FAILED
     except EnvironmentFailedError as e:
         if args.verbose:
             raise

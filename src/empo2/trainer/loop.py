@@ -282,7 +282,8 @@ class Trainer:
                 if dropped:
                     log.warning("resume: rolled the memory back to the checkpoint (%d entries written after it dropped)",
                                 dropped)
-        except BaseException:  # the JVMs and the memory file are not left open by a refused resume
+        except BaseException as e:  # the JVMs and the memory file are not left open by a refused resume
+            self.dist.fail(e)
             if self.hooks is not None:
                 self.hooks.close()
             self.setup.close()
@@ -542,6 +543,9 @@ class Trainer:
                         ph.note(checkpoint_note(self.checkpoint(it + 1, m), self.dist.is_main))
             if c.eval.before_after and c.trainer.iterations > 0:
                 out["after"] = self.run_eval("after", c.trainer.iterations)
+        except BaseException as e:  # under torchrun the other ranks stop at their barrier instead of timing out
+            self.dist.fail(e)
+            raise
         finally:
             self.close()
         out["checkpoint_error"] = self.checkpoint_error
