@@ -114,6 +114,11 @@ JS = r"""
     sel.value = values.indexOf(current) >= 0 ? current : "all";
     return sel.value;
   }
+  function lastTrain(r) {  // the newest training iteration (the run's evaluations follow the iterations)
+    var k = r.iterations.length - 1;
+    while (k > 0 && r.iterations[k].kind === "eval") k--;
+    return Math.max(k, 0);
+  }
   function clamp(v, n) { v = parseInt(v, 10); return isNaN(v) || v < 0 ? 0 : Math.min(v, Math.max(n - 1, 0)); }
 
   function readHash() {
@@ -123,7 +128,7 @@ JS = r"""
     });
     state.run = clamp(h.run, runs().length);
     var r = curRun();
-    state.it = r ? clamp(h.it === undefined ? r.iterations.length - 1 : h.it, r.iterations.length) : 0;
+    state.it = r ? clamp(h.it === undefined ? lastTrain(r) : h.it, r.iterations.length) : 0;
     var i = curIt();
     state.ep = i ? clamp(h.ep, i.episodes.length) : 0;
     ["variation", "mode", "score"].forEach(function (k) { state[k] = h[k] ? decodeURIComponent(h[k]) : "all"; });
@@ -268,7 +273,7 @@ JS = r"""
 
   $("run").addEventListener("change", function (ev) {
     state.run = clamp(ev.target.value, runs().length);
-    var r = curRun(); state.it = r ? Math.max(r.iterations.length - 1, 0) : 0; state.ep = 0; update();
+    var r = curRun(); state.it = r ? lastTrain(r) : 0; state.ep = 0; update();
   });
   $("iteration").addEventListener("change", function (ev) {
     var r = curRun(); state.it = clamp(ev.target.value, r ? r.iterations.length : 0); state.ep = 0; update();
