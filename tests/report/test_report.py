@@ -69,6 +69,13 @@ def test_viewer_ids_are_one_based_and_a_step_shows_each_tip_once():
 
     assert display_id("it2-t0-r3") == "it3-t1-r4" and display_id("custom") == "custom"
     assert unique_tips(["a", "b", "a", "b", "c"], 100) == ["a", "b", "c"]
+    from empo2.memory.text import step_entry_text
+
+    entries = [step_entry_text("Go east first.", a, 50.0) for a in ("look", "go east", "look")]
+    entries.append(step_entry_text("Take the key.", "take key", 100.0))
+    assert unique_tips(entries, 1000) == [
+        "Go east first. (actions at those steps: look · go east; Eventually you got the score 50.0/100.)",
+        "Take the key. (actions at those steps: take key; Eventually you got the score 100.0/100.)"]
 
 
 def test_viewer_spreads_its_episode_cap_over_variations():

@@ -90,12 +90,30 @@ def display_id(stored: str) -> str:
     return f"it{int(m[1]) + 1}-t{int(m[2]) + 1}-r{int(m[3]) + 1}" if m else stored
 
 
+_STEP_ENTRY = re.compile(r"^(?P<tip>.*); At that timestep, the specific action you took was (?P<action>.*); "
+                         r"(?P<score>Eventually you got the score [^;]*)$", re.S)
+
+
 def unique_tips(tips: list[Any], limit: int) -> list[str]:
-    """The retrieved tips of one step, each distinct text once, in order, cut to ``limit`` characters."""
-    seen: dict[str, None] = {}
+    """The retrieved tips of one step as the viewer lists them: each tip once, in retrieval order.
+
+    The per-step memory entries of one episode (``entry_text: per_step``) carry the same tip with
+    each step's action (``memory.text.step_entry_text``); retrieved together they are one item,
+    ``"{tip} (actions at those steps: a1 · a2; Eventually you got the score R/100.)"``. Identical
+    texts are listed once. Texts are cut to ``limit`` characters.
+    """
+    groups: dict[tuple[str, str], list[str]] = {}
     for t in tips:
-        seen.setdefault(cut(t, limit), None)
-    return list(seen)
+        text = "" if t is None else str(t)
+        m = _STEP_ENTRY.match(text)
+        key = (m["tip"], m["score"]) if m else (text, "")
+        acts = groups.setdefault(key, [])
+        if m and m["action"] not in acts:
+            acts.append(m["action"])
+    out = []
+    for (tip, score), acts in groups.items():
+        out.append(cut(f"{tip} (actions at those steps: {' · '.join(acts)}; {score})" if acts else tip, limit))
+    return out
 
 
 def _episode(rec: dict[str, Any], limit: int) -> dict[str, Any]:
