@@ -101,7 +101,7 @@ def _worker(rank: int, store: str, name: str, strategy: str, threads: int, episo
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Time the update in 1 and 2 processes; write ``results/ddp_overhead.json``; return the record."""
-    p = add_common_args(argparse.ArgumentParser(prog="python -m benchmarks.ddp_overhead", description=__doc__.split("\n")[0]))
+    p = add_common_args(argparse.ArgumentParser(allow_abbrev=False, prog="python -m benchmarks.ddp_overhead", description=__doc__.split("\n")[0]))
     p.add_argument("--episodes", type=int, default=0, help="trajectories in the batch (default 4)")
     p.add_argument("--steps", type=int, default=0, help="steps per trajectory (default 8)")
     p.add_argument("--strategies", nargs="*", default=["ddp", "fsdp"])

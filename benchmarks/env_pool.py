@@ -73,7 +73,7 @@ def _measure(pool: Any, tasks: list[Any], rounds: int, warmup: int, rng: random.
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Measure steps/s per backend; write ``results/env_pool.json``; return the record."""
-    p = add_common_args(argparse.ArgumentParser(prog="python -m benchmarks.env_pool", description=__doc__.split("\n")[0]))
+    p = add_common_args(argparse.ArgumentParser(allow_abbrev=False, prog="python -m benchmarks.env_pool", description=__doc__.split("\n")[0]))
     p.add_argument("--envs", type=int, default=0, help="environments per pool (default 8; --tiny 2)")
     p.add_argument("--per-actor", type=int, nargs="*", default=None, help="envs per Ray actor (default 4 1)")
     p.add_argument("--env", choices=sorted(TASKS), nargs="*", default=None, help="default: tiny scienceworld")

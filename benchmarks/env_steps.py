@@ -27,7 +27,7 @@ TASK = "4-2"
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Measure ScienceWorld steps/s per concurrency; write ``results/env_steps.json``; return the record."""
-    p = add_common_args(argparse.ArgumentParser(prog="python -m benchmarks.env_steps", description=__doc__.split("\n")[0]))
+    p = add_common_args(argparse.ArgumentParser(allow_abbrev=False, prog="python -m benchmarks.env_steps", description=__doc__.split("\n")[0]))
     p.add_argument("--envs", type=int, nargs="*", default=None, help="concurrency levels (default 1 4 8)")
     p.add_argument("--rounds", type=int, default=0, help="step rounds per level and repeat")
     p.add_argument("--task", default=TASK, help="ScienceWorld task (default 4-2)")

@@ -80,7 +80,7 @@ def generators(n: int, seed: int) -> list[Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the three generation measurements; write ``results/generation.json``; return the record."""
-    p = add_common_args(argparse.ArgumentParser(prog="python -m benchmarks.generation", description=__doc__.split("\n")[0]))
+    p = add_common_args(argparse.ArgumentParser(allow_abbrev=False, prog="python -m benchmarks.generation", description=__doc__.split("\n")[0]))
     p.add_argument("--batches", type=int, nargs="*", default=None, help="batch sizes of the sweep (default 1 8 32)")
     p.add_argument("--profile", action="store_true", help="torch.profiler over one batch-8 sample call")
     args = p.parse_args(argv)

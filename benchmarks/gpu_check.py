@@ -136,7 +136,7 @@ def one_iteration(name: str, model_dir: Path, run_root: Path, device: str, amp: 
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen2.5-1.5b")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--autocast", default=None, help="model.autocast (default: bfloat16 on cuda, none on cpu)")

@@ -119,7 +119,7 @@ def run_case(name: str, config: str, overrides: list[str], threads: int) -> dict
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the iteration cases; write ``results/iteration.json``; return the record."""
-    p = add_common_args(argparse.ArgumentParser(prog="python -m benchmarks.iteration", description=__doc__.split("\n")[0]))
+    p = add_common_args(argparse.ArgumentParser(allow_abbrev=False, prog="python -m benchmarks.iteration", description=__doc__.split("\n")[0]))
     p.add_argument("--cases", nargs="*", default=None, choices=sorted(CASES), help="cases to run")
     p.add_argument("--kv-ab", action="store_true", help="also run each case with rollout.kv_cache=false")
     p.add_argument("--_worker", default="", help=argparse.SUPPRESS)

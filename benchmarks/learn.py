@@ -221,7 +221,7 @@ def markdown(agg: dict[str, Any], meta: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(p)
     p.add_argument("--config", default=DEFAULT_CONFIG, help="shared training config (default %(default)s)")
     p.add_argument("--methods", nargs="+", default=None, choices=list(METHODS), help="default: base grpo empo2 gigpo")

@@ -140,7 +140,7 @@ def _wrap(obj: Any, attr: str, sampler: PhaseSampler, name: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n\n")[0])
     p.add_argument("--config", default=str(REPO_ROOT / "configs" / "sciworld_empo2_cpu.yaml"))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--max-rss-gb", type=float, default=12.0, help="stop the run above this RSS (0 = never)")

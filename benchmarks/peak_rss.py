@@ -81,7 +81,7 @@ def run_child(args_list: list[str]) -> tuple[dict[str, Any], float, float]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Measure peak RSS per case; write ``results/peak_rss.json``; return the record."""
-    p = add_common_args(argparse.ArgumentParser(prog="python -m benchmarks.peak_rss", description=__doc__.split("\n")[0]))
+    p = add_common_args(argparse.ArgumentParser(allow_abbrev=False, prog="python -m benchmarks.peak_rss", description=__doc__.split("\n")[0]))
     p.add_argument("--cases", nargs="*", default=None, choices=["full", "lora", "full_gc"], help="update cases")
     p.add_argument("--iteration-json", type=Path, default=None,
                    help="take the iteration's peak RSS from this iteration.json (default <out>/iteration.json)")

@@ -146,7 +146,7 @@ def embedder_latency(batch: int, words: int, repeats: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Retrieval latency and RSS vs store size; write ``results/retrieval.json``; return the record."""
-    p = add_common_args(argparse.ArgumentParser(prog="python -m benchmarks.retrieval", description=__doc__.split("\n")[0]))
+    p = add_common_args(argparse.ArgumentParser(allow_abbrev=False, prog="python -m benchmarks.retrieval", description=__doc__.split("\n")[0]))
     p.add_argument("--sizes", type=int, nargs="*", default=None, help="store sizes (default 1e3 1e4 1e5 [1e6])")
     p.add_argument("--max-gb", type=float, default=3.0, help="run 10^6 only if the predicted RSS is below this")
     p.add_argument("--max-build-s", type=float, default=60.0, help="… and the predicted build time below this")

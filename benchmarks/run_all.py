@@ -60,7 +60,7 @@ def run_one(name: str, mode_args: list[str], threads: int, out: Path, extra: lis
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the selected benchmarks; write ``<out>/run_all.json``; return it."""
-    p = argparse.ArgumentParser(prog="python -m benchmarks.run_all", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m benchmarks.run_all", description=__doc__.split("\n")[0])
     g = p.add_mutually_exclusive_group()
     g.add_argument("--full", action="store_true", help="full sizes (much slower than 20 minutes)")
     g.add_argument("--tiny", action="store_true", help="smoke sizes with the tiny random model")

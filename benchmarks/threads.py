@@ -78,7 +78,7 @@ def prefill_frac(tps: float, P: int, peak: float) -> float:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the thread-setting A/B; write ``results/threads.json``; return the record."""
-    p = add_common_args(argparse.ArgumentParser(prog="python -m benchmarks.threads", description=__doc__.split("\n")[0]))
+    p = add_common_args(argparse.ArgumentParser(allow_abbrev=False, prog="python -m benchmarks.threads", description=__doc__.split("\n")[0]))
     p.add_argument("--_child", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args._child:

@@ -111,7 +111,7 @@ def run_update(learner: Any, samples: list[Any]) -> float:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Measure packed vs per-step update throughput; write ``results/update.json``; return the record."""
-    p = add_common_args(argparse.ArgumentParser(prog="python -m benchmarks.update", description=__doc__.split("\n")[0]))
+    p = add_common_args(argparse.ArgumentParser(allow_abbrev=False, prog="python -m benchmarks.update", description=__doc__.split("\n")[0]))
     p.add_argument("--steps", type=int, nargs="*", default=None, help="episode lengths T (default 10 20 30)")
     p.add_argument("--profile", action="store_true", help="torch.profiler over one packed update (T = 20)")
     args = p.parse_args(argv)

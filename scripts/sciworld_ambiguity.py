@@ -68,7 +68,7 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the walks in both modes and log the summary; optionally write every row as JSON."""
-    p = argparse.ArgumentParser(prog="python -m scripts.sciworld_ambiguity", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m scripts.sciworld_ambiguity", description=__doc__.split("\n")[0])
     p.add_argument("--turns", type=int, default=20)
     p.add_argument("--seeds", type=int, default=3)
     p.add_argument("--workers", type=int, default=2, help="threads; each runs one JVM per mode")

@@ -276,7 +276,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         EnvError: a JVM failed. RuntimeError: a gold path that completes in the simulator failed
         through the pipeline. ValueError: the docs lack the table markers.
     """
-    p = argparse.ArgumentParser(prog="python -m scripts.sciworld_gold", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m scripts.sciworld_gold", description=__doc__.split("\n")[0])
     p.add_argument("--per-task", type=int, default=6, help="evenly spaced variations per task (plus 0 and the first test one)")
     p.add_argument("--workers", type=int, default=2, help="JVMs in parallel")
     p.add_argument("--tasks", nargs="*", help="task ids or names (default: all 30)")

@@ -99,14 +99,15 @@ print("RESULT", seen, os.environ.get("OMP_WAIT_POLICY"), code)
 """
 
 
-def test_cli_main_decides_before_torch_is_imported_and_warns():
+def test_cli_main_decides_before_torch_is_imported_and_defers_its_warning():
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", OMP_AUTO_ENV)}
     env.update(OMP_NUM_THREADS="2", PYTHONPATH=str(SRC) + os.pathsep + env.get("PYTHONPATH", ""), COLUMNS="400")
     out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=300)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
     assert "RESULT [False] PASSIVE 2" in text  # decided before torch was imported; exit 2: no such config
-    assert "setting OMP_WAIT_POLICY=PASSIVE" in text and f"{OMP_AUTO_ENV}=0" in text
+    # the warning waits for the model load: a bad config's one-line error comes alone
+    assert "machine busy" not in text and text.count("\n") == 2
 
 
 def test_busy_cores_now_sees_a_spinning_neighbour():

@@ -4,8 +4,9 @@ Errors a user can fix (bad config, unknown task, missing model or checkpoint) ar
 clear message with exit status 2, without a traceback.
 
 On a machine already busy at start, ``main`` sets ``OMP_WAIT_POLICY=PASSIVE`` before torch is
-imported and says so in one warning line (``empo2.threads``; opt out: ``EMPO2_OMP_AUTO=0`` or set
-``OMP_WAIT_POLICY`` yourself). Nothing imported at module level here may import torch.
+imported and says so in one warning line, logged when the model loads, so a bad input's one-line
+error comes alone (``empo2.threads``; opt out: ``EMPO2_OMP_AUTO=0`` or set ``OMP_WAIT_POLICY``
+yourself). Nothing imported at module level here may import torch.
 """
 
 from __future__ import annotations
@@ -18,12 +19,19 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+if not sys.stderr.isatty():  # piped logs: no progress bars from libraries (e.g. transformers' GGUF conversion)
+    os.environ.setdefault("TQDM_DISABLE", "1")  # tqdm reads TQDM_* defaults when it is imported, i.e. later
 
 log = logging.getLogger("empo2")
 
 
-def _setup_logging(verbose: bool) -> None:
-    """Log to stdout: rich in a terminal; off a terminal plain ``HH:MM:SS LEVEL message`` lines, unwrapped."""
+def _setup_logging(verbose: bool, listing: bool = False) -> None:
+    """Log to stdout: rich in a terminal; off a terminal plain ``HH:MM:SS LEVEL message`` lines, unwrapped.
+
+    empo2's loggers log INFO (DEBUG with ``verbose``; WARNING for a ``listing`` command such as
+    ``empo2 envs``, whose tables would otherwise be interleaved with set-up lines); every other
+    library logs WARNING and above only.
+    """
     from rich.logging import RichHandler
 
     if sys.stdout.isatty():
@@ -32,7 +40,11 @@ def _setup_logging(verbose: bool) -> None:
     else:
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S"))
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
+    # libraries log warnings only (their INFO/DEBUG lines would land in piped logs and inside tables);
+    # empo2's own loggers log INFO, or DEBUG with -v
+    logging.basicConfig(level=logging.WARNING, handlers=[handler])
+    logging.getLogger().setLevel(logging.WARNING)  # also when a handler was installed before (basicConfig no-op)
+    logging.getLogger("empo2").setLevel(logging.DEBUG if verbose else logging.WARNING if listing else logging.INFO)
     for noisy in ("transformers", "httpx", "urllib3", "sentence_transformers", "filelock", "bm25s",
                   "scienceworld"):  # py4j: envs/scienceworld/jvm.py keeps it quiet
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -53,6 +65,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = load_config(args.config, args.overrides)
     main_rank = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 talks
     console = make_console(quiet=not main_rank)
+    if args.resume:
+        from empo2.trainer.resume import finished_run
+
+        done = finished_run(cfg.run_dir, cfg.trainer.iterations, cfg.eval.before_after)
+        if done is not None:  # nothing to do: no re-evaluation, nothing overwritten, no metrics rows
+            console.print(f"run {cfg.run_dir} already finished its {done} iterations"
+                          f"{' and its final evaluation (eval_after.json)' if cfg.eval.before_after else ''}; "
+                          f"nothing changed. To train further, raise trainer.iterations "
+                          f"(e.g. --resume trainer.iterations={done + 1}).")
+            return 0
     console.print(f"[bold]empo2 train[/] run={cfg.run_dir} env={cfg.env.name} tasks={cfg.env.tasks} "
                   f"model={cfg.model.name_or_path} p={cfg.empo2.p} iterations={cfg.trainer.iterations}")
     trainer = Trainer(cfg, resume=args.resume, console=console)
@@ -84,9 +106,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
     if args.temperature is not None and not args.temperature > 0:
         raise ConfigError(f"--temperature must be > 0, got {args.temperature}")
+    if args.seed_iteration is not None and args.seed_iteration < 0:
+        raise ConfigError(f"--seed-iteration must be >= 0, got {args.seed_iteration}")
+    trained = 0  # the iteration of the evaluated weights (0: an untrained model)
     if args.checkpoint is not None:
         ckpt = Path(args.checkpoint)
         cfg: Config = run_config(ckpt, args.overrides)
+        from empo2.trainer.checkpoint import load_state
+
+        trained = int(load_state(ckpt)["iteration"])
         weights = ckpt.resolve()
     else:
         ckpt = Path(args.config)
@@ -101,7 +129,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.out is None and weights is None:
         raise ConfigError("empo2 eval --config needs --out FILE.json (there is no checkpoint folder to write into)")
     suffix = ("_memory" if args.with_memory else "") + ("_retrospex" if args.retrospex else "")
-    out = Path(args.out) if args.out else ckpt.resolve() / f"eval_{split}{suffix}.json"
+    out = Path(args.out) if args.out else default_eval_path(ckpt, trained, f"eval_{split}{suffix}")
+    seed_it = trained if args.seed_iteration is None else args.seed_iteration
     check_eval_path(out)  # before the model loads, not after the evaluation
     console = make_console()
     progress = Progress(enabled=cfg.run.progress, console=console)
@@ -127,7 +156,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
         with progress.phase(f"eval {split}", total=episodes * cfg.env.max_turns, bound=True) as ph:
             res, trajs = evaluate(setup.engine, setup.family, setup.tasks, split, episodes, setup.settings(temperature),
-                              hook=hook, mode=mode or _M.PLAIN, on_turn=ph.advance, selector=selector)
+                                  hook=hook, mode=mode or _M.PLAIN, on_turn=ph.advance, selector=selector,
+                                  iteration=seed_it)
             ph.note(eval_note(res))
         fail_if_all_crashed(trajs, f"the evaluation of {ckpt}", then="run the evaluation again")
     finally:
@@ -145,6 +175,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         t.add_row(name, str(s.episodes), f"{s.score:.1f} [{s.score_ci[0]:.1f}, {s.score_ci[1]:.1f}]",
                   f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]", f"{s.steps:.1f}")
     console.print(t)
+    same = ("the stream of the training-time evaluation of these weights (eval_after / eval_iterK), so the same "
+            "settings give the same number" if seed_it == trained else "not the training-time evaluation's stream")
+    console.print(f"sampling seed: run.seed={cfg.run.seed}, evaluation stream of iteration {seed_it}: {same} "
+                  f"(another sample: --seed-iteration N or run.seed=N)")
     console.print(f"mean score {res.overall.score:.1f} (authors' convention, a failure keeps its last non-negative "
                   f"score: {res.overall.score_last_nonneg:.1f})  success rate {res.overall.success_rate:.2f}  "
                   f"→ {out}")
@@ -153,6 +187,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
                       f"{res.retrospex['decisions']:.0f} choices (k={res.retrospex['k']}, d={res.retrospex['d']}, "
                       f"b={res.retrospex['b']})")
     return 0
+
+
+def default_eval_path(ckpt: Path, iteration: int, stem: str) -> Path:
+    """Where ``empo2 eval --checkpoint CKPT`` writes without ``--out``: next to the run, never inside
+    a checkpoint folder (checkpoint rotation deletes those).
+
+    ``<run>/<stem>-iter-<iteration:05d>.json`` for a checkpoint under ``<run>/checkpoints/`` (``last``
+    resolves to the numbered folder it points at), else beside the checkpoint folder; the iteration
+    and the stem (split, memory, Retrospex) in the name keep evaluations of different checkpoints
+    and settings apart, e.g. ``runs/quickstart/eval_test-iter-00005.json``.
+    """
+    real = Path(ckpt).resolve()
+    where = real.parent.parent if real.parent.name == "checkpoints" else real.parent
+    return where / f"{stem}-iter-{iteration:05d}.json"
 
 
 def cmd_adapt(args: argparse.Namespace) -> int:
@@ -178,6 +226,14 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         data["env"]["variations"] = []
 
     cfg: Config = run_config(ckpt, args.overrides, edit=adapt_tasks)
+    if not cfg.env.tasks:
+        raise ConfigError(f"--tasks {args.tasks!r} names no task; give task names or ids, e.g. --tasks 7-2 "
+                          "(empo2 envs lists them)")
+    from empo2.envs.registry import make_family
+    from empo2.trainer.setup import resolve_tasks
+
+    family = make_family(cfg.env)
+    resolve_tasks(family, cfg.env.tasks)  # a bad task name fails here, before adapt-<tasks>/ is created
     out_dir = Path(args.out) if args.out else ckpt.resolve().parent.parent / f"adapt-{'_'.join(cfg.env.tasks)}"
     if (out_dir / "memory.sqlite").exists() and not args.keep_memory:
         raise FileExistsError(f"{out_dir}/memory.sqlite exists; pass --keep-memory to continue it or --out NEW_DIR")
@@ -187,7 +243,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     console = make_console()
     progress = Progress(enabled=cfg.run.progress, console=console)
     setup = build_setup(cfg, weights_dir=ckpt.resolve(), pool_size=min(cfg.env.num_workers, episodes),
-                        progress=progress)
+                        progress=progress, family=family)
     runtime = make_runtime(cfg, setup, out_dir)
     # with progress on, each trial's phase line carries its score; without, one plain line per trial
     on_trial = None if progress.enabled else lambda k, s: console.print(
@@ -282,11 +338,12 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
     if args.top:
         entries = entries[:args.top]
     console = Console()
-    t = Table(title=f"memory of {args.run}: {len(entries)} entries shown")
+    t = Table(title=f"memory of {args.run}: {len(entries)} tips shown",
+              caption="iter: the training iteration (adapt: the trial) that wrote the tip, counted from 1 as in the logs")
     for c in ("bucket", "score", "iter", "tip"):
         t.add_column(c, overflow="fold")
     for e in entries:
-        t.add_row(e.bucket, f"{e.score:.1f}", str(e.iteration), e.tip)
+        t.add_row(e.bucket, f"{e.score:.1f}", str(e.iteration + 1), e.tip)  # stored 0-based; shown as the logs
     console.print(t)
     return 0
 
@@ -301,8 +358,18 @@ def cmd_config_keys(args: argparse.Namespace) -> int:
     return 0
 
 
+class StrictParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` that takes no abbreviated long options (``--resum`` is an error, not
+    ``--resume``). Sub-commands inherit the class (``add_subparsers`` uses the parent's), so every
+    parser of the CLI, the plug-ins' (report, webshop, retrospex) included, is strict."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="empo2", description="EMPO² / multi-step GRPO for LLM agents on text environments")
+    p = StrictParser(prog="empo2", description="EMPO² / multi-step GRPO for LLM agents on text environments")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = p.add_subparsers(dest="command", required=True)
 
@@ -323,7 +390,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--with-memory", default=None, metavar="RUN", help="retrieve tips from this run's memory")
     e.add_argument("--retrospex", default=None, metavar="CRITIC",
                    help="choose actions by Retrospex rescoring with this critic folder (retrospex.* settings)")
-    e.add_argument("--out", default=None, help="JSON output path")
+    e.add_argument("--seed-iteration", type=int, default=None, metavar="K",
+                   help="sampling stream: that of the training-time evaluation after iteration K (default: the "
+                        "checkpoint's iteration, so a checkpoint scores what its eval_after / eval_iterK said; "
+                        "0 for --config, as eval_before)")
+    e.add_argument("--out", default=None, help="JSON output path (default: next to the run, "
+                                               "<run>/eval_<split>-iter-<K>.json; never inside a checkpoint)")
     e.add_argument("overrides", nargs="*", help="key=value overrides of the checkpoint's config")
     e.set_defaults(fn=cmd_eval)
 
@@ -378,6 +450,10 @@ _COMPUTE_COMMANDS = {"train", "eval", "adapt", "sft", "retrospex"}
 """Commands that run the model: the OpenMP wait-policy decision is logged as a warning for them."""
 
 
+_LISTING_COMMANDS = {"envs", "config", "memory"}
+"""Commands that print tables: empo2's own INFO lines (e.g. a catalogue being built) stay out of them."""
+
+
 def _one_line(e: BaseException) -> str:
     """The error's message on one line (an OSError as 'what: path')."""
     if isinstance(e, OSError) and e.strerror:
@@ -410,13 +486,23 @@ def main(argv: list[str] | None = None) -> int:
     user_errors: tuple[type[BaseException], ...] = (
         ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError, MemoryStoreError,
         EmbedderUnavailableError, DataFileError, EnvError, OSError, TrajectoryFileError)
-    _setup_logging(args.verbose)
-    if omp.set_passive and computes:
-        log.warning(omp.reason)
+    _setup_logging(args.verbose, listing=args.command in _LISTING_COMMANDS)
+    if omp.set_passive and computes:  # one line, logged when the model loads: after the inputs are checked
+        from empo2.threads import defer_warning
+
+        defer_warning(omp.reason)
     else:
         log.debug("OpenMP: %s", omp.reason)
+    from empo2.distributed import RankFailedError
+
     try:
         return int(args.fn(args) or 0)
+    except RankFailedError as e:  # under torchrun: another rank failed and printed its error
+        if args.verbose:
+            raise
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"error: {_one_line(e)}", file=sys.stderr)
+        return RUN_FAILED
     except EnvironmentFailedError as e:
         if args.verbose:
             raise

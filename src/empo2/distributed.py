@@ -38,6 +38,19 @@ class DistributedSetupError(RuntimeError):
     """``trainer.strategy`` ddp/fsdp outside ``torchrun`` (the message has the command)."""
 
 
+class RankFailedError(RuntimeError):
+    """Another rank failed (``DistContext.fail``) while this one waited at a ``barrier``: this rank
+    stops too, at once, instead of waiting for the process group's timeout. The failed rank prints
+    the error; this one only exits (``empo2.cli`` returns the run-failed status without a message)."""
+
+
+FAILED_KEY = "empo2/failed"
+"""Store key a failing rank sets (its message) so that waiting ranks stop (``DistContext.barrier``)."""
+
+BARRIER_POLL_S = 0.05
+"""How often a rank waiting at ``DistContext.barrier`` looks at the store (seconds)."""
+
+
 @dataclass
 class DistContext:
     """Rank, world size and the collectives the trainer needs.
@@ -48,6 +61,8 @@ class DistContext:
         world: number of processes.
         local_rank: rank on this machine (picks the GPU).
         initialized_here: ``init_distributed`` created the process group (``close`` destroys it).
+        timeout_s: how long ``barrier`` waits for the other ranks before it raises.
+        failed: ``fail`` was called: this rank is ending with an error.
     """
 
     strategy: str = "single"
@@ -55,6 +70,9 @@ class DistContext:
     world: int = 1
     local_rank: int = 0
     initialized_here: bool = False
+    timeout_s: float = 1800.0
+    failed: bool = False
+    _barriers: int = 0
 
     @property
     def distributed(self) -> bool:
@@ -93,12 +111,64 @@ class DistContext:
         dist.all_gather_object(out, obj)
         return out
 
-    def barrier(self) -> None:
-        """Wait for every rank (no-op for ``single``)."""
-        if self.distributed:
-            import torch.distributed as dist
+    def _store(self) -> Any:
+        """The process group's key-value store (None without one)."""
+        import torch.distributed as dist
 
+        if not dist.is_initialized():
+            return None
+        try:
+            from torch.distributed.distributed_c10d import _get_default_store
+
+            return _get_default_store()
+        except Exception:  # noqa: BLE001 - no store API in this torch: plain barriers
+            return None
+
+    def barrier(self) -> None:
+        """Wait for every rank (no-op for ``single``).
+
+        A store-based barrier (the process group's store, polled every ``BARRIER_POLL_S``): while
+        waiting it also watches for another rank's ``fail``, so that when e.g. rank 0 raises during
+        the evaluation the other ranks stop at once rather than at the process group's timeout.
+
+        Raises:
+            RankFailedError: another rank failed, or ``timeout_s`` passed without every rank arriving.
+        """
+        if not self.distributed:
+            return
+        import time
+
+        import torch.distributed as dist
+
+        store = self._store()
+        if store is None:
             dist.barrier()
+            return
+        self._barriers += 1
+        key = f"empo2/barrier/{self._barriers}"
+        store.add(key, 1)
+        deadline = time.monotonic() + self.timeout_s
+        while store.add(key, 0) < self.world:
+            if store.check([FAILED_KEY]):
+                raise RankFailedError(store.get(FAILED_KEY).decode(errors="replace"))
+            if time.monotonic() > deadline:
+                raise RankFailedError(f"rank {self.rank}: the other ranks did not reach barrier {self._barriers} "
+                                      f"within {self.timeout_s:.0f} s")
+            time.sleep(BARRIER_POLL_S)
+
+    def fail(self, error: BaseException | str) -> None:
+        """Tell the other ranks that this one is ending with ``error`` (they stop at their next or
+        current ``barrier`` with ``RankFailedError``); ``close`` then leaves the process group
+        without waiting for them. Never raises; no-op for ``single``."""
+        self.failed = True
+        if not self.distributed or isinstance(error, RankFailedError):
+            return
+        try:
+            store = self._store()
+            if store is not None and not store.check([FAILED_KEY]):
+                store.set(FAILED_KEY, f"rank {self.rank} failed: {type(error).__name__}: {error}"[:2000])
+        except Exception as e:  # noqa: BLE001 - the store may be gone with the failing rank's peers
+            log.debug("could not post the failure to the other ranks: %s", e)
 
     @property
     def comm_device(self) -> torch.device:
@@ -116,6 +186,9 @@ class DistContext:
 
     def close(self) -> None:
         """Destroy the process group if ``init_distributed`` created it. Never raises."""
+        if self.initialized_here and self.failed:  # the peers may be inside a collective: do not wait for them
+            self.initialized_here = False
+            return
         if self.initialized_here:
             try:
                 import torch.distributed as dist
@@ -163,7 +236,7 @@ def init_distributed(strategy: str, device: str = "auto", timeout_s: float = 180
         dist.init_process_group("nccl" if cuda else "gloo", timeout=datetime.timedelta(seconds=timeout_s))
         here = True
     log.info("rank %d/%d (local %d), %s, backend %s", rank, world, local_rank, strategy, dist.get_backend())
-    return DistContext(strategy, rank, world, local_rank, here)
+    return DistContext(strategy, rank, world, local_rank, here, timeout_s=timeout_s)
 
 
 def rank_device(device: str, ctx: DistContext) -> str:

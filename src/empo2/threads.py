@@ -18,6 +18,7 @@ This module must not import torch (or anything that does).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping, MutableMapping
@@ -113,10 +114,8 @@ def decide_omp_wait_policy(busy_cores: float | None, cores: int | None, env: Map
                                   "torch threads: OMP_WAIT_POLICY left unset", threads, free)
     return OmpDecision(
         True,
-        f"machine busy at start ({busy_cores:.2f} of {cores} cores in use by other processes, {max(free, 0.0):.1f} free "
-        f"for {threads} torch threads): setting OMP_WAIT_POLICY=PASSIVE so idle OpenMP threads sleep instead of "
-        f"spinning (spinning makes small ops many times slower under load; on a quiet machine PASSIVE costs "
-        f"~10-30%). Opt out: set OMP_WAIT_POLICY yourself or {OMP_AUTO_ENV}=0.",
+        f"machine busy at start ({busy_cores:.2f} of {cores} cores in use, {max(free, 0.0):.1f} free for {threads} "
+        f"torch threads): OMP_WAIT_POLICY=PASSIVE (idle threads sleep; opt out: {OMP_AUTO_ENV}=0)",
         threads, free)
 
 
@@ -181,6 +180,21 @@ def apply_omp_wait_policy(env: MutableMapping[str, str] | None = None, *, busy_c
     if decision.set_passive:
         env["OMP_WAIT_POLICY"] = "PASSIVE"
     return decision
+
+
+_pending: list[str] = []
+
+
+def defer_warning(reason: str) -> None:
+    """Keep the OpenMP decision's one-line warning until ``announce`` (after the inputs are checked),
+    so that a bad config's one-line error is not preceded by it."""
+    _pending[:] = [reason]
+
+
+def announce() -> None:
+    """Log the deferred OpenMP warning once (``build_setup`` calls it just before the model loads)."""
+    if _pending:
+        logging.getLogger("empo2").warning(_pending.pop())
 
 
 def thread_info() -> dict[str, float]:

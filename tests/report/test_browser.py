@@ -54,7 +54,7 @@ def test_viewer_renders_in_chromium(built_report, chromium, tmp_path):
     assert 'data-rendered="1"' in html, "the viewer script did not finish"
     assert len(re.findall(r'<section class="step">', html)) == 3  # the episode's 3 steps
     assert html.count('<li><pre>') == 2 * 3  # 2 retrieved tips at each of the 3 steps
-    assert "it0-t0-r1" in html and "Take the key." in html
+    assert "it1-t1-r2" in html and "it0-t0-r1" not in html and "Take the key." in html  # 1-based, as the logs
     # iterations are numbered like metrics.jsonl rows, out of the planned count
     assert "iteration 12 of 12  (iter-00012.jsonl)" in html and "of 13" not in html
     # hostile text is shown as text: escaped in the serialised DOM, never parsed into elements
@@ -67,3 +67,19 @@ def test_viewer_renders_in_chromium(built_report, chromium, tmp_path):
     assert res.returncode == 0, res.stderr[-2000:]
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000  # a rendered page, not a blank one
+
+
+def test_viewer_filters_and_evaluations_in_chromium(built_report, chromium, tmp_path):
+    # synthetic run, first iteration: episodes 0 and 2 succeed (75), episode 1 fails (-100)
+    url = built_report.viewer.resolve().as_uri() + "#run=1&it=0&ep=0&score=negative"
+    html = _chromium(chromium, tmp_path / "p1", "--dump-dom", url).stdout
+    assert 'data-rendered="1"' in html
+    assert len(re.findall(r'<div class="ep-id">', html)) == 1  # only the failed episode is listed
+    assert "<h2>it1-t1-r2</h2>" in html  # and shown, though ep=0 was asked (it does not pass the filter)
+    assert "1 match the filters" in html
+    # the real run: iterations 1..3, then its evaluations; index 4 = eval_after.json
+    url = built_report.viewer.resolve().as_uri() + "#run=0&it=4&ep=0"
+    html = _chromium(chromium, tmp_path / "p2", "--dump-dom", url).stdout
+    assert "evaluation after training (test split)" in html and "<h2>eval-after-e1</h2>" in html
+    assert len(re.findall(r'<div class="ep-id">', html)) == 2
+    assert 'class="step"' in html  # its actions, as steps

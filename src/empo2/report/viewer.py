@@ -1,7 +1,8 @@
 """The static trajectory viewer: one self-contained HTML file (inline CSS/JS, data as JSON).
 
-The page needs no server: open ``viewer.html`` from disk. Pick a run, an iteration and an
-episode; the episode shows its task, then each step's observation, retrieved tips, the model's
+The page needs no server: open ``viewer.html`` from disk. Pick a run, an iteration (or one of
+the run's evaluations) and an episode, narrowed by variation, mode and score; ids and numbers are
+1-based, as in the logs (``display_id``). The episode shows its task, then each step's observation, retrieved tips, the model's
 raw text and the executed action (valid / corrected flags), reward and score, then the tip the
 episode wrote and its EMPO² mode.
 
@@ -9,8 +10,8 @@ Safety: the data sits in a ``<script type="application/json">`` block in which e
 and ``&`` is written as a ``\\uXXXX`` escape, so no text (``</script>``, ``<tip>``) can end the
 block; the script puts text into the page with ``textContent`` only, never as HTML.
 
-Size: a run's trajectories can be large, so only the first and last few iterations, and the
-first few episodes of each, are embedded (``ViewerLimits``); the page says what was left out.
+Size: a run's trajectories can be large, so only the first and last few iterations, and up to
+``episodes_per_iteration`` episodes of each spread over its variations, are embedded (``ViewerLimits``); the page says what was left out.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,13 +35,14 @@ class ViewerLimits:
     Attributes:
         first_iterations: embed this many of the earliest iterations…
         last_iterations: …and this many of the latest.
-        episodes_per_iteration: at most this many episodes per iteration (in file order).
+        episodes_per_iteration: at most this many episodes per iteration (and per evaluation), spread
+            over the (task, variation) groups (``spread``).
         max_text_chars: longer texts (observations, model output, tips) are cut, with a marker.
     """
 
     first_iterations: int = 2
     last_iterations: int = 3
-    episodes_per_iteration: int = 8
+    episodes_per_iteration: int = 32
     max_text_chars: int = 4000
 
     def __post_init__(self) -> None:
@@ -73,33 +76,118 @@ def cut(text: Any, limit: int) -> str:
     return s if len(s) <= limit else s[:limit] + f"\n… [{len(s) - limit} more characters not embedded]"
 
 
+_ID = re.compile(r"^it(\d+)-t(\d+)-r(\d+)$")
+
+
+def display_id(stored: str) -> str:
+    """The 1-based id a user sees for a stored episode id: ``it2-t0-r3`` → ``it3-t1-r4``.
+
+    ``Trajectory.id`` numbers iteration, task instance and rollout from 0 (seeds and sorting use
+    it); the logs, ``metrics.jsonl`` rows and ``trajectories/iter-K.jsonl`` count from 1, so the
+    viewer shows every part +1. Any other id is shown as stored.
+    """
+    m = _ID.match(stored)
+    return f"it{int(m[1]) + 1}-t{int(m[2]) + 1}-r{int(m[3]) + 1}" if m else stored
+
+
+_STEP_ENTRY = re.compile(r"^(?P<tip>.*); At that timestep, the specific action you took was (?P<action>.*); "
+                         r"(?P<score>Eventually you got the score [^;]*)$", re.S)
+
+
+def unique_tips(tips: list[Any], limit: int) -> list[str]:
+    """The retrieved tips of one step as the viewer lists them: each tip once, in retrieval order.
+
+    The per-step memory entries of one episode (``entry_text: per_step``) carry the same tip with
+    each step's action (``memory.text.step_entry_text``); retrieved together they are one item,
+    ``"{tip} (actions at those steps: a1 · a2; Eventually you got the score R/100.)"``. Identical
+    texts are listed once. Texts are cut to ``limit`` characters.
+    """
+    groups: dict[tuple[str, str], list[str]] = {}
+    for t in tips:
+        text = "" if t is None else str(t)
+        m = _STEP_ENTRY.match(text)
+        key = (m["tip"], m["score"]) if m else (text, "")
+        acts = groups.setdefault(key, [])
+        if m and m["action"] not in acts:
+            acts.append(m["action"])
+    out = []
+    for (tip, score), acts in groups.items():
+        out.append(cut(f"{tip} (actions at those steps: {' · '.join(acts)}; {score})" if acts else tip, limit))
+    return out
+
+
 def _episode(rec: dict[str, Any], limit: int) -> dict[str, Any]:
     """The viewer's copy of one ``trajectories/iter-K.jsonl`` record (known fields, texts cut)."""
-    steps = [{"observation": cut(s.get("observation"), limit), "tips": [cut(t, limit) for t in s.get("tips") or []],
+    steps = [{"observation": cut(s.get("observation"), limit), "tips": unique_tips(s.get("tips") or [], limit),
               "raw": cut(s.get("raw"), limit), "action": cut(s.get("action"), limit), "valid": s.get("valid"),
               "corrected": s.get("corrected"), "reward": s.get("reward"), "score": s.get("score"),
               "intrinsic": s.get("intrinsic")} for s in rec.get("steps") or []]
-    return {"id": str(rec.get("id", "")), "task": str(rec.get("task", "")), "variation": rec.get("variation"),
-            "mode": str(rec.get("mode", "")), "score": rec.get("score"), "success": rec.get("success"),
-            "crashed": rec.get("crashed"), "tip": cut(rec.get("tip"), limit),
+    stored = str(rec.get("id", ""))
+    return {"id": display_id(stored), "stored_id": stored, "task": str(rec.get("task", "")),
+            "variation": rec.get("variation"), "mode": str(rec.get("mode", "")), "score": rec.get("score"),
+            "success": rec.get("success"), "crashed": rec.get("crashed"), "tip": cut(rec.get("tip"), limit),
             "task_description": cut(rec.get("task_description"), limit), "steps": steps}
 
 
+def spread(items: list[dict[str, Any]], cap: int) -> list[dict[str, Any]]:
+    """At most ``cap`` of ``items``, taken round-robin over their (task, variation) groups so every
+    variation is shown (not the first ``cap`` in file order, which is one group), file order kept."""
+    if len(items) <= cap:
+        return items
+    groups: dict[tuple[str, Any], list[int]] = {}
+    for i, e in enumerate(items):
+        groups.setdefault((e["task"], e["variation"]), []).append(i)
+    chosen: list[int] = []
+    queues = list(groups.values())
+    while len(chosen) < cap:
+        for q in queues:
+            if q and len(chosen) < cap:
+                chosen.append(q.pop(0))
+    return [items[i] for i in sorted(chosen)]
+
+
 def _read_episodes(path: Path, cap: int, limit: int) -> tuple[list[dict[str, Any]], int]:
-    """Up to ``cap`` episodes of one iteration file, and how many lines the file has."""
+    """Up to ``cap`` episodes of one iteration file (spread over its variations), and how many it has."""
     eps: list[dict[str, Any]] = []
-    total = 0
     with path.open() as f:
         for line in f:
             if not line.strip():
                 continue
-            total += 1
-            if len(eps) < cap:
-                try:
-                    eps.append(_episode(json.loads(line), limit))
-                except json.JSONDecodeError:  # a line cut by a crash
-                    total -= 1
-    return eps, total
+            try:
+                eps.append(_episode(json.loads(line), limit))
+            except json.JSONDecodeError:  # a line cut by a crash
+                continue
+    return spread(eps, cap), len(eps)
+
+
+_EVAL_TITLES = {"before": "evaluation before training", "after": "evaluation after training"}
+
+
+def eval_views(run: RunData, cap: int, limit: int) -> list[dict[str, Any]]:
+    """The run's evaluation episodes (``eval_before`` / ``eval_iterK`` / ``eval_after``) as viewer
+    iterations with ``kind: "eval"``. Evaluation files record each episode's task, variation, score,
+    success and actions (not observations), so the steps show the actions only."""
+    def order(tag: str) -> tuple[int, int]:
+        return (0, 0) if tag == "before" else (2, 0) if tag == "after" else (1, int(tag[4:]))
+
+    out = []
+    for tag in sorted(run.evals, key=order):
+        d = run.evals[tag]
+        eps = []
+        for k, e in enumerate(d.get("episodes") or []):
+            if not isinstance(e, dict):
+                continue
+            steps = [{"observation": None, "tips": [], "raw": cut(a, limit), "action": cut(a, limit), "valid": None,
+                      "corrected": None, "reward": None, "score": None, "intrinsic": None}
+                     for a in e.get("actions") or []]
+            eps.append({"id": f"eval-{tag}-e{k + 1}", "stored_id": "", "task": str(e.get("task", "")),
+                        "variation": e.get("variation"), "mode": "eval", "score": e.get("score"),
+                        "success": e.get("success"), "crashed": e.get("crashed"), "tip": None,
+                        "task_description": None, "steps": steps, "eval": True})
+        title = _EVAL_TITLES.get(tag, f"evaluation after iteration {tag[4:]}")
+        out.append({"kind": "eval", "index": -1, "iteration": None, "title": f"{title} ({d.get('split', '?')} split)",
+                    "file": f"eval_{tag}.json", "total_episodes": len(eps), "episodes": spread(eps, cap)})
+    return out
 
 
 def iteration_numbers(run: RunData) -> tuple[int, int]:
@@ -129,14 +217,15 @@ def viewer_run(run: RunData, limits: ViewerLimits) -> dict[str, Any]:
     for it, path in chosen:
         eps, total = _read_episodes(path, limits.episodes_per_iteration, limits.max_text_chars)
         cut_episodes |= total > len(eps)
-        iterations.append({"index": it, "iteration": it + offset, "file": path.name, "total_episodes": total,
-                           "episodes": eps})
+        iterations.append({"kind": "train", "index": it, "iteration": it + offset, "file": path.name,
+                           "total_episodes": total, "episodes": eps})
+    iterations += eval_views(run, limits.episodes_per_iteration, limits.max_text_chars)
     notes = []
     if len(chosen) < len(run.trajectory_files):
         notes.append(f"{len(chosen)} of {len(run.trajectory_files)} iterations embedded "
                      f"(first {limits.first_iterations}, last {limits.last_iterations})")
     if cut_episodes:
-        notes.append(f"at most {limits.episodes_per_iteration} episodes per iteration")
+        notes.append(f"at most {limits.episodes_per_iteration} episodes per iteration (spread over its variations)")
     return {"name": run.name, "algorithm": run.algorithm.value, "path": str(run.path), "iterations": iterations,
             "total_iterations": len(run.trajectory_files), "planned_iterations": planned, "note": "; ".join(notes)}
 
@@ -172,6 +261,9 @@ def render_viewer(data: dict[str, Any], title: str = "empo2 trajectories") -> st
   <h1>{html.escape(title)}</h1>
   <label>Run <select id="run"></select></label>
   <label>Iteration <select id="iteration"></select></label>
+  <label>Variation <select id="f-variation"></select></label>
+  <label>Mode <select id="f-mode"></select></label>
+  <label>Score <select id="f-score"></select></label>
   <span class="hint">keys: j / k next / previous episode</span>
 </header>
 <div id="note" class="note"></div>

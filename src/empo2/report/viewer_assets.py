@@ -1,8 +1,9 @@
 """Inline CSS and JavaScript of the trajectory viewer (kept as strings so the page is one file).
 
 The script reads the JSON block ``#viewer-data`` and builds the page with ``textContent`` only:
-no data string is ever parsed as HTML. State (run, iteration, episode) lives in the URL hash
-(``#run=0&it=1&ep=2``) so a view can be linked; ``j`` / ``k`` step through episodes.
+no data string is ever parsed as HTML. State (run, iteration or evaluation, episode, and the
+variation / mode / score filters) lives in the URL hash (``#run=0&it=1&ep=2&score=success``) so
+a view can be linked; ``j`` / ``k`` step through the episodes that pass the filters.
 """
 
 CSS = r"""
@@ -63,9 +64,11 @@ JS = r"""
 (function () {
   "use strict";
   var DATA = JSON.parse(document.getElementById("viewer-data").textContent);
-  var MODES = {plain: "plain · no tips", on_policy_tips: "tips · on-policy update",
+  var MODES = {eval: "evaluation · no memory", plain: "plain · no tips", on_policy_tips: "tips · on-policy update",
                off_policy: "tips · off-policy update"};
-  var state = {run: 0, it: 0, ep: 0};
+  var SCORES = [["all", "any score"], ["success", "success"], ["positive", "score > 0"], ["zero", "score = 0"],
+                ["negative", "score < 0 (failed)"]];
+  var state = {run: 0, it: 0, ep: 0, variation: "all", mode: "all", score: "all"};
   var $ = function (id) { return document.getElementById(id); };
 
   function el(tag, cls, text) {
@@ -90,6 +93,32 @@ JS = r"""
   function curRun() { return runs()[state.run]; }
   function curIt() { var r = curRun(); return r ? r.iterations[state.it] : undefined; }
   function curEp() { var i = curIt(); return i ? i.episodes[state.ep] : undefined; }
+  function passes(e) {
+    if (state.variation !== "all" && String(e.task + " v" + e.variation) !== state.variation) return false;
+    if (state.mode !== "all" && e.mode !== state.mode) return false;
+    var sc = typeof e.score === "number" ? e.score : 0;
+    if (state.score === "success") return !!e.success;
+    if (state.score === "positive") return sc > 0;
+    if (state.score === "zero") return sc === 0;
+    if (state.score === "negative") return sc < 0;
+    return true;
+  }
+  function shown() {  // indices of the current iteration's episodes that pass the filters
+    var i = curIt(), out = [];
+    if (i) i.episodes.forEach(function (e, k) { if (passes(e)) out.push(k); });
+    return out;
+  }
+  function fillFilter(id, values, labels, current) {
+    var sel = $(id); clear(sel);
+    values.forEach(function (v, k) { var o = el("option", null, labels[k]); o.value = v; sel.appendChild(o); });
+    sel.value = values.indexOf(current) >= 0 ? current : "all";
+    return sel.value;
+  }
+  function lastTrain(r) {  // the newest training iteration (the run's evaluations follow the iterations)
+    var k = r.iterations.length - 1;
+    while (k > 0 && r.iterations[k].kind === "eval") k--;
+    return Math.max(k, 0);
+  }
   function clamp(v, n) { v = parseInt(v, 10); return isNaN(v) || v < 0 ? 0 : Math.min(v, Math.max(n - 1, 0)); }
 
   function readHash() {
@@ -99,12 +128,16 @@ JS = r"""
     });
     state.run = clamp(h.run, runs().length);
     var r = curRun();
-    state.it = r ? clamp(h.it === undefined ? r.iterations.length - 1 : h.it, r.iterations.length) : 0;
+    state.it = r ? clamp(h.it === undefined ? lastTrain(r) : h.it, r.iterations.length) : 0;
     var i = curIt();
     state.ep = i ? clamp(h.ep, i.episodes.length) : 0;
+    ["variation", "mode", "score"].forEach(function (k) { state[k] = h[k] ? decodeURIComponent(h[k]) : "all"; });
   }
   function writeHash() {
     var h = "#run=" + state.run + "&it=" + state.it + "&ep=" + state.ep;
+    ["variation", "mode", "score"].forEach(function (k) {
+      if (state[k] !== "all") h += "&" + k + "=" + encodeURIComponent(state[k]);
+    });
     if (location.hash !== h) history.replaceState(null, "", h);
   }
 
@@ -117,10 +150,23 @@ JS = r"""
     rs.value = state.run;
     var r = curRun();
     if (r) r.iterations.forEach(function (it, k) {
-      var o = el("option", null, "iteration " + it.iteration + " of " + r.planned_iterations + "  (" + it.file + ")");
+      var text = it.kind === "eval" ? it.title + "  (" + it.file + ")"
+        : "iteration " + it.iteration + " of " + r.planned_iterations + "  (" + it.file + ")";
+      var o = el("option", null, text);
       o.value = k; is.appendChild(o);
     });
     is.value = state.it;
+    var i = curIt(), vs = ["all"], ms = ["all"];
+    if (i) i.episodes.forEach(function (e) {
+      var v = e.task + " v" + e.variation;
+      if (vs.indexOf(v) < 0) vs.push(v);
+      if (ms.indexOf(e.mode) < 0) ms.push(e.mode);
+    });
+    state.variation = fillFilter("f-variation", vs, ["all"].concat(vs.slice(1)), state.variation);
+    state.mode = fillFilter("f-mode", ms, ["all"].concat(ms.slice(1).map(function (m) { return MODES[m] || m; })),
+                            state.mode);
+    state.score = fillFilter("f-score", SCORES.map(function (x) { return x[0]; }),
+                             SCORES.map(function (x) { return x[1]; }), state.score);
     $("note").textContent = r && r.note ? r.path + ": " + r.note + "." : "";
   }
 
@@ -128,11 +174,14 @@ JS = r"""
     var nav = $("episodes"), it = curIt();
     clear(nav);
     if (!it) return;
-    var eps = it.episodes, scores = 0, wins = 0;
-    eps.forEach(function (e) { scores += Math.max(e.score || 0, 0); wins += e.success ? 1 : 0; });
-    nav.appendChild(el("div", "summary", eps.length + " of " + it.total_episodes + " episodes shown · mean score " +
-      num(eps.length ? scores / eps.length : NaN) + " · success " + wins + "/" + eps.length));
-    eps.forEach(function (e, k) {
+    var idx = shown(), scores = 0, wins = 0;
+    idx.forEach(function (k) { var e = it.episodes[k]; scores += Math.max(e.score || 0, 0); wins += e.success ? 1 : 0; });
+    var filtered = idx.length < it.episodes.length ? " (" + idx.length + " match the filters)" : "";
+    nav.appendChild(el("div", "summary", it.episodes.length + " of " + it.total_episodes + " episodes embedded" +
+      filtered + " · mean score " + num(idx.length ? scores / idx.length : NaN) + " · success " + wins + "/" +
+      idx.length));
+    idx.forEach(function (k) {
+      var e = it.episodes[k];
       var b = el("button", k === state.ep ? "active" : null);
       b.appendChild(el("div", "ep-id", e.id));
       var meta = el("div", "ep-meta", e.task + " v" + e.variation + " · " + e.mode + " ");
@@ -151,12 +200,14 @@ JS = r"""
     if (s.valid === false) badge(head, "invalid action", "bad", "the environment rejected the action");
     else if (s.valid === true) badge(head, "valid", "ok");
     if (s.corrected) badge(head, "corrected", "warn", "the model text was corrected to a valid action");
-    badge(head, "reward " + signed(s.reward), s.reward > 0 ? "ok" : s.reward < 0 ? "bad" : null);
-    badge(head, "score " + num(s.score), "info");
+    if (typeof s.reward === "number") badge(head, "reward " + signed(s.reward), s.reward > 0 ? "ok" : s.reward < 0 ? "bad" : null);
+    if (typeof s.score === "number") badge(head, "score " + num(s.score), "info");
     if (typeof s.intrinsic === "number" && s.intrinsic !== 0) badge(head, "r_int " + num(s.intrinsic, 3), "tip");
     card.appendChild(head);
-    card.appendChild(el("div", "label", "Observation"));
-    card.appendChild(el("pre", "obs", s.observation));
+    if (s.observation !== null && s.observation !== undefined) {
+      card.appendChild(el("div", "label", "Observation"));
+      card.appendChild(el("pre", "obs", s.observation));
+    }
     if (s.tips && s.tips.length) {
       card.appendChild(el("div", "label", "Retrieved tips (" + s.tips.length + ")"));
       var ol = el("ol", "tips");
@@ -184,6 +235,7 @@ JS = r"""
     var main = $("episode"), e = curEp();
     clear(main);
     if (!e) { main.appendChild(el("p", "empty", "No trajectories in this run.")); return; }
+    if (!passes(e)) { main.appendChild(el("p", "empty", "No episode of this iteration matches the filters.")); return; }
     main.appendChild(el("h2", null, e.id));
     var b = el("div", "badges");
     badge(b, e.task + " · variation " + e.variation, "info");
@@ -193,22 +245,35 @@ JS = r"""
     if (e.crashed) badge(b, "environment crashed", "bad");
     badge(b, e.steps.length + " steps");
     main.appendChild(b);
-    main.appendChild(el("div", "label", "Task"));
-    main.appendChild(el("div", "box task", e.task_description || "(no task description recorded)"));
+    if (e.eval) {
+      main.appendChild(el("p", "empty", "An evaluation episode (no memory, no update): evaluation files record " +
+                                         "its actions and scores, not its observations."));
+    } else {
+      main.appendChild(el("div", "label", "Task"));
+      main.appendChild(el("div", "box task", e.task_description || "(no task description recorded)"));
+    }
     var steps = el("div", "steps");
     e.steps.forEach(function (s, k) { steps.appendChild(renderStep(s, k)); });
     main.appendChild(steps);
+    if (e.eval) return;
     main.appendChild(el("div", "label", "Tip written after this episode"));
     var tb = el("div", "box tipbox");
     if (e.tip) tb.appendChild(el("pre", "tip", e.tip)); else tb.appendChild(el("span", "empty", "(no tip)"));
     main.appendChild(tb);
   }
 
-  function update() { writeHash(); fillSelects(); renderList(); renderEpisode(); }
+  function firstShown() {  // keep the episode if it passes the filters, else the first one that does
+    var idx = shown();
+    if (idx.length && idx.indexOf(state.ep) < 0) state.ep = idx[0];
+  }
+  function update() { fillSelects(); firstShown(); writeHash(); renderList(); renderEpisode(); }
+  ["variation", "mode", "score"].forEach(function (k) {
+    $("f-" + k).addEventListener("change", function (ev) { state[k] = ev.target.value; update(); });
+  });
 
   $("run").addEventListener("change", function (ev) {
     state.run = clamp(ev.target.value, runs().length);
-    var r = curRun(); state.it = r ? Math.max(r.iterations.length - 1, 0) : 0; state.ep = 0; update();
+    var r = curRun(); state.it = r ? lastTrain(r) : 0; state.ep = 0; update();
   });
   $("iteration").addEventListener("change", function (ev) {
     var r = curRun(); state.it = clamp(ev.target.value, r ? r.iterations.length : 0); state.ep = 0; update();
@@ -216,12 +281,14 @@ JS = r"""
   document.addEventListener("keydown", function (ev) {
     var it = curIt();
     if (!it || ev.target.tagName === "SELECT") return;
-    if (ev.key === "j") state.ep = Math.min(state.ep + 1, it.episodes.length - 1);
-    else if (ev.key === "k") state.ep = Math.max(state.ep - 1, 0);
+    var idx = shown(), pos = idx.indexOf(state.ep);
+    if (!idx.length) return;
+    if (ev.key === "j") state.ep = idx[Math.min(pos + 1, idx.length - 1)];
+    else if (ev.key === "k") state.ep = idx[Math.max(pos - 1, 0)];
     else return;
     update(); window.scrollTo(0, 0);
   });
-  window.addEventListener("hashchange", function () { readHash(); fillSelects(); renderList(); renderEpisode(); });
+  window.addEventListener("hashchange", function () { readHash(); fillSelects(); firstShown(); renderList(); renderEpisode(); });
   readHash();
   update();
   document.body.setAttribute("data-rendered", "1");

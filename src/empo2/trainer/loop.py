@@ -225,7 +225,8 @@ class Trainer:
                 if dropped:
                     log.warning("resume: rolled the memory back to the checkpoint (%d entries written after it dropped)",
                                 dropped)
-        except BaseException:  # the JVMs and the memory file are not left open by a refused resume
+        except BaseException as e:  # the JVMs and the memory file are not left open by a refused resume
+            self.dist.fail(e)
             self.method.close()
             self.setup.close()
             self.dist.close()
@@ -350,7 +351,7 @@ class Trainer:
             t0 = time.perf_counter()
             with self.progress.phase(f"{label} tips") as ph:
                 metrics.update(self.method.after_rollout(trajs, it))
-                ph.note(tips_note(metrics))
+                ph.note(tips_note(metrics, during_rollout=timings.get("time/tips")))
             timings["time/tips"] = timings.get("time/tips", 0.0) + time.perf_counter() - t0  # + during rollout
             release_free_memory()
         else:
@@ -482,6 +483,9 @@ class Trainer:
                         ph.note(checkpoint_note(self.checkpoint(it + 1, m), self.dist.is_main))
             if c.eval.before_after and c.trainer.iterations > 0:
                 out["after"] = self.run_eval("after", c.trainer.iterations)
+        except BaseException as e:  # under torchrun the other ranks stop at their barrier instead of timing out
+            self.dist.fail(e)
+            raise
         finally:
             self.close()
         out["checkpoint_error"] = self.checkpoint_error

@@ -288,11 +288,29 @@ def model_note(policy: Any, source: Any) -> str:
     return f"{source}, {n / 1e6:.1f} M parameters on {dev}{lora}"
 
 
-def tips_note(metrics: dict[str, float]) -> str:
-    """``tips written 32, memory size 180`` from the EMPO² runtime's ``memory/`` metrics (absent ones left out)."""
-    return ", ".join(f"{label} {v}" for label, key in (("tips written", "memory/tips_written"),
-                                                       ("memory size", "memory/size"))
-                     if (v := _num(metrics, key, "{:.0f}")) is not None)
+def tips_note(metrics: dict[str, float], during_rollout: float | None = None) -> str:
+    """``32 tips written (180 memory entries added), memory 397 entries; 1 min 29 s of it during the rollout``.
+
+    A tip is one sentence per finished episode; the memory holds *entries* (one per step of the
+    episode with ``entry_text: per_step``, each carrying the tip), so the two counts are named apart.
+
+    Args:
+        metrics: the EMPO² runtime's ``memory/`` metrics (absent ones left out).
+        during_rollout: seconds of tip sampling already spent during the rollout (``after_wave``:
+            each wave's tips are sampled from its kept KV caches), so that this phase's "done in"
+            plus this figure is the iteration summary's ``tips`` time; None or 0 leaves it out.
+    """
+    num = {k: _num(metrics, k, "{:.0f}") for k in ("memory/tips_written", "memory/entries_added", "memory/size")}
+    parts = []
+    if num["memory/tips_written"] is not None:
+        added = f" ({num['memory/entries_added']} memory entries added)" if num["memory/entries_added"] is not None else ""
+        parts.append(f"{num['memory/tips_written']} tips written{added}")
+    if num["memory/size"] is not None:
+        parts.append(f"memory {num['memory/size']} entries")
+    text = ", ".join(parts)
+    if during_rollout:
+        text += f"; tips sampled during the rollout took {fmt_duration(during_rollout)} more"
+    return text
 
 
 def table_before_after(before: Any, after: Any, console: Any = None) -> None:

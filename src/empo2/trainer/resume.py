@@ -69,3 +69,35 @@ def check_memory_matches(path: Path, ckpt: Path | None, state: dict[str, Any], s
     else:
         why = f"its {n} entries differ from the checkpoint's (another run's memory, or edited)"
     raise CheckpointError(f"--resume: {path} does not belong to checkpoint {ckpt}: {why}; {fix}")
+
+
+def finished_run(run_dir: Path, iterations: int, wants_eval_after: bool) -> int | None:
+    """The iteration count of a run that ``--resume`` would have nothing left to do for, else None.
+
+    A run is finished when its newest checkpoint (``checkpoints/last``, or the newest numbered one)
+    is at iteration ``iterations`` and, if the config asks for the final evaluation
+    (``eval.before_after``), ``eval_after.json`` is written. Resuming such a run would only re-run
+    the final evaluation, overwrite ``eval_after.json`` and log its rows to ``metrics.jsonl`` again;
+    ``empo2 train --resume`` reports it instead and changes nothing. A run whose final evaluation did
+    not happen (stopped after the last checkpoint) is not finished: resuming runs just that evaluation.
+
+    Args:
+        run_dir: the run folder.
+        iterations: ``trainer.iterations`` of the resumed config (a larger value than the
+            checkpoint's continues training, so the run is not finished).
+        wants_eval_after: ``eval.before_after`` of the resumed config.
+
+    Raises:
+        CheckpointError: the newest checkpoint's ``state.json`` is unreadable (names the file and the fix).
+    """
+    from empo2.trainer.checkpoint import find_checkpoint, load_state
+
+    ckpt = find_checkpoint(Path(run_dir) / "checkpoints")
+    if ckpt is None:
+        return None
+    done = int(load_state(ckpt)["iteration"])
+    if done != iterations or iterations == 0:
+        return None
+    if wants_eval_after and not (Path(run_dir) / "eval_after.json").is_file():
+        return None
+    return done

@@ -315,7 +315,7 @@ def regenerate(path: Path = VARIATIONS_PATH) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m empo2.envs.scienceworld.tasks [--regenerate]``: list tasks or rebuild the cache."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
     parser.add_argument("--regenerate", action="store_true", help="rebuild variations.json with a JVM")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")

@@ -48,7 +48,7 @@ def _make_catalogue(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry point: ``python -m empo2.envs.webshop.cli make-catalogue --out DIR``."""
-    parser = argparse.ArgumentParser(prog="empo2")
+    parser = argparse.ArgumentParser(allow_abbrev=False, prog="empo2")
     add_cli(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["webshop", *(argv if argv is not None else __import__("sys").argv[1:])])
     return args.fn(args)

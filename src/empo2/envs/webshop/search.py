@@ -23,6 +23,8 @@ import Stemmer
 
 from empo2.envs.webshop.data import Product
 
+logging.getLogger("bm25s").setLevel(logging.WARNING)  # bm25s sets DEBUG on import: keep piped logs quiet
+
 log = logging.getLogger(__name__)
 
 SEARCH_RETURN_N = 50

@@ -1,0 +1,154 @@
+"""First-hour behaviours of the CLI (issue 23): strict options, a finished run left untouched by
+``--resume``, ``empo2 eval`` writing next to the run with the training evaluation's seed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from empo2.cli import build_parser, main
+from tests.runcfg import write_config
+
+BASE = {
+    "model": {"name_or_path": "tiny-random"},
+    "env": {"name": "tiny", "tasks": ["fetch-key"], "max_turns": 4, "num_workers": 4},
+    "action": {"mode": "constrained", "max_new_tokens": 6},
+    "rollout": {"tasks_per_iteration": 2, "group_size": 2},
+    "eval": {"episodes": 3, "before_after": True},
+    "trainer": {"iterations": 1, "lr": 1.0e-3, "tensorboard": False},
+}
+
+
+def _parsers(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    out = [p]
+    for a in p._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            for sub in a.choices.values():
+                out += _parsers(sub)
+    return out
+
+
+def test_every_parser_refuses_abbreviations():
+    parsers = _parsers(build_parser())
+    assert len(parsers) > 10  # the plug-ins' sub-commands are in the walk
+    assert all(not q.allow_abbrev for q in parsers), [q.prog for q in parsers if q.allow_abbrev]
+
+
+def test_abbreviated_resume_is_an_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        build_parser().parse_args(["train", "--config", "x.yaml", "--resum"])
+    assert e.value.code == 2
+    assert "--resum" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("ux")
+    cfg = write_config(tmp, BASE, "done")
+    assert main(["train", "--config", str(cfg)]) == 0
+    return cfg, tmp / "runs" / "done"
+
+
+def test_resume_of_a_finished_run_changes_nothing(finished, capsys):
+    cfg, run = finished
+    files = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in
+             (run / "metrics.jsonl", run / "eval_after.json", run / "eval_before.json")}
+    capsys.readouterr()
+    assert main(["train", "--config", str(cfg), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "already finished its 1 iterations" in out and "trainer.iterations=2" in out
+    for p, (mtime, data) in files.items():
+        assert p.read_bytes() == data and p.stat().st_mtime_ns == mtime, p
+
+
+def test_resume_runs_a_missing_final_evaluation(tmp_path):
+    cfg = write_config(tmp_path, BASE, "noeval")
+    assert main(["train", "--config", str(cfg)]) == 0
+    run = tmp_path / "runs" / "noeval"
+    (run / "eval_after.json").unlink()
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    kept = [r for r in rows if not any(k.startswith("eval/") for k in r) or r["iteration"] == 0]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
+    assert main(["train", "--config", str(cfg), "--resume"]) == 0
+    assert (run / "eval_after.json").is_file()
+
+
+def test_eval_of_the_final_checkpoint_matches_eval_after_and_writes_next_to_the_run(finished, capsys):
+    cfg, run = finished
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(run / "checkpoints" / "last")]) == 0
+    assert "evaluation stream of iteration 1" in capsys.readouterr().out
+    out = run / "eval_test-iter-00001.json"
+    assert out.is_file()
+    assert not list((run / "checkpoints").rglob("eval_*.json"))  # nothing inside a checkpoint folder
+    after = json.loads((run / "eval_after.json").read_text())
+    got = json.loads(out.read_text())
+    assert got["episodes"] == after["episodes"]
+    assert got["overall"] == after["overall"]
+    # another stream is another sample of the same episodes (same tasks and variations)
+    assert main(["eval", "--checkpoint", str(run / "checkpoints" / "last"), "--seed-iteration", "7",
+                 "--out", str(run / "other.json")]) == 0
+    other = json.loads((run / "other.json").read_text())
+    assert [(e["task"], e["variation"]) for e in other["episodes"]] == [(e["task"], e["variation"])
+                                                                        for e in after["episodes"]]
+    assert [e["actions"] for e in other["episodes"]] != [e["actions"] for e in after["episodes"]]
+
+
+def test_adapt_with_a_bad_task_name_creates_no_folder(finished, capsys):
+    _, run = finished
+    assert main(["adapt", "--checkpoint", str(run / "checkpoints" / "last"), "--tasks", "no-such-task"]) == 2
+    assert "no-such-task" in capsys.readouterr().err
+    assert not list(run.glob("adapt-*"))
+
+
+def test_memory_show_counts_iterations_from_one(tmp_path, capsys):
+    import numpy as np
+
+    from empo2.memory.store import MemoryStore, build_entries
+
+    key = np.ones(4, dtype=np.float32) / 2.0
+    with MemoryStore(tmp_path / "memory.sqlite", dim=4) as s:
+        s.add(build_entries("b", key, "k", "first tip", 10.0, 0, ["look"]))   # stored iteration 0 = the logs' 1
+        s.add(build_entries("b", key, "k", "second tip", 20.0, 1, ["go"]))
+    assert main(["memory", "show", str(tmp_path)]) == 0
+    rows = {line.split("│")[4].strip(): line.split("│")[3].strip()
+            for line in capsys.readouterr().out.splitlines() if line.count("│") == 5 and "tip" in line.split("│")[4]}
+    assert rows == {"first tip": "1", "second tip": "2"}
+
+
+def test_libraries_log_warnings_only_and_empo2_info(monkeypatch):
+    import logging
+
+    from empo2.cli import _setup_logging
+    import empo2.envs.webshop.search  # noqa: F401 - bm25s sets its logger to DEBUG when imported
+
+    _setup_logging(False)
+    assert logging.getLogger("bm25s").getEffectiveLevel() >= logging.WARNING
+    assert logging.getLogger("some.library").getEffectiveLevel() >= logging.WARNING
+    assert logging.getLogger("empo2.trainer.loop").getEffectiveLevel() == logging.INFO
+    _setup_logging(False, listing=True)  # empo2 envs: no set-up lines inside its tables
+    assert logging.getLogger("empo2.envs.webshop.data").getEffectiveLevel() == logging.WARNING
+    _setup_logging(True)
+    assert logging.getLogger("empo2.x").getEffectiveLevel() == logging.DEBUG
+    _setup_logging(False)
+
+
+def test_a_config_error_is_not_preceded_by_the_busy_machine_warning(tmp_path, monkeypatch, capsys, caplog):
+    import empo2.threads as threads
+
+    monkeypatch.setattr(threads, "apply_omp_wait_policy",
+                        lambda: threads.OmpDecision(True, "machine busy at start (test)"))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("trainer: {iterations: -1}\n")
+    assert main(["train", "--config", str(bad)]) == 2
+    out = capsys.readouterr()
+    assert "trainer.iterations" in out.err
+    assert "machine busy" not in out.out + out.err + caplog.text
+    # once the inputs are checked, the model load says it, once, on one line
+    with caplog.at_level("WARNING", logger="empo2"):
+        threads.announce()
+        threads.announce()
+    assert caplog.text.count("machine busy at start (test)") == 1
