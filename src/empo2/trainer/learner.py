@@ -160,6 +160,31 @@ def split_mini_batches(samples: list[PackedSample], size: int, unit: str) -> lis
     return out
 
 
+def mini_batch_plan(samples: list[PackedSample], *, epochs: int, size: int, unit: str, shuffle: bool, seed: int,
+                    iteration: int) -> list[list[PackedSample]]:
+    """The optimiser steps of one update: for each of ``epochs`` passes, the samples shuffled (when
+    ``shuffle`` and ``size > 0``; permutation seeded by ``(seed, iteration, epoch)``) and cut into
+    mini-batches by ``split_mini_batches(order, size, unit)``; one AdamW step per mini-batch
+    (docs/algorithms.md, "Mini-batches and optimiser steps"). A pure function: no model, no process group.
+
+    Returns:
+        ``epochs`` × (mini-batches per epoch) lists of samples, in the order they are stepped on.
+
+    Raises:
+        ValueError: ``epochs < 1`` (and whatever ``split_mini_batches`` rejects).
+    """
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    plan: list[list[PackedSample]] = []
+    for epoch in range(epochs):
+        order = list(samples)
+        if size > 0 and shuffle:
+            rng = np.random.default_rng([seed, iteration, epoch, 11])
+            order = [order[i] for i in rng.permutation(len(order))]
+        plan.extend(split_mini_batches(order, size, unit))
+    return plan
+
+
 class _Meter:
     """Accumulates the per-micro-batch metrics of ``policy_loss`` over an update.
 
@@ -381,15 +406,10 @@ class Learner:
                 return self._logprobs(self.model, b)
 
     def _plan(self, samples: list[PackedSample], iteration: int) -> list[list[PackedSample]]:
-        """The mini-batches of every epoch, in order (shuffled per epoch when there are several)."""
-        plan: list[list[PackedSample]] = []
-        for epoch in range(self.cfg.epochs):
-            order = list(samples)
-            if self.cfg.mini_batch_size > 0 and self.cfg.shuffle:
-                rng = np.random.default_rng([self.seed, iteration, epoch, 11])
-                order = [order[i] for i in rng.permutation(len(order))]
-            plan.extend(split_mini_batches(order, self.cfg.mini_batch_size, self.cfg.mini_batch_unit))
-        return plan
+        """The mini-batches of every epoch, in order (``mini_batch_plan`` with this learner's settings)."""
+        c = self.cfg
+        return mini_batch_plan(samples, epochs=c.epochs, size=c.mini_batch_size, unit=c.mini_batch_unit,
+                               shuffle=c.shuffle, seed=self.seed, iteration=iteration)
 
     def update(self, samples: list[PackedSample], iteration: int = 0,
                on_step: Callable[[int, int], None] | None = None) -> dict[str, float]:
