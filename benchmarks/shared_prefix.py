@@ -137,6 +137,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Time the update with and without the shared prefix; write ``results/shared_prefix.json``."""
     p = add_common_args(argparse.ArgumentParser(prog="python -m benchmarks.shared_prefix",
                                                 description=__doc__.split("\n")[0]))
+    p.add_argument("--grid", nargs="*", default=None, metavar="GC:TOKENS",
+                   help="settings to compare, e.g. 1:2600 0:4096 (gradient checkpointing on/off : micro_batch_tokens)")
     p.add_argument("--_child", default="", help=argparse.SUPPRESS)
     p.add_argument("--_out", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -151,6 +153,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     base = [f"trainer.threads={args.threads}", f"model.name_or_path={model_name(args)}"]
     grid = pick(args, tiny=[(True, 2600)], quick=[(True, 2600), (False, 2600)],
                 full=[(True, 2600), (False, 2600), (True, 4096), (False, 4096), (False, 8192)])
+    if args.grid:
+        grid = [(g.split(":")[0] in ("1", "true", "on"), int(g.split(":")[1])) for g in args.grid]
     rows = []
     for gc, mbt in grid:
         for share in (False, True):  # whole trajectories first, then the shared prefix, same settings

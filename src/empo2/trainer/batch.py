@@ -203,12 +203,6 @@ class MicroBatch:
     samples: list[PackedSample]
     packed: bool = False
 
-    def forwarded_tokens(self) -> int:
-        """Tokens the forward pass computes: the tree's nodes, or ``B × L`` padded positions."""
-        if self.packed:
-            return len(pack_prefix_tree(self.samples).ids)
-        return len(self.samples) * max(len(s.ids) for s in self.samples)
-
 
 def prefix_micro_batches(samples: list[PackedSample], token_budget: int,
                          share_prefix: bool = True) -> list[MicroBatch]:
