@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     shape = pick(args, tiny=tiny, quick=SHAPE, full=SHAPE)
     config = "configs/quickstart.yaml"
     base = [f"trainer.threads={args.threads}", f"model.name_or_path={model_name(args)}"]
-    grid = pick(args, tiny=[(True, 2600)], quick=[(True, 2600), (False, 2600)],
+    grid = pick(args, tiny=[(True, 2600)], quick=[(True, 2600)],
                 full=[(True, 2600), (False, 2600), (True, 4096), (False, 4096), (False, 8192)])
     if args.grid:
         grid = [(g.split(":")[0] in ("1", "true", "on"), int(g.split(":")[1])) for g in args.grid]
