@@ -6,5 +6,5 @@ script measures the machine's fp32 matmul peak in the same run and reports throu
 fraction of it; results go to ``benchmarks/results/<name>.json``. See ``benchmarks/README.md``.
 """
 
-BENCHMARKS = ("threads", "update", "generation", "retrieval", "env_steps", "iteration", "peak_rss")
+BENCHMARKS = ("threads", "update", "shared_prefix", "generation", "retrieval", "env_steps", "iteration", "peak_rss")
 """Module names, in the order ``run_all`` runs them."""

@@ -19,10 +19,16 @@ of it and its waited-for descendants — a max, not a sum, so the JVMs' own memo
 
 Cases (``--cases``): ``sciworld`` = ``configs/quickstart.yaml``; ``webshop`` =
 ``configs/webshop_grpo_cpu.yaml`` reduced; ``webshop_empo2`` = the same with ``empo2.p=1`` so the
-memory path (hook, tips) runs (``--quick``: 4 turns); ``tiny`` = the built-in tiny env with the tiny random model
-(smoke).
+memory path (hook, tips) runs (``--quick``: 4 turns); ``sciworld_grpo`` / ``sciworld_empo2`` =
+``configs/sciworld_grpo_cpu.yaml`` / ``configs/sciworld_empo2_cpu.yaml`` at a reduced size (``REDUCED``: 2 tasks × 4
+rollouts × 5 turns), run side by side so the EMPO²/GRPO ratios of the iteration time and peak RSS compare like
+with like; ``tiny`` = the built-in tiny env with the tiny random model (smoke).
 
-Run: ``python -m benchmarks.iteration [--quick|--tiny] [--cases ...] [--kv-ab]``.
+``--prefix-ab`` also runs each case (by default only ``sciworld``, the quickstart batch) with ``trainer.share_prefix=false`` (every trajectory forwarded whole, the
+layout before the group-shared prefix): same seed, so the same rollouts and the same update, timed twice;
+``train/shared_token_frac`` is the share of the update's trajectory tokens the shared prefix saves.
+
+Run: ``python -m benchmarks.iteration [--quick|--tiny] [--cases ...] [--kv-ab] [--prefix-ab]``.
 """
 
 from __future__ import annotations
@@ -37,14 +43,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO_ROOT, Run, add_common_args, fmt, pick, print_table
+from benchmarks.common import REPO_ROOT, Run, add_common_args, fmt, pick, print_table, target
 
 COMMON = ["trainer.iterations=1", "eval.before_after=false", "run.progress=false", "trainer.tensorboard=false",
           "algo.entropy_coef=1e-9"]
 """Overrides of every case. ``algo.entropy_coef=1e-9`` keeps the trainer from skipping the update when every
 advantage of the iteration is 0 (common with 4–8 episodes), so the update is always timed; its effect on the
 weights is nil."""
+REDUCED = ["rollout.tasks_per_iteration=2", "rollout.group_size=4", "env.max_turns=5"]
+"""The reduced size of the EMPO² vs GRPO cases (the full recipes run 4 × 8 × 10)."""
 CASES: dict[str, tuple[str, list[str]]] = {
+    "sciworld_grpo": ("configs/sciworld_grpo_cpu.yaml", REDUCED),
+    "sciworld_empo2": ("configs/sciworld_empo2_cpu.yaml", REDUCED),
     "sciworld": ("configs/quickstart.yaml", []),
     "webshop": ("configs/webshop_grpo_cpu.yaml", ["rollout.tasks_per_iteration=1", "env.max_turns=5"]),
     "webshop_empo2": ("configs/webshop_grpo_cpu.yaml", ["rollout.tasks_per_iteration=1", "env.max_turns=5",
@@ -58,6 +68,9 @@ CASES: dict[str, tuple[str, list[str]]] = {
 
 QUICK: dict[str, list[str]] = {"webshop_empo2": ["env.max_turns=4"], "webshop": ["env.max_turns=4"]}
 """Extra overrides of ``--quick`` (keeps ``make bench`` within its budget)."""
+
+PREFIX_AB = ("sciworld",)
+"""Cases always run twice, with and without ``trainer.share_prefix`` (the update before/after headline)."""
 
 PARTS = ("generation", "env", "hook", "tips", "update")
 
@@ -79,6 +92,7 @@ def _worker(config: str, overrides: list[str]) -> dict[str, Any]:
         tr.close()
     keep = {k: v for k, v in m.items() if k.startswith(("time/", "rollout/", "train/seq_tokens", "train/tokens",
                                                          "train/micro_batches", "train/skipped", "memory/size",
+                                                         "train/shared_token_frac", "train/forward_tokens",
                                                          "memory/tips_written"))
             and not k.startswith("memory/size/")}
     return {"setup_s": setup_s, "metrics": keep, "maxrss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -122,6 +136,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = add_common_args(argparse.ArgumentParser(allow_abbrev=False, prog="python -m benchmarks.iteration", description=__doc__.split("\n")[0]))
     p.add_argument("--cases", nargs="*", default=None, choices=sorted(CASES), help="cases to run")
     p.add_argument("--kv-ab", action="store_true", help="also run each case with rollout.kv_cache=false")
+    p.add_argument("--prefix-ab", action="store_true",
+                   help="also run each case with trainer.share_prefix=false (update before the group-shared prefix)")
     p.add_argument("--_worker", default="", help=argparse.SUPPRESS)
     p.add_argument("--_out", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -130,17 +146,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         res = _worker(spec["config"], spec["overrides"])
         Path(args._out).write_text(json.dumps(res))
         return res
-    cases = args.cases or pick(args, tiny=["tiny"], quick=["sciworld", "webshop_empo2"],
-                               full=["sciworld", "webshop", "webshop_empo2"])
+    cases = args.cases or pick(args, tiny=["tiny"], quick=["sciworld", "sciworld_grpo", "sciworld_empo2", "webshop_empo2"],
+                               full=["sciworld", "sciworld_grpo", "sciworld_empo2", "webshop", "webshop_empo2"])
     run = Run("iteration", args)
     quick = QUICK if args.quick else {}
     run.config = {"cases": {c: {"config": CASES[c][0], "overrides": COMMON + CASES[c][1] + quick.get(c, [])}
                             for c in cases},
-                  "threads": args.threads, "kv_ab": args.kv_ab}
+                  "threads": args.threads, "kv_ab": args.kv_ab, "prefix_ab": args.prefix_ab}
     rows = []
     for c in cases:
         cfg, ovr = CASES[c][0], CASES[c][1] + quick.get(c, [])
-        variants = [("", [])] + ([("kv off", ["rollout.kv_cache=false"])] if args.kv_ab else [])
+        variants = ([("", [])] + ([("kv off", ["rollout.kv_cache=false"])] if args.kv_ab else [])
+                    + ([("prefix off", ["trainer.share_prefix=false"])] if args.prefix_ab or c in PREFIX_AB else []))
         for label, extra in variants:
             name = c + (f" ({label})" if label else "")
             r = run_case(name, cfg, ovr + extra, args.threads)
@@ -159,10 +176,47 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 [[r["case"], f"{r['episodes']} × {r['max_turns']}", r["action_mode"], r["kv_cache"],
                   r.get("gradient_checkpointing"), r.get("micro_batch_tokens"), r["metrics"].get("train/seq_tokens"),
                   r["metrics"].get("train/micro_batches"), r["setup_s"], r["wall_s"]] for r in rows])
+    print_table("update layout", ["case", "forward tokens", "shared token frac", "update s"],
+                [[r["case"], r["metrics"].get("train/forward_tokens"), r["metrics"].get("train/shared_token_frac"),
+                  r["breakdown_s"]["update"]] for r in rows])
+    run.results["ratios"] = _ratios(rows)
+    if run.results["ratios"]:
+        print_table("ratios (measured side by side in this run)", ["ratio", "value"],
+                    [[k, f"{v:.3f}"] for k, v in run.results["ratios"].items()])
+    ratios = run.results["ratios"]
+    run.targets = ([target("EMPO² / GRPO iteration time", ratios["empo2_over_grpo/iteration"], 1.25, higher_is_better=False, unit="×"),
+                    target("EMPO² / GRPO peak RSS", ratios["empo2_over_grpo/peak_rss"], 1.2, higher_is_better=False, unit="×")]
+                   if "empo2_over_grpo/iteration" in ratios else [])
+    if "sciworld/prefix_on_over_off/update" in ratios:
+        run.targets += [target("quickstart update, shared prefix / whole", ratios["sciworld/prefix_on_over_off/update"],
+                               0.5, higher_is_better=False, unit="×"),
+                        target("quickstart iteration, shared prefix / whole",
+                               ratios["sciworld/prefix_on_over_off/iteration"], 0.65, higher_is_better=False, unit="×")]
     for r in rows:
         if r.get("update_skipped"):
             run.notes.append(f"{r['case']}: the trainer skipped the update (train/skipped); its update time is 0")
     return run.finish()
+
+
+def _ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Side-by-side ratios of one run: EMPO² over GRPO (iteration, each part, peak RSS) and, per case run with
+    ``--prefix-ab``, shared prefix over whole trajectories (update, iteration)."""
+    by = {r["case"]: r for r in rows}
+    out: dict[str, float] = {}
+    e, g = by.get("sciworld_empo2"), by.get("sciworld_grpo")
+    if e and g and g["iteration_s"]:
+        out["empo2_over_grpo/iteration"] = e["iteration_s"] / g["iteration_s"]
+        out["empo2_over_grpo/peak_rss"] = e["peak_rss_mb"] / g["peak_rss_mb"]
+        for k in PARTS + ("other",):
+            if g["breakdown_s"][k]:
+                out[f"empo2_over_grpo/{k}"] = e["breakdown_s"][k] / g["breakdown_s"][k]
+    for name, r in by.items():
+        off = by.get(f"{name} (prefix off)")
+        if off and off["breakdown_s"]["update"]:
+            out[f"{name}/prefix_on_over_off/update"] = r["breakdown_s"]["update"] / off["breakdown_s"]["update"]
+            out[f"{name}/prefix_on_over_off/iteration"] = r["iteration_s"] / off["iteration_s"]
+            out[f"{name}/prefix_on_over_off/peak_rss"] = r["peak_rss_mb"] / off["peak_rss_mb"]
+    return out
 
 
 if __name__ == "__main__":

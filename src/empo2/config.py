@@ -249,7 +249,13 @@ class TrainerConfig:
     measure_policy_kl: bool = doc(
         "after each update, score the on-policy action tokens again (one no-grad forward) and log "
         "train/policy_kl = KL(policy before || after), train/ratio_after_mean, train/clip_frac_after", default=True)
-    micro_batch_tokens: int = doc("tokens per forward/backward micro-batch (bounds memory)", default=4096)
+    micro_batch_tokens: int = doc("tokens per forward/backward micro-batch (bounds memory): tree tokens when "
+                                  "share_prefix packs it, batch x longest sequence when padded", default=4096)
+    share_prefix: bool = doc(
+        "forward each common token prefix of a micro-batch's trajectories (a group's reset, the system prompt, "
+        "shared tips) once, as a prefix tree in one row with an ancestor attention mask, instead of once per "
+        "trajectory; same log-probs and gradients (docs/performance.md, Group-shared prefix); needs sdpa or "
+        "eager attention", default=True)
     skip_zero_advantage: bool = doc(
         "skip the forward/backward of trajectories whose every advantage is 0 when algo.kl_coef = "
         "algo.entropy_coef = 0: their gradient is exactly 0 and the loss normaliser still counts their "

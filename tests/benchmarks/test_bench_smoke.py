@@ -94,6 +94,16 @@ def test_retrieval(out):
         assert s["rss_delta_mb"] >= 0
 
 
+def test_shared_prefix(out):
+    from benchmarks import shared_prefix
+
+    d = _run(shared_prefix, out)
+    off, on = d["results"]["cases"]
+    assert not off["share_prefix"] and on["share_prefix"]
+    assert on["forward_tokens"] < off["forward_tokens"] and on["shared_token_frac"] > 0 == off["shared_token_frac"]
+    assert d["results"]["grad_rel_diff"] <= 1e-5 and len(d["targets"]) == 2
+
+
 def test_iteration(out):
     from benchmarks import iteration
 

@@ -31,18 +31,23 @@ CASES = {
     "max_normaliser": ("seq-mean-token-sum-norm", {"micro_batch_tokens": 64}, (1.0, -0.5, 0.7, -1.2, 0.4),
                        (0, 1, 0, 1, 0)),
     "two_epochs": ("seq-mean-token-mean", {"epochs": 2}, (0.3, -0.5, 0.7, -1.2, 0.4), (1, 0, 1, 0, 1)),
+    "shared_prefix": ("token-mean", {"micro_batch_tokens": 96}, (1.0, -0.5, 0.7, -1.2, 0.4), (0, 1, 0, 0, 1)),
 }
+PREFIX = {"shared_prefix": 40}
+"""Cases whose trajectories share their first tokens (a group's reset): packed prefix-tree micro-batches."""
 STRATEGIES = ("ddp", "fsdp")
 
 
-def _samples(advs) -> list[PackedSample]:
-    """Five packed trajectories of different lengths, sequence ids unique over all of them."""
+def _samples(advs, prefix: int = 0) -> list[PackedSample]:
+    """Five packed trajectories of different lengths, sequence ids unique over all of them; the first
+    ``prefix`` tokens common to all of them."""
     g = torch.Generator().manual_seed(7)
     out, seq = [], 0
+    common = torch.randint(5, 2000, (prefix,), generator=g).tolist()
     for i, adv in enumerate(advs):
         length = 18 + 7 * i
-        ids = torch.randint(5, 2000, (length,), generator=g).tolist()
-        cols = list(range(5, length - 1))
+        ids = common + torch.randint(5, 2000, (length,), generator=g).tolist()
+        cols = list(range(5 + prefix, len(ids) - 1))
         n = len(cols)
         out.append(PackedSample(
             ids=ids, cols=cols, logp_behavior=(-7.4 - 0.5 * torch.rand(n, generator=g)).tolist(),
@@ -95,7 +100,7 @@ def _worker(rank: int, world: int, store_file: str, out_dir: str) -> None:
             ctx = DistContext(strategy, rank, world, rank)
             for case, (_, _, advs, owner) in CASES.items():
                 model = copy.deepcopy(base)
-                mine = [s for s, r in zip(_samples(advs), owner) if r == rank]
+                mine = [s for s, r in zip(_samples(advs, PREFIX.get(case, 0)), owner) if r == rank]
                 learner = _learner(model, case, ctx)
                 metrics = learner.update(mine)
                 grads = _grads(learner)
@@ -122,7 +127,7 @@ def single_results():
     for case, (_, _, advs, _) in CASES.items():
         model = copy.deepcopy(base)
         learner = _learner(model, case)
-        metrics = learner.update(_samples(advs))
+        metrics = learner.update(_samples(advs, PREFIX.get(case, 0)))
         out[case] = {"params": _params(model), "grads": _grads(learner), "metrics": metrics}
     out["__base__"] = _params(base)
     return out

@@ -42,14 +42,22 @@ def target_logprobs(
     with_entropy: bool = False,
     entropy_grad: bool = True,
     checkpoint_head: bool = False,
+    position_ids: torch.Tensor | None = None,
+    pred_cols: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of the tokens at ``input_ids[rows, cols]`` given everything before them.
 
     Args:
         model: causal LM (or peft model).
         input_ids: ``[B, L]`` long, right-padded packed sequences.
-        attention_mask: ``[B, L]`` long, 1 = real token, 0 = padding.
+        attention_mask: ``[B, L]`` long, 1 = real token, 0 = padding (causal attention); or ``[B, L, L]``
+            bool, entry ``[b, q, k]`` True = query position ``q`` may attend key position ``k`` (a prefix
+            tree, ``trainer.batch.PrefixPack``; every query must see itself), which needs ``position_ids``
+            and ``pred_cols`` and a model with ``sdpa`` or ``eager`` attention.
         rows, cols: ``[N]`` long; target n is ``input_ids[rows[n], cols[n]]`` (cols ≥ 1).
+        position_ids: ``[B, L]`` long positions (rotary); None = counted over ``attention_mask`` ``[B, L]``.
+        pred_cols: ``[N]`` long, the position whose hidden state predicts target n; None = ``cols - 1``
+            (a packed tree puts a token's predecessor elsewhere in the row).
         temperature: logits are divided by it (same scaling as sampling).
         allowed: per target, the allowed token ids (constrained sampling) or None = full vocabulary.
         chunk: targets per LM-head chunk (bounds the ``[chunk, V]`` logits buffer).
@@ -71,10 +79,19 @@ def target_logprobs(
         ``entropy_grad``) differentiable w.r.t. the model.
 
     Raises:
-        ValueError: shape mismatch, a target at column 0, or a target outside its allowed set.
+        ValueError: shape mismatch, a target at column 0, a tree mask without ``position_ids`` /
+            ``pred_cols`` or on a model whose attention takes no custom mask, or a target outside its
+            allowed set.
     """
-    if input_ids.shape != attention_mask.shape or input_ids.dim() != 2:
-        raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} must be equal [B, L]")
+    tree = attention_mask.dim() == 3
+    if input_ids.dim() != 2 or attention_mask.shape[:2] != input_ids.shape or (
+            tree and attention_mask.shape[2] != input_ids.shape[1]) or attention_mask.dim() not in (2, 3):
+        raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} must be "
+                         "[B, L] and [B, L] (or [B, L, L] for a prefix tree)")
+    if tree and (position_ids is None or pred_cols is None):
+        raise ValueError("a [B, L, L] attention mask (prefix tree) needs position_ids and pred_cols")
+    if pred_cols is not None and pred_cols.shape != cols.shape:
+        raise ValueError(f"pred_cols {tuple(pred_cols.shape)} must match cols {tuple(cols.shape)}")
     if rows.shape != cols.shape or rows.dim() != 1:
         raise ValueError("rows and cols must be 1-D of equal length")
     if allowed is not None and len(allowed) != rows.numel():
@@ -82,9 +99,10 @@ def target_logprobs(
     if rows.numel() and int(cols.min()) < 1:
         raise ValueError("a target at column 0 has no context to be predicted from")
     backbone, head = split_model(model)
-    pos = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    hidden = backbone(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos).last_hidden_state
-    h = hidden[rows, cols - 1]  # [N, H] states that predict the targets
+    pos = position_ids if position_ids is not None else (attention_mask.cumsum(-1) - 1).clamp(min=0)
+    mask = _tree_mask(backbone, attention_mask) if tree else attention_mask
+    hidden = backbone(input_ids=input_ids, attention_mask=mask, position_ids=pos).last_hidden_state
+    h = hidden[rows, pred_cols if pred_cols is not None else cols - 1]  # [N, H] states that predict the targets
     targets = input_ids[rows, cols]
     out_lp, out_ent = [], []
     recompute = checkpoint_head and torch.is_grad_enabled() and h.requires_grad
@@ -103,6 +121,24 @@ def target_logprobs(
         z = hidden.new_zeros(0, dtype=torch.float32)
         return z, (z if with_entropy else None)
     return torch.cat(out_lp), (torch.cat(out_ent) if with_entropy else None)
+
+
+def _tree_mask(backbone: Any, allow: torch.Tensor) -> torch.Tensor:
+    """The ``[B, 1, L, L]`` mask a Hugging Face backbone takes as-is for ``allow`` ``[B, L, L]`` bool: bool for
+    ``sdpa`` attention (True = attend), additive float (0 / dtype min) for ``eager``.
+
+    Raises:
+        ValueError: another attention implementation (e.g. flash-attention takes no custom mask).
+    """
+    impl = getattr(getattr(backbone, "config", None), "_attn_implementation", None) or "sdpa"
+    if impl == "sdpa":
+        return allow[:, None]
+    if impl == "eager":
+        dtype = next(backbone.parameters()).dtype
+        return torch.zeros(allow.shape, dtype=dtype, device=allow.device).masked_fill(
+            ~allow, torch.finfo(dtype).min)[:, None]
+    raise ValueError(f"a prefix-tree micro-batch needs sdpa or eager attention, the model uses {impl!r} "
+                     "(set trainer.share_prefix=false)")
 
 
 def _chunk_logprobs(h: torch.Tensor, head: Any, tgt: torch.Tensor, allowed: list[list[int] | None] | None,

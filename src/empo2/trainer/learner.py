@@ -44,14 +44,20 @@ from empo2.algo.masking import low_prob_mask
 from empo2.config import AlgoConfig, TrainerConfig
 from empo2.policy.logprobs import target_logprobs
 from empo2.policy.precision import autocast
-from empo2.trainer.batch import PackedSample, micro_batches
+from empo2.trainer.batch import MicroBatch, PackedSample, pack_prefix_tree, prefix_micro_batches
 
 log = logging.getLogger(__name__)
 
 _SUMMED = {"loss", "pg_loss", "kl_loss", "entropy_loss", "n_tokens"}
 
 
-def _collate(batch: list[PackedSample], pad_id: int, device: torch.device) -> dict[str, Any]:
+def _collate(mb: MicroBatch, pad_id: int, device: torch.device) -> dict[str, Any]:
+    """The tensors of one micro-batch: padded rows (``ids``/``att`` ``[B, L]``) or one packed prefix tree
+    (``ids`` ``[1, T]``, ``att`` ``[1, T, T]`` bool, ``pos`` ``[1, T]``, ``pred`` ``[N]``); per target (in the
+    order of ``mb.samples``) ``rows``/``cols``, ``logp_behavior``, ``adv``, ``seq``, ``off`` and ``allowed``."""
+    if mb.packed:
+        return _collate_tree(mb.samples, device)
+    batch = mb.samples
     L = max(len(s.ids) for s in batch)
     ids = torch.full((len(batch), L), pad_id, dtype=torch.long)
     att = torch.zeros((len(batch), L), dtype=torch.long)
@@ -76,6 +82,40 @@ def _collate(batch: list[PackedSample], pad_id: int, device: torch.device) -> di
         "off": torch.tensor(off, dtype=torch.long, device=device),
         "allowed": allowed if any(a is not None for a in allowed) else None,
     }
+
+
+def _collate_tree(batch: list[PackedSample], device: torch.device) -> dict[str, Any]:
+    """``_collate`` for a packed prefix tree (``trainer.batch.pack_prefix_tree``): one row of T tree tokens,
+    the ancestor mask (token j attends to the tokens on its path up to itself), original positions, and
+    per target its packed column and the packed column of the state predicting it."""
+    pack = pack_prefix_tree(batch)
+    T = len(pack.ids)
+    allow = torch.zeros((T, T), dtype=torch.bool)
+    cols, pred = [], []
+    for s, path, start in zip(batch, pack.paths, pack.new_from):
+        p = torch.tensor(path, dtype=torch.long)
+        allow[p[start:, None], p[None, :]] = torch.ones((len(path), len(path)), dtype=torch.bool).tril()[start:]
+        cols.extend(path[c] for c in s.cols)
+        pred.extend(path[c - 1] for c in s.cols)
+    n = len(cols)
+    return {
+        "ids": torch.tensor([pack.ids], dtype=torch.long, device=device), "att": allow[None].to(device),
+        "pos": torch.tensor([pack.positions], dtype=torch.long, device=device),
+        "rows": torch.zeros(n, dtype=torch.long, device=device),
+        "cols": torch.tensor(cols, dtype=torch.long, device=device),
+        "pred": torch.tensor(pred, dtype=torch.long, device=device),
+        "logp_behavior": torch.tensor([x for s in batch for x in s.logp_behavior], dtype=torch.float32, device=device),
+        "adv": torch.tensor([x for s in batch for x in s.advantages], dtype=torch.float32, device=device),
+        "seq": torch.tensor([x for s in batch for x in s.seq_ids], dtype=torch.long, device=device),
+        "off": torch.tensor([int(s.off_policy) for s in batch for _ in s.cols], dtype=torch.long, device=device),
+        "allowed": ([a for s in batch for a in s.allowed] if any(a is not None for s in batch for a in s.allowed)
+                    else None),
+    }
+
+
+def _shape_kw(b: dict[str, Any]) -> dict[str, Any]:
+    """The ``target_logprobs`` keywords a packed tree adds (positions and predicting columns)."""
+    return {"position_ids": b["pos"], "pred_cols": b["pred"]} if "pred" in b else {}
 
 
 def num_step_samples(s: PackedSample) -> int:
@@ -120,6 +160,31 @@ def split_mini_batches(samples: list[PackedSample], size: int, unit: str) -> lis
     return out
 
 
+def mini_batch_plan(samples: list[PackedSample], *, epochs: int, size: int, unit: str, shuffle: bool, seed: int,
+                    iteration: int) -> list[list[PackedSample]]:
+    """The optimiser steps of one update: for each of ``epochs`` passes, the samples shuffled (when
+    ``shuffle`` and ``size > 0``; permutation seeded by ``(seed, iteration, epoch)``) and cut into
+    mini-batches by ``split_mini_batches(order, size, unit)``; one AdamW step per mini-batch
+    (docs/algorithms.md, "Mini-batches and optimiser steps"). A pure function: no model, no process group.
+
+    Returns:
+        ``epochs`` × (mini-batches per epoch) lists of samples, in the order they are stepped on.
+
+    Raises:
+        ValueError: ``epochs < 1`` (and whatever ``split_mini_batches`` rejects).
+    """
+    if epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {epochs}")
+    plan: list[list[PackedSample]] = []
+    for epoch in range(epochs):
+        order = list(samples)
+        if size > 0 and shuffle:
+            rng = np.random.default_rng([seed, iteration, epoch, 11])
+            order = [order[i] for i in rng.permutation(len(order))]
+        plan.extend(split_mini_batches(order, size, unit))
+    return plan
+
+
 class _Meter:
     """Accumulates the per-micro-batch metrics of ``policy_loss`` over an update.
 
@@ -159,6 +224,23 @@ class _Meter:
 
     def result(self) -> dict[str, float]:
         return {k: v / self.counts[k] for k, v in self.sums.items() if self.counts.get(k)}
+
+
+def _forward_metrics(mbs: list[MicroBatch]) -> dict[str, float]:
+    """``train/forward_tokens`` (tokens the update's forward passes computed, padding included) and
+    ``train/shared_token_frac`` (share of the trained trajectories' tokens not forwarded again because a
+    packed micro-batch holds their prefix once) over the training micro-batches of one update."""
+    total = sum(len(s.ids) for mb in mbs for s in mb.samples)
+    shared = 0
+    forwarded = 0
+    for mb in mbs:
+        if mb.packed:
+            pack = pack_prefix_tree(mb.samples)
+            shared += pack.unpacked_tokens - len(pack.ids)
+            forwarded += len(pack.ids)
+        else:
+            forwarded += len(mb.samples) * max(len(s.ids) for s in mb.samples)
+    return {"train/forward_tokens": float(forwarded), "train/shared_token_frac": shared / total if total else 0.0}
 
 
 NORMALISER_REDUCE = {Aggregation.SEQ_MEAN_TOKEN_SUM_NORM: "max"}
@@ -312,7 +394,7 @@ class Learner:
     def _logprobs(self, model: Any, b: dict[str, Any]) -> torch.Tensor:
         with autocast(self.device, self.amp):
             lp, _ = target_logprobs(model, b["ids"], b["att"], b["rows"], b["cols"], temperature=self.temperature,
-                                    allowed=b["allowed"], chunk=self.cfg.logprob_chunk)
+                                    allowed=b["allowed"], chunk=self.cfg.logprob_chunk, **_shape_kw(b))
         return lp
 
     def _ref_logprobs(self, b: dict[str, Any]) -> torch.Tensor:
@@ -324,15 +406,10 @@ class Learner:
                 return self._logprobs(self.model, b)
 
     def _plan(self, samples: list[PackedSample], iteration: int) -> list[list[PackedSample]]:
-        """The mini-batches of every epoch, in order (shuffled per epoch when there are several)."""
-        plan: list[list[PackedSample]] = []
-        for epoch in range(self.cfg.epochs):
-            order = list(samples)
-            if self.cfg.mini_batch_size > 0 and self.cfg.shuffle:
-                rng = np.random.default_rng([self.seed, iteration, epoch, 11])
-                order = [order[i] for i in rng.permutation(len(order))]
-            plan.extend(split_mini_batches(order, self.cfg.mini_batch_size, self.cfg.mini_batch_unit))
-        return plan
+        """The mini-batches of every epoch, in order (``mini_batch_plan`` with this learner's settings)."""
+        c = self.cfg
+        return mini_batch_plan(samples, epochs=c.epochs, size=c.mini_batch_size, unit=c.mini_batch_unit,
+                               shuffle=c.shuffle, seed=self.seed, iteration=iteration)
 
     def update(self, samples: list[PackedSample], iteration: int = 0,
                on_step: Callable[[int, int], None] | None = None) -> dict[str, float]:
@@ -395,9 +472,9 @@ class Learner:
             return {"train/skipped": 1.0, "train/skipped_zero_advantage": 1.0, "train/optimizer_steps": 0.0}
         skip = can_skip and self.cfg.skip_zero_advantage
         plan, steps_plan = self._steps_plan(samples, masks, signal, skip, agg, iteration)
-        updated = {id(s): s for _, mbs, _ in steps_plan for mbatch in mbs for s in mbatch}
+        updated = {id(s): s for _, mbs, _ in steps_plan for mbatch in mbs for s in mbatch.samples}
         kl_samples = [s for s in samples if id(s) in updated and not s.off_policy] if self.cfg.measure_policy_kl else []
-        kl_mbs = micro_batches(kl_samples, self.cfg.micro_batch_tokens) if kl_samples else []
+        kl_mbs = self._micro_batches(kl_samples) if kl_samples else []
         n_kl = int(D.all_reduce([len(kl_mbs)], "max")[0]) if self.cfg.measure_policy_kl else 0
         total = sum(n for _, _, n in steps_plan) + n_kl
         done = 0
@@ -421,7 +498,7 @@ class Learner:
                         continue
                     mb = mbs[i]
                     b = _collate(mb, self.pad_id, self.device)
-                    mask = torch.cat([masks[id(s)] for s in mb]).to(self.device)
+                    mask = torch.cat([masks[id(s)] for s in mb.samples]).to(self.device)
                     # the entropy is always reported; it joins the graph only as a bonus (entropy_coef > 0),
                     # otherwise it is computed without grad (same values, no [chunk, V] buffers kept for backward)
                     lp, ent = self._score(b, with_entropy=True, entropy_grad=algo.entropy_coef > 0,
@@ -462,6 +539,7 @@ class Learner:
         out["train/tokens"] = tokens_all
         out["train/seq_tokens"] = seq_tokens_all
         out["train/micro_batches"] = float(sum(len(mbs) for _, mbs, _ in steps_plan))
+        out.update(_forward_metrics([mb for _, mbs, _ in steps_plan for mb in mbs]))
         out["train/off_policy_samples"] = off_all
         out["train/zero_adv_samples_skipped"] = float(n_all - len(updated))
         out["train/updated_tokens"] = float(sum(s.num_targets for s in updated.values()))
@@ -494,14 +572,18 @@ class Learner:
         local_mbs = []
         for mb, normaliser in zip(plan, norms):
             trained = [s for s in mb if signal[id(s)]] if skip else list(mb)
-            local_mbs.append(micro_batches(trained, self.cfg.micro_batch_tokens) if normaliser > 0 and trained else [])
+            local_mbs.append(self._micro_batches(trained) if normaliser > 0 and trained else [])
         n_micro = [int(x) for x in D.all_reduce([len(m) for m in local_mbs], "max")]
         return plan, list(zip(norms, local_mbs, n_micro))
+
+    def _micro_batches(self, samples: list[PackedSample]) -> list[MicroBatch]:
+        """Micro-batches of ``samples``: shared prefixes packed once (``trainer.share_prefix``), else padded."""
+        return prefix_micro_batches(samples, self.cfg.micro_batch_tokens, self.cfg.share_prefix)
 
     def _score(self, b: dict[str, Any], **kw: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Current log-probs (and entropy) of a collated micro-batch, through the DDP wrapper when there is one."""
         args = (b["ids"], b["att"], b["rows"], b["cols"])
-        kw = dict(temperature=self.temperature, allowed=b["allowed"], chunk=self.cfg.logprob_chunk, **kw)
+        kw = dict(temperature=self.temperature, allowed=b["allowed"], chunk=self.cfg.logprob_chunk, **_shape_kw(b), **kw)
         with autocast(self.device, self.amp):
             if self.scorer is not None:
                 return self.scorer(*args, **kw)
@@ -542,7 +624,7 @@ class Learner:
                     continue
                 mb = kl_mbs[i]
                 b = _collate(mb, self.pad_id, self.device)
-                mask = torch.cat([masks[id(s)] for s in mb]).to(self.device)
+                mask = torch.cat([masks[id(s)] for s in mb.samples]).to(self.device)
                 lp = self._score(b)[0] if self.dist.strategy == "fsdp" else self._logprobs(self.train_model, b)
                 d_all.append((lp.float() - b["logp_behavior"])[mask])
                 adv_all.append(b["adv"][mask])

@@ -1,0 +1,191 @@
+"""The update with and without the group-shared prefix (``trainer.share_prefix``), side by side.
+
+A synthetic batch shaped like the quickstart's (``configs/quickstart.yaml``: 2 task instances × 8
+rollouts × 5 turns, measured from its trajectories in issue #21): every trajectory opens with the same
+``system`` tokens (system prompt: 616), the 8 rollouts of a group then share ``group`` tokens (task and
+first observation: 145), and each has its own 5 turns of ``obs`` observation/markup + ``act`` action
+tokens (31 + 4). Each case runs ``Learner.update`` once on that batch in a fresh subprocess with the
+quickstart's ``trainer`` and ``algo`` sections (mini-batches of 4 trajectories, AdamW), varying only
+``trainer.share_prefix``, ``model.gradient_checkpointing`` and ``trainer.micro_batch_tokens``; the parent
+reads the child's ``ru_maxrss`` (``os.wait4``) and the child reports its RSS after loading the model, the
+update's seconds and ``train/forward_tokens`` / ``train/shared_token_frac``.
+
+A separate child checks that the two layouts give the same gradient on the real model: the first
+mini-batch's gradient with and without the shared prefix (relative L2 difference).
+
+Run: ``python -m benchmarks.shared_prefix [--quick|--tiny]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import REPO_ROOT, Run, add_common_args, model_name, pick, print_table, target
+
+SHAPE = {"groups": 2, "group_size": 8, "system": 616, "group": 145, "turns": 5, "obs": 31, "act": 4}
+"""The quickstart batch (token counts from its trajectories, issue #21)."""
+
+
+def synthetic_batch(shape: dict[str, int], vocab: int, seed: int = 0) -> list[Any]:
+    """``PackedSample`` s of ``shape``: shared system tokens, per-group tokens, per-rollout turns."""
+    from empo2.trainer.batch import PackedSample
+
+    rng = random.Random(seed)
+    hi = max(vocab - 1, 300)
+
+    def ids(n: int) -> list[int]:
+        """n random ids (above the special tokens)."""
+        return [rng.randint(256, hi) for _ in range(n)]
+
+    system = ids(shape["system"])
+    out, seq = [], 0
+    for g in range(shape["groups"]):
+        head = system + ids(shape["group"])
+        for r in range(shape["group_size"]):
+            s = PackedSample(ids=list(head), traj=len(out))
+            for t in range(shape["turns"]):
+                s.ids.extend(ids(shape["obs"]))
+                start = len(s.ids)
+                s.ids.extend(ids(shape["act"]))
+                n = shape["act"]
+                s.cols.extend(range(start, start + n))
+                s.logp_behavior.extend([-1.5 - 0.1 * rng.random() for _ in range(n)])
+                s.advantages.extend([1.0 if r % 2 else -1.0] * n)
+                s.allowed.extend([None] * n)
+                s.seq_ids.extend([seq + t] * n)
+            seq += shape["turns"]
+            out.append(s)
+    return out
+
+
+def _child(spec: dict[str, Any]) -> dict[str, Any]:
+    """One case in the subprocess: load, build the learner, time one update (or compare gradients)."""
+    import resource
+
+    import torch
+
+    torch.set_num_threads(spec["threads"])
+    from benchmarks.common import rss_mb
+    from empo2.config import load_config
+    from empo2.policy.loading import load_policy
+    from empo2.trainer.learner import Learner
+
+    cfg = load_config(spec["config"] or None, spec["overrides"])
+    pol = load_policy(cfg.model)
+    rss_loaded = rss_mb()
+    samples = synthetic_batch(spec["shape"], len(pol.tokenizer))
+    pad = int(pol.tokenizer.pad_token_id or 0)
+    if spec.get("grad_check"):
+        import dataclasses
+
+        grads = {}
+        base = {k: v.detach().clone() for k, v in pol.model.state_dict().items()}
+        for share in (False, True):
+            pol.model.load_state_dict(base)
+            tcfg = dataclasses.replace(cfg.trainer, share_prefix=share)
+            learner = Learner(pol.model, cfg.algo, tcfg, cfg.rollout.temperature, pad)
+            first: list[torch.Tensor] = []
+            real = learner.optimizer.step
+
+            def step(*a: Any, _f: list = first, _s: Any = real, **k: Any) -> Any:
+                """Record the first step's gradient, then step."""
+                if not _f:
+                    _f.append(torch.cat([p.grad.flatten() for p in pol.model.parameters() if p.grad is not None]))
+                return _s(*a, **k)
+
+            learner.optimizer.step = step
+            learner.update(samples[:spec["shape"]["group_size"] // 2] + samples[-2:])
+            grads[share] = first[0]
+        rel = float((grads[True] - grads[False]).norm() / grads[False].norm())
+        return {"grad_rel_diff": rel}
+    learner = Learner(pol.model, cfg.algo, cfg.trainer, cfg.rollout.temperature, pad)
+    t0 = time.perf_counter()
+    m = learner.update(samples)
+    dt = time.perf_counter() - t0
+    return {"update_s": dt, "rss_loaded_mb": rss_loaded, "maxrss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "forward_tokens": m.get("train/forward_tokens"), "shared_token_frac": m.get("train/shared_token_frac"),
+            "micro_batches": m.get("train/micro_batches"), "optimizer_steps": m.get("train/optimizer_steps"),
+            "seq_tokens": m.get("train/seq_tokens")}
+
+
+def run_child(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run ``_child(spec)`` in a fresh subprocess; add its peak RSS (``os.wait4``) and wall time."""
+    with tempfile.TemporaryDirectory(prefix="empo2-bench-") as tmp:
+        out = Path(tmp) / "r.json"
+        cmd = [sys.executable, "-m", "benchmarks.shared_prefix", "--_child", json.dumps(spec), "--_out", str(out)]
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        log = proc.stdout.read() if proc.stdout else ""
+        _pid, status, ru = os.wait4(proc.pid, 0)
+        if os.waitstatus_to_exitcode(status) != 0 or not out.is_file():
+            raise RuntimeError(f"shared_prefix case failed:\n{log[-3000:]}")
+        res = json.loads(out.read_text())
+    res.update({"peak_rss_mb": ru.ru_maxrss / 1024, "wall_s": time.perf_counter() - t0})
+    return res
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Time the update with and without the shared prefix; write ``results/shared_prefix.json``."""
+    p = add_common_args(argparse.ArgumentParser(prog="python -m benchmarks.shared_prefix",
+                                                description=__doc__.split("\n")[0]))
+    p.add_argument("--grid", nargs="*", default=None, metavar="GC:TOKENS",
+                   help="settings to compare, e.g. 1:2600 0:4096 (gradient checkpointing on/off : micro_batch_tokens)")
+    p.add_argument("--_child", default="", help=argparse.SUPPRESS)
+    p.add_argument("--_out", default="", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args._child:
+        res = _child(json.loads(args._child))
+        Path(args._out).write_text(json.dumps(res))
+        return res
+    run = Run("shared_prefix", args)
+    tiny = {"groups": 2, "group_size": 4, "system": 40, "group": 12, "turns": 3, "obs": 6, "act": 3}
+    shape = pick(args, tiny=tiny, quick=SHAPE, full=SHAPE)
+    config = "configs/quickstart.yaml"
+    base = [f"trainer.threads={args.threads}", f"model.name_or_path={model_name(args)}"]
+    grid = pick(args, tiny=[(True, 2600)], quick=[(True, 2600)],
+                full=[(True, 2600), (False, 2600), (True, 4096), (False, 4096), (False, 8192)])
+    if args.grid:
+        grid = [(g.split(":")[0] in ("1", "true", "on"), int(g.split(":")[1])) for g in args.grid]
+    rows = []
+    for gc, mbt in grid:
+        for share in (False, True):  # whole trajectories first, then the shared prefix, same settings
+            ovr = base + [f"model.gradient_checkpointing={str(gc).lower()}", f"trainer.micro_batch_tokens={mbt}",
+                          f"trainer.share_prefix={str(share).lower()}"]
+            r = run_child({"config": config, "overrides": ovr, "shape": shape, "threads": args.threads})
+            r.update({"share_prefix": share, "gradient_checkpointing": gc, "micro_batch_tokens": mbt})
+            rows.append(r)
+            print(f"share_prefix={share} gc={gc} micro={mbt}: update {r['update_s']:.1f} s, peak RSS "
+                  f"{r['peak_rss_mb']:.0f} MiB, forward tokens {r['forward_tokens']:.0f}", flush=True)
+    check = run_child({"config": config, "overrides": base, "shape": shape, "threads": args.threads, "grad_check": True})
+    run.config = {"shape": shape, "config": config, "grid": grid, "threads": args.threads}
+    run.results = {"cases": rows, "grad_rel_diff": check["grad_rel_diff"]}
+    print_table("update, whole trajectories vs group-shared prefix (one subprocess each)",
+                ["share prefix", "grad. ckpt", "micro-batch tok", "micro-batches", "forward tokens", "shared frac",
+                 "update s", "peak RSS MiB", "update RSS MiB"],
+                [[r["share_prefix"], r["gradient_checkpointing"], r["micro_batch_tokens"], r["micro_batches"],
+                  r["forward_tokens"], r["shared_token_frac"], r["update_s"], r["peak_rss_mb"],
+                  r["peak_rss_mb"] - r["rss_loaded_mb"]] for r in rows])
+    ref = {(r["gradient_checkpointing"], r["micro_batch_tokens"], r["share_prefix"]): r for r in rows}
+    gc0, mbt0 = grid[0]
+    ratio = ref[(gc0, mbt0, True)]["update_s"] / ref[(gc0, mbt0, False)]["update_s"]
+    run.results["update_ratio"] = ratio
+    print(f"update time, shared prefix / whole (gc={gc0}, {mbt0} tokens): {ratio:.3f}; first-step gradient "
+          f"relative difference {check['grad_rel_diff']:.2e}")
+    run.targets = [target("update with shared prefix ≤ 0.5× whole (quickstart batch)", ratio, 0.5,
+                          higher_is_better=False, unit="×"),
+                   target("same gradient (relative L2 difference)", check["grad_rel_diff"], 1e-5,
+                          higher_is_better=False)]
+    return run.finish()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""Group-shared prefix in the update (``trainer.share_prefix``): the same log-probs and gradients.
+
+Golden facts checked here:
+* ``pack_prefix_tree`` keeps one packed token per distinct prefix, its paths spell every sequence and
+  its positions are the original columns;
+* ``prefix_micro_batches`` holds every sample once, keeps packed micro-batches within the token budget
+  and sends samples that share nothing to the padded layout;
+* packed log-probs and entropies (incl. constrained rows, a sequence that is a prefix of another and two
+  identical sequences) equal the padded ones, and so do the gradients;
+* a whole update (several mini-batches, several packed micro-batches per mini-batch, two epochs,
+  EMPO² groups with on-policy tip rollouts and tip-stripped off-policy ones) takes the same optimiser
+  steps with ``share_prefix`` on and off: every step's gradient agrees to ≤ 1e-5 relative.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from empo2.config import AlgoConfig, TrainerConfig
+from empo2.envs.base import TaskSpec
+from empo2.policy.logprobs import target_logprobs
+from empo2.records import Mode, Segment, SegmentKind, Trajectory
+from empo2.trainer.batch import (MIN_SHARED_TOKENS, MicroBatch, PackedSample, build_sample, pack_prefix_tree,
+                                 prefix_micro_batches)
+from empo2.trainer.learner import Learner, _collate, _shape_kw
+
+
+def _ids(g: torch.Generator, n: int) -> list[int]:
+    return torch.randint(5, 2000, (n,), generator=g).tolist()
+
+
+def _sample(ids: list[int], first_target: int, seq: int = 0, allowed=None) -> PackedSample:
+    cols = list(range(first_target, len(ids)))
+    n = len(cols)
+    return PackedSample(ids=ids, cols=cols, logp_behavior=[-7.0 - 0.01 * j for j in range(n)],
+                        advantages=[0.5] * n, allowed=allowed or [None] * n, seq_ids=[seq] * n)
+
+
+def test_pack_prefix_tree_shares_each_prefix_once():
+    a = [1, 2, 3, 4, 5]
+    b = [1, 2, 3, 9]
+    c = [1, 2, 7]
+    pack = pack_prefix_tree([_sample(a, 1), _sample(b, 1), _sample(c, 1)])
+    assert pack.ids == [1, 2, 3, 4, 5, 9, 7]
+    assert pack.positions == [0, 1, 2, 3, 4, 3, 2]
+    assert pack.paths == [[0, 1, 2, 3, 4], [0, 1, 2, 5], [0, 1, 6]]
+    assert pack.new_from == [0, 3, 2] and pack.unpacked_tokens == 12
+    for s, path in zip((a, b, c), pack.paths):
+        assert [pack.ids[j] for j in path] == s
+    # tokens after the last target are not packed: they cannot change any target's log-prob
+    trimmed = _sample([1, 2, 3, 4, 5], 1)
+    trimmed.cols, trimmed.logp_behavior, trimmed.advantages = [1, 2], [-1.0, -1.0], [1.0, 1.0]
+    trimmed.allowed, trimmed.seq_ids = [None, None], [0, 0]
+    assert pack_prefix_tree([trimmed]).ids == [1, 2, 3]
+    with pytest.raises(ValueError, match="at least one"):
+        pack_prefix_tree([])
+
+
+def test_prefix_micro_batches_cover_every_sample_within_budget():
+    g = torch.Generator().manual_seed(1)
+    groups = [_ids(g, 60), _ids(g, 60)]
+    samples = [_sample(groups[i % 2] + _ids(g, 10 + i), 55, seq=i) for i in range(8)]
+    loners = [_sample(_ids(g, 30 + i), 5, seq=10 + i) for i in range(3)]
+    budget = 150
+    mbs = prefix_micro_batches(samples + loners, budget)
+    got = [id(s) for mb in mbs for s in mb.samples]
+    assert sorted(got) == sorted(id(s) for s in samples + loners) and len(set(got)) == len(got)
+    for mb in mbs:
+        if mb.packed:
+            assert len(mb.samples) > 1 and len(pack_prefix_tree(mb.samples).ids) <= budget
+            assert not any(s in loners for s in mb.samples)
+        else:
+            assert len(mb.samples) * max(len(s.ids) for s in mb.samples) <= budget or len(mb.samples) == 1
+    assert sum(mb.packed for mb in mbs) >= 2  # 8 samples of two groups do not fit one tree of 150 tokens
+    assert all(not mb.packed for mb in prefix_micro_batches(samples, budget, share_prefix=False))
+    # a prefix shorter than MIN_SHARED_TOKENS is not worth a tree
+    short = [_sample(groups[0][:MIN_SHARED_TOKENS - 1] + _ids(g, 20), 35) for _ in range(3)]
+    assert all(not mb.packed for mb in prefix_micro_batches(short, 4096))
+    with pytest.raises(ValueError, match="token_budget"):
+        prefix_micro_batches(samples, 0)
+
+
+def _grad(model) -> torch.Tensor:
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def test_packed_logprobs_entropy_and_gradient_equal_the_padded_ones(tiny_policy):
+    model = copy.deepcopy(tiny_policy.model).float()
+    g = torch.Generator().manual_seed(2)
+    pre = _ids(g, 48)
+    seqs = [pre + _ids(g, 9 + 2 * i) for i in range(3)]
+    seqs.append(seqs[0][:52])  # a prefix of another sequence
+    seqs.append(list(seqs[1]))  # an identical sequence
+    allowed = [[seqs[2][c], 7, 8, 9] if c % 2 else None for c in range(40, len(seqs[2]))]
+    samples = [_sample(s, 40, seq=i, allowed=allowed if i == 2 else None) for i, s in enumerate(seqs)]
+    out = {}
+    for packed in (False, True):
+        b = _collate(MicroBatch(samples, packed), 0, torch.device("cpu"))
+        model.zero_grad(set_to_none=True)
+        lp, ent = target_logprobs(model, b["ids"], b["att"], b["rows"], b["cols"], temperature=0.8,
+                                  allowed=b["allowed"], chunk=16, with_entropy=True, **_shape_kw(b))
+        (lp * b["adv"]).sum().backward()
+        out[packed] = (lp.detach(), ent.detach(), _grad(model))
+        assert b["ids"].shape[0] == (1 if packed else len(samples))
+    assert out[True][0].shape == out[False][0].shape
+    assert torch.allclose(out[True][0], out[False][0], atol=1e-5)
+    assert torch.allclose(out[True][1], out[False][1], atol=1e-5)
+    gp, gu = out[True][2], out[False][2]
+    assert float((gp - gu).norm() / gu.norm()) <= 1e-5
+    assert len(pack_prefix_tree(samples).ids) < sum(len(s) for s in seqs) // 2
+
+
+def test_tree_mask_needs_positions():
+    ids = torch.ones((1, 4), dtype=torch.long)
+    with pytest.raises(ValueError, match="position_ids and pred_cols"):
+        target_logprobs(None, ids, torch.ones((1, 4, 4), dtype=torch.bool), torch.zeros(1, dtype=torch.long),
+                        torch.ones(1, dtype=torch.long), temperature=1.0)
+
+
+def _trajectories(g: torch.Generator) -> list[Trajectory]:
+    """Two EMPO² groups of 4: a shared reset, then per rollout a tip block (rollouts 1–3) and 3 steps;
+    rollouts 2 and 3 are off-policy (trained without their tips), rollout 1 on-policy with tips."""
+    out = []
+    for group in range(2):
+        reset = [Segment(SegmentKind.TEMPLATE, _ids(g, 40)), Segment(SegmentKind.OBS, _ids(g, 12), step=0)]
+        tip = _ids(g, 8)  # the group's retrieved tip: the same block in every tipped rollout
+        for r in range(4):
+            mode = (Mode.PLAIN, Mode.ON_TIPS, Mode.OFF_TIPS, Mode.OFF_TIPS)[r]
+            segs = list(reset)
+            for step in range(3):
+                if mode is not Mode.PLAIN:
+                    segs.append(Segment(SegmentKind.TIP, tip if step == 0 else _ids(g, 6), step=step))
+                act = _ids(g, 4)
+                segs.append(Segment(SegmentKind.ACTION, act, logp_behavior=[-7.5 - 0.1 * j for j in range(4)],
+                                    step=step))
+                segs.append(Segment(SegmentKind.OBS, _ids(g, 5), step=step + 1))
+            out.append(Trajectory(iteration=0, task_index=group, rollout=r, task=TaskSpec("tiny", "t", group),
+                                  group=group, mode=mode, segments=segs))
+    return out
+
+
+def _samples_from(trajs: list[Trajectory], g: torch.Generator) -> list[PackedSample]:
+    out, seq = [], 0
+    for i, t in enumerate(trajs):
+        adv = (torch.randn(3, generator=g) * 0.8).tolist()
+        out.append(build_sample(t, adv, i, seq, max_context=4096))
+        seq += 3
+    return out
+
+
+@pytest.mark.parametrize("aggregation,trainer", [
+    ("token-mean", {"mini_batch_size": 3, "micro_batch_tokens": 120}),
+    ("seq-mean-token-mean", {"mini_batch_size": 0, "micro_batch_tokens": 200, "epochs": 2}),
+    ("seq-mean-token-sum-norm", {"mini_batch_size": 4, "micro_batch_tokens": 4096}),
+])
+def test_update_with_shared_prefix_takes_the_same_steps(tiny_policy, aggregation, trainer):
+    g = torch.Generator().manual_seed(4)
+    samples = _samples_from(_trajectories(g), g)
+    assert sum(s.off_policy for s in samples) == 4
+    base = copy.deepcopy(tiny_policy.model).float()
+    steps, metrics = {}, {}
+    for share in (False, True):
+        model = copy.deepcopy(base)
+        kw = dict(lr=1e-3, logprob_chunk=8, tensorboard=False, grad_clip=0.0, share_prefix=share, **trainer)
+        learner = Learner(model, AlgoConfig(aggregation=aggregation), TrainerConfig(**kw), 0.8, pad_id=0, seed=5)
+        grads: list[torch.Tensor] = []
+        real_step = learner.optimizer.step
+
+        def step(*a, _g=grads, _m=model, _s=real_step, **k):
+            _g.append(_grad(_m).clone())
+            return _s(*a, **k)
+
+        learner.optimizer.step = step
+        metrics[share] = learner.update(copy.deepcopy(samples))
+        steps[share] = grads
+    assert len(steps[True]) == len(steps[False]) == metrics[True]["train/optimizer_steps"] > 0
+    for gp, gu in zip(steps[True], steps[False]):
+        assert float((gp - gu).norm() / gu.norm()) <= 1e-5
+    for k in ("train/loss", "train/ratio_mean", "train/clip_frac", "train/policy_kl"):
+        assert metrics[True][k] == pytest.approx(metrics[False][k], rel=1e-4, abs=1e-6), k
+    assert metrics[False]["train/shared_token_frac"] == 0.0
+    assert metrics[True]["train/shared_token_frac"] > 0.15
+    assert metrics[True]["train/forward_tokens"] < metrics[False]["train/forward_tokens"]
+
+
+def test_mini_batch_plan_is_a_pure_function_of_seed_iteration_epoch():
+    from empo2.trainer.learner import mini_batch_plan
+
+    samples = [_sample([1, 2, 3, i], 1, seq=i) for i in range(7)]
+    kw = dict(epochs=2, size=3, unit="trajectories", shuffle=True, seed=5, iteration=2)
+    a, b = mini_batch_plan(samples, **kw), mini_batch_plan(samples, **kw)
+    assert [[id(s) for s in mb] for mb in a] == [[id(s) for s in mb] for mb in b]
+    assert [len(mb) for mb in a] == [3, 3, 1, 3, 3, 1]
+    for epoch in (a[:3], a[3:]):  # each epoch holds every sample once
+        assert sorted(id(s) for mb in epoch for s in mb) == sorted(id(s) for s in samples)
+    assert [s.seq_ids for mb in a[:3] for s in mb] != [s.seq_ids for mb in a[3:] for s in mb]  # reshuffled
+    c = mini_batch_plan(samples, **{**kw, "iteration": 3})
+    assert [[id(s) for s in mb] for mb in c] != [[id(s) for s in mb] for mb in a]
+    assert mini_batch_plan(samples, **{**kw, "size": 0}) == [samples, samples]
+    with pytest.raises(ValueError, match="epochs"):
+        mini_batch_plan(samples, **{**kw, "epochs": 0})
