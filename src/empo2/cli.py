@@ -71,12 +71,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from empo2.configschema import ConfigError
     from rich.table import Table
 
-    from empo2.trainer.checkpoint import check_weights, checkpoint_config, load_state
     from empo2.trainer.evaluate import check_eval_path, evaluate, write_eval
     from empo2.trainer.loop import build_setup, fail_if_all_crashed
     from empo2.trainer.progress import Progress, eval_note, make_console
-    from empo2.config import Config
-    from empo2.configschema import from_dict, parse_overrides, set_dotted
+    from empo2.config import Config, load_config
+    from empo2.setup import run_config
 
     if (args.checkpoint is None) == (args.config is None):
         raise ConfigError("empo2 eval needs exactly one of --checkpoint CKPT (a trained policy) or --config FILE "
@@ -87,22 +86,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise ConfigError(f"--temperature must be > 0, got {args.temperature}")
     if args.checkpoint is not None:
         ckpt = Path(args.checkpoint)
-        load_state(ckpt)  # clear error if not a checkpoint
-        check_weights(ckpt)
-        data = checkpoint_config(ckpt)
+        cfg: Config = run_config(ckpt, args.overrides)
         weights = ckpt.resolve()
     else:
-        from empo2.configschema import load_yaml
-
         ckpt = Path(args.config)
-        data = load_yaml(ckpt)
+        cfg = load_config(ckpt, args.overrides)
         weights = None
     if args.with_memory and not (Path(args.with_memory) / "memory.sqlite").is_file():
         raise FileNotFoundError(f"--with-memory {args.with_memory}: {Path(args.with_memory) / 'memory.sqlite'} does "
                                 "not exist (pass the folder of a run trained with empo2.p > 0)")
-    for k, v in parse_overrides(args.overrides):
-        set_dotted(data, k, v)
-    cfg: Config = from_dict(Config, data)
     split = args.split or cfg.env.eval_split
     episodes = args.episodes or cfg.eval.episodes
     temperature = args.temperature if args.temperature is not None else cfg.eval.temperature
@@ -168,9 +160,8 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from empo2.config import Config
-    from empo2.configschema import from_dict, parse_overrides, set_dotted
+    from empo2.setup import run_config
     from empo2.trainer.adapt import adapt, write_adapt
-    from empo2.trainer.checkpoint import check_weights, checkpoint_config, load_state
     from empo2.trainer.empo2_hooks import make_runtime
     from empo2.trainer.loop import build_setup
     from empo2.trainer.progress import Progress, make_console
@@ -182,14 +173,11 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         raise ConfigError(f"--episodes must be >= 1, got {args.episodes}")
     if args.temperature is not None and not args.temperature > 0:
         raise ConfigError(f"--temperature must be > 0, got {args.temperature}")
-    load_state(ckpt)
-    check_weights(ckpt)
-    data = checkpoint_config(ckpt)
-    data.setdefault("env", {})["tasks"] = [t.strip() for t in args.tasks.split(",") if t.strip()]
-    data["env"]["variations"] = []
-    for k, v in parse_overrides(args.overrides):
-        set_dotted(data, k, v)
-    cfg: Config = from_dict(Config, data)
+    def adapt_tasks(data: dict) -> None:  # the tasks to adapt on, all their variations
+        data.setdefault("env", {})["tasks"] = [t.strip() for t in args.tasks.split(",") if t.strip()]
+        data["env"]["variations"] = []
+
+    cfg: Config = run_config(ckpt, args.overrides, edit=adapt_tasks)
     out_dir = Path(args.out) if args.out else ckpt.resolve().parent.parent / f"adapt-{'_'.join(cfg.env.tasks)}"
     if (out_dir / "memory.sqlite").exists() and not args.keep_memory:
         raise FileExistsError(f"{out_dir}/memory.sqlite exists; pass --keep-memory to continue it or --out NEW_DIR")

@@ -109,6 +109,13 @@ class RolloutConfig:
         "keep each episode's KV cache between turns and prefill only the new tokens (same samples and"
         " log-probs as re-prefilling the whole chat, several times faster on CPU; off = re-prefill every turn)",
         default=True)
+    kv_cache_max_bytes: int = doc(
+        "cap on the bytes of all kept per-episode KV caches (live episodes first, then the finished ones kept"
+        " for tip writing); episodes past it are re-prefilled each turn (0 = no cap). SmolLM2-135M fp32 uses"
+        " 46 KiB per cached token, so 2 GiB ≈ 45k tokens; a 7B model needs far more", default=2 * 1024 ** 3)
+    generator: Literal["hf"] = doc(
+        "generation backend (policy/generator.py): 'hf' samples with this process's transformers model",
+        default="hf")
 
 
 @dataclass
@@ -128,6 +135,13 @@ class AlgoConfig:
     advantage: Literal["grpo", "gigpo"] = doc("episode-level GRPO or GiGPO (episode + anchor-state step advantage)", default="grpo")
     norm_std: bool = doc("divide by the group std (False = 'w/o std' variant)", default=True)
     std_eps: float = doc("epsilon added to the std", default=1e-6)
+    singleton: Literal["zero", "raw"] = doc(
+        "advantage of the only member of a one-member group: 'zero' (no baseline, no signal) or 'raw' (A = R,"
+        " mean 0 and std 1 as in verl and the authors' code)", default="zero")
+    episode_stats: Literal["rollout", "step"] = doc(
+        "GiGPO's episode-level group mean/std over one value per trajectory ('rollout', the authors' code) or"
+        " per step-sample ('step': long episodes weigh more, verl's compute_mean_std_cross_steps)",
+        default="rollout")
     gigpo_omega: float = doc("GiGPO weight ω of the step-level advantage", default=1.0)
     gigpo_gamma: float = doc("GiGPO discount γ of step returns", default=0.95)
     clip_low: float = doc("ε_low of the clipped surrogate", default=0.2)
@@ -358,6 +372,7 @@ RANGES: dict[str, Bound] = {
     "rollout.temperature": Bound(0.0, 10.0, lo_open=True),
     "rollout.top_k": Bound(0, 10_000_000),
     "rollout.generation_batch_size": Bound(0, 100_000),
+    "rollout.kv_cache_max_bytes": Bound(0, 2 ** 50),
     "algo.std_eps": Bound(0.0, 1.0, lo_open=True),
     "algo.gigpo_omega": Bound(0.0, 100.0),
     "algo.gigpo_gamma": Bound(0.0, 1.0),

@@ -60,6 +60,12 @@ class Segment:
             raise ValueError(f"allowed has {len(self.allowed)} entries for {len(self.ids)} ids")
 
 
+def episode_id(iteration: int, task_index: int, rollout: int) -> str:
+    """The id ``it{iteration}-t{task_index}-r{rollout}`` of an episode (``Trajectory.id``); also the key
+    of its KV cache in the generator (``policy.generator.GenerationRequest.cache_key``)."""
+    return f"it{iteration}-t{task_index}-r{rollout}"
+
+
 @dataclass
 class StepRecord:
     """One agent turn.
@@ -137,7 +143,8 @@ class Trajectory:
 
     @property
     def id(self) -> str:
-        return f"it{self.iteration}-t{self.task_index}-r{self.rollout}"
+        """``episode_id(iteration, task_index, rollout)``: unique within a rollout, deterministic."""
+        return episode_id(self.iteration, self.task_index, self.rollout)
 
     @property
     def num_steps(self) -> int:

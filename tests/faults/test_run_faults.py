@@ -194,7 +194,7 @@ def test_a_resume_refused_after_the_model_loaded_closes_envs_memory_and_process_
     cfg_path = write_cfg(tmp_path, TINY_EMPO2, "r", trainer={"iterations": 1})
     assert main(["train", "--config", str(cfg_path)]) == 0
     closed: list[str] = []
-    real_hooks = loop.Trainer._make_empo2_hooks
+    real_hooks = loop.Trainer._make_method
 
     def hooks(self):  # noqa: ANN001, ANN202 - test spy
         h = real_hooks(self)
@@ -211,7 +211,7 @@ def test_a_resume_refused_after_the_model_loaded_closes_envs_memory_and_process_
         return h
 
     real_setup_close = loop.Setup.close
-    monkeypatch.setattr(loop.Trainer, "_make_empo2_hooks", hooks)
+    monkeypatch.setattr(loop.Trainer, "_make_method", hooks)
     monkeypatch.setattr(loop.Setup, "close", lambda self: (closed.append("envs"), real_setup_close(self))[1])
     real_dist = loop.init_distributed
 

@@ -8,6 +8,7 @@ import gc
 import pytest
 import torch
 
+from empo2.rollout.engine import StepHook
 from empo2.envs.base import StepResult, TaskSpec
 from empo2.envs.tiny.env import TinyEnv, TinyFamily
 from empo2.policy import sampling
@@ -269,7 +270,7 @@ class _ShortFamily(TinyFamily):
         return _ShortEnv(self.cfg)
 
 
-class _TipHook:
+class _TipHook(StepHook):
     def before_turn(self, states):
         for st in states:
             st.tips = [f"turn {st.turn}: the key is east"] * (1 + st.spec.task_index % 2)
@@ -311,8 +312,8 @@ def test_engine_kv_cache_on_equals_off(tiny_policy, chat_format, mode):
     _compare_trajectories(off, on)
     _compare_trajectories(off, chunked)
     _compare_trajectories(off, capped)
-    assert eng._kv_supported and eng._kv == {}  # every episode's cache was dropped when it ended
-    assert eng_c._kv == {}
+    assert eng.generator.kv_supported and eng.generator.cache_stats().live == ()  # every episode's cache was dropped when it ended
+    assert eng_c.generator.cache_stats().live == ()
 
 
 def test_engine_free_long_episodes(tiny_policy, chat_format):
@@ -332,7 +333,7 @@ def test_engine_falls_back_for_models_without_cache(chat_format):
     specs = [EpisodeSpec(TaskSpec("tiny", "fetch-key", v), v, 0, v, Mode.PLAIN) for v in range(2)]
     off, _ = _engine_run(fake, chat_format, fam, specs, 2, action_mode="constrained", kv_cache=False)
     on, eng = _engine_run(fake, chat_format, fam, specs, 2, action_mode="constrained", kv_cache=True)
-    assert not eng._kv_supported
+    assert not eng.generator.kv_supported
     _compare_trajectories(off, on)
 
 

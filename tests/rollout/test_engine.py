@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from empo2.rollout.engine import StepHook
 from empo2.envs.base import EnvError, Observation, StepResult, TaskSpec
 from empo2.envs.tiny.env import TinyEnv, TinyFamily
 from empo2.records import Mode, SegmentKind
@@ -43,7 +44,7 @@ def test_batched_equals_one_by_one_and_is_deterministic(fake, chat_format):
         assert [s.action for s in x.steps] == [s.action for s in z.steps]
 
 
-class _TipHook:
+class _TipHook(StepHook):
     def before_turn(self, states):
         for st in states:
             st.tips = [f"tip for turn {st.turn}: go east first"]

@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import pytest
 
+from empo2.rollout.engine import StepHook
 from empo2.envs.base import TaskSpec
 from empo2.envs.tiny.env import TinyFamily
 from empo2.policy.kvcache import kv_bytes_per_token
 from empo2.policy.sampling import chunk_rows
 from empo2.records import Mode
-from empo2.rollout import engine as engine_mod
+from empo2.policy import generator as engine_mod  # the module that calls sample_with_cache
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
 from empo2.rollout.pool import EnvPool
 
 
-class _KeepAll:
+class _KeepAll(StepHook):
     """A hook that keeps every finished episode's cache (as the tip writer does)."""
 
     def before_turn(self, states):
@@ -28,9 +29,8 @@ class _KeepAll:
 
 
 def _held(eng) -> tuple[int, int]:
-    live = sum(e.nbytes for _, e in eng._kv.values())
-    kept = sum(e.nbytes for table in (eng._kv_done, eng._kv_kept) for _, e in table.values())
-    return live, kept
+    stats = eng.generator.cache_stats()
+    return stats.live_bytes, stats.kept_bytes
 
 
 def test_the_cap_holds_during_every_generation_call(tiny_policy, chat_format, monkeypatch):
@@ -59,7 +59,7 @@ def test_the_cap_holds_during_every_generation_call(tiny_policy, chat_format, mo
         trajs = eng.run(specs, settings, iteration=0, hook=_KeepAll())
         live, kept = _held(eng)
         assert live + kept <= cap
-        assert 0 < len(eng._kv_kept) < len(trajs)  # some kept, the rest dropped to fit
+        assert 0 < len(eng.generator.cache_stats().kept) < len(trajs)  # some kept, the rest dropped to fit
     assert len(calls) > 6
     for need, kept, _ in calls:  # kept caches never push a call's caches over the cap
         assert kept == 0 or need + kept <= cap, (need, kept, cap)
@@ -83,25 +83,25 @@ def test_chunk_rows_fits_the_budget_and_covers_every_row():
 def test_tips_in_chunks_are_the_tips_of_one_batch(tmp_path, tiny_policy, chat_format, monkeypatch, budget):
     from tests.trainer.test_tips_kv import IT, _assert_same, _reference, _rollout
 
+    import empo2.policy.generator as gen_mod
     import empo2.trainer.empo2_runtime as rt_mod
 
     monkeypatch.setattr(rt_mod, "TIP_BATCH_MAX_BYTES", budget)
     sizes: list[int] = []
-    real = rt_mod.sample_with_cache
+    real = gen_mod.sample_with_cache
 
     def spy(model, ekvs, prompts, **kw):
         sizes.append(len(prompts))
         return real(model, ekvs, prompts, **kw)
-
-    monkeypatch.setattr(rt_mod, "sample_with_cache", spy)
     pool, eng, rt, trajs = _rollout(tmp_path, tiny_policy, chat_format)
     try:
         todo = [t for t in trajs if rt._writes(t)]
         ref = _reference(rt, todo)
+        monkeypatch.setattr(gen_mod, "sample_with_cache", spy)  # after the rollout: only the tip calls
         got = rt.sample_tips(todo, IT)
         _assert_same(ref, got)
         assert sizes == ([1] * len(todo) if budget == 1 else [len(todo)])
-        assert eng._kv_kept == {}
+        assert eng.generator.cache_stats().kept == ()
     finally:
         pool.close()
 
@@ -124,12 +124,12 @@ def _empo2_rollout(tmp_path, policy, fmt, per_wave: bool):
 
     def after_wave(trajs):
         real(trajs)
-        kept_at_wave_end.append(len(eng._kv_kept))
+        kept_at_wave_end.append(len(eng.generator.cache_stats().kept))
 
     rt.after_wave = after_wave
     trajs = eng.run(specs, settings, iteration=IT, hook=rt.step_hook())
     gc.collect()
-    kept_after_run = len(eng._kv_kept)
+    kept_after_run = len(eng.generator.cache_stats().kept)
     rt.write_tips(trajs, IT)
     pool.close()
     return [t.tip for t in trajs], kept_at_wave_end, kept_after_run

@@ -26,6 +26,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
+from empo2.rollout.engine import StepHook
 from empo2.config import EnvConfig  # noqa: E402
 from empo2.envs.base import TaskSpec  # noqa: E402
 from empo2.envs.registry import make_family  # noqa: E402
@@ -133,7 +134,7 @@ def test_ray_backend_gives_the_thread_backend_trajectories(sw_ray_pool, chat_for
     assert all(t.num_steps > 0 for t in trajs)
 
 
-class _Saboteur:
+class _Saboteur(StepHook):
     """A step hook that, before the second turn of the first wave, kills the JVM of slot 1 (inside its
     actor) and the whole actor of slot 0."""
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 import yaml
 
+from empo2.rollout.engine import StepHook
 from empo2.cli import main
 from tests.runcfg import write_config
 from empo2.config import load_config
@@ -74,7 +75,7 @@ def test_two_iterations_exercise_both_update_modes(tmp_path):
 def test_off_policy_ratio_matches_a_direct_computation(tiny_policy, chat_format):
     """Off-policy sample: ids without tips, behaviour log-probs from the tipped context."""
 
-    class Hook:
+    class Hook(StepHook):
         def before_turn(self, states):
             for st in states:
                 st.tips = ["go east until you see the key, then take key"]

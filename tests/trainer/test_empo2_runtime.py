@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from empo2.rollout.engine import StepHook
 from empo2.config import load_config
 from empo2.envs.base import TaskSpec
 from empo2.envs.tiny.env import TinyEnv, TinyFamily
@@ -116,7 +117,7 @@ def test_state_text_is_the_user_turn_the_prompt_shows(tmp_path, tiny_policy, cha
         eng = RolloutEngine(tiny_policy.model, chat_format, fam, pool)
         rt = _runtime(tmp_path, tiny_policy, chat_format, eng)
 
-        class Spy:
+        class Spy(StepHook):
             def before_turn(self, states):
                 for st in states:
                     seen.setdefault(st.spec.rollout, []).append(rt._state_text(st))

@@ -72,7 +72,7 @@ def test_tips_equal_reprefilled_tips(tmp_path, tiny_policy, chat_format, monkeyp
         todo = [t for t in trajs if rt._writes(t)]
         assert len(todo) == 5
         prompts = rt.tip_prompts(todo)
-        kept = {id(t): e for t in todo for (ref, e) in [eng._kv_kept.get(id(t), (None, None))] if e is not None}
+        kept = {id(t): e for t in todo for e in [eng.generator.kept_cache(t.id)] if e is not None}
         if case in ("kv_off", "over_cap"):
             assert kept == {}
         else:
@@ -83,8 +83,8 @@ def test_tips_equal_reprefilled_tips(tmp_path, tiny_policy, chat_format, monkeyp
                 assert e.layers[0][0].shape[-2] == e.length
         if case == "mixed":
             for t in todo[::2]:
-                eng._kv_kept.pop(id(t))
-        expect_cached = {id(t) for t in todo if id(t) in eng._kv_kept}
+                eng.generator.release([t.id])
+        expect_cached = {id(t) for t in todo if eng.generator.kept_cache(t.id) is not None}
         ref = _reference(rt, todo)
 
         prefilled: list[int] = []
@@ -97,7 +97,7 @@ def test_tips_equal_reprefilled_tips(tmp_path, tiny_policy, chat_format, monkeyp
         monkeypatch.setattr(sampling, "_prefill", spy)
         got = rt.sample_tips(todo, IT)
         _assert_same(ref, got)
-        assert eng._kv_kept == {}  # handed over and released
+        assert eng.generator.cache_stats().kept == ()  # handed over and released
         for t, p, n in zip(todo, prompts, prefilled):
             suffix = len(p) - len(t.token_ids())
             if id(t) in expect_cached:  # the last action's closing markup + the final observation + the tip instruction
@@ -113,15 +113,15 @@ def test_write_tips_releases_the_kept_caches(tmp_path, tiny_policy, chat_format)
     pool, eng, rt, trajs = _rollout(tmp_path, tiny_policy, chat_format, write_memory="memory_modes")
     try:
         plain = [t for t in trajs if t.mode is Mode.PLAIN]
-        assert plain and all(id(t) not in eng._kv_kept for t in plain)
-        assert len(eng._kv_kept) == len(trajs) - len(plain)
+        assert plain and all(eng.generator.kept_cache(t.id) is None for t in plain)
+        assert len(eng.generator.cache_stats().kept) == len(trajs) - len(plain)
         m = rt.write_tips(trajs, IT)
         assert m["memory/tips_written"] + m["memory/tips_malformed"] == len(trajs) - len(plain)
-        assert eng._kv_kept == {} and eng._kv == {} and eng._kv_done == {}
+        assert eng.generator.cache_stats().kept == () and eng.generator.cache_stats().live == ()
         # a later run starts clean, and an engine run without the hook keeps nothing
         eng.run([EpisodeSpec(TaskSpec("tiny", "fetch-key", 0), 0, 0, 0, Mode.ON_TIPS)],
                 RolloutSettings(temperature=0.9, max_new_tokens=4, max_turns=2, correction="none"), iteration=1)
-        assert eng._kv_kept == {}
-        assert eng.take_episode_kv(trajs[0]) is None
+        assert eng.generator.cache_stats().kept == ()
+        assert eng.generator.kept_cache(trajs[0].id) is None
     finally:
         pool.close()

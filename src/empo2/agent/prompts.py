@@ -67,14 +67,11 @@ class EpisodeChat:
         self.segments: list[Segment] = [Segment(SegmentKind.TEMPLATE, pre)]
         self.messages: list[tuple[str, str]] = []
         self._ids: list[int] = list(pre)
-        self._n_tip_tokens = 0
 
     def _push(self, seg: Segment) -> None:
         if seg.ids:
             self.segments.append(seg)
             self._ids.extend(seg.ids)
-            if seg.kind is SegmentKind.TIP:
-                self._n_tip_tokens += len(seg.ids)
 
     def add_user(self, text: str, step: int, tips: list[str] | None = None, tip_ids: list[int] | None = None) -> None:
         """Append a user turn (observation + optional tip block) and open the assistant turn.
@@ -102,6 +99,9 @@ class EpisodeChat:
     def __len__(self) -> int:
         return len(self._ids)
 
-    @property
-    def tip_tokens(self) -> int:
-        return self._n_tip_tokens
+    def drop_open_turn(self, step: int) -> None:
+        """Remove the trailing segments of turn ``step`` (a user turn that got no action, e.g. because
+        the prompt no longer fits the context); its plain message stays in ``messages``."""
+        while self.segments and self.segments[-1].step == step:
+            seg = self.segments.pop()
+            del self._ids[len(self._ids) - len(seg.ids):]

@@ -29,6 +29,7 @@ __all__ = [
     "mode_probabilities",
     "ROLLOUT_SHOWS_TIPS",
     "UPDATE_KEEPS_TIPS",
+    "update_strips_tips",
 ]
 
 AUTHORS_P = 0.25  # P(memory-augmented rollout): 0.17 + 0.08
@@ -37,6 +38,15 @@ AUTHORS_Q = 0.68  # P(off-policy | memory-augmented): 0.17 / 0.25
 # Whether the rollout prompt shows retrieved tips, and whether the update keeps them (spec §3).
 ROLLOUT_SHOWS_TIPS: dict[Mode, bool] = {Mode.PLAIN: False, Mode.ON_TIPS: True, Mode.OFF_TIPS: True}
 UPDATE_KEEPS_TIPS: dict[Mode, bool] = {Mode.PLAIN: False, Mode.ON_TIPS: True, Mode.OFF_TIPS: False}
+# Every site that needs these rules reads these two tables: the rollout engine (tip segments in the
+# prompt), the EMPO² runtime (which episodes retrieve tips; ``write_memory: memory_modes``) and
+# ``trainer.batch.build_sample`` (tips stripped from the update = the off-policy case).
+
+
+def update_strips_tips(mode: Mode) -> bool:
+    """True for the off-policy mode: the rollout showed tips and the update drops them (spec §3,
+    Eq. 5 of arXiv 2602.23008: the tip-free context under the current policy)."""
+    return ROLLOUT_SHOWS_TIPS[mode] and not UPDATE_KEEPS_TIPS[mode]
 
 
 class ModeGranularity(str, Enum):

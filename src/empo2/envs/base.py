@@ -9,7 +9,7 @@ in ``StepResult.score``; normalisation to a return happens in ``algo.returns``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Mapping, Protocol, runtime_checkable
 
 
 class EnvError(RuntimeError):
@@ -154,9 +154,23 @@ class TrialStepEnv(Protocol):
 
 
 class EnvFamily(Protocol):
-    """A registered environment family: task catalogue + factory for instances."""
+    """A registered environment family: task catalogue + factory for instances, and the facts about
+    its environments that the trainer and the metrics need (so they never test ``env.name``).
+
+    Attributes:
+        name: the ``env.name`` of the family.
+        score_scale: the score of a full success (``StepResult.score`` runs 0..score_scale; returns and
+            step rewards are divided by it, Eq. 1 of arXiv 2602.23008 with r ∈ [0, 1]).
+        lowercase_actions: parsed actions are lowercased before they are sent (ScienceWorld's parser
+            is lowercase; WebShop's search text is kept as written).
+        two_word_verbs: verbs whose next word belongs to them in the ``rollout/verb_share/<verb>``
+            metrics (ScienceWorld's ``go to``, ``pick up``, ...); empty for the others.
+    """
 
     name: str
+    score_scale: float
+    lowercase_actions: bool
+    two_word_verbs: Mapping[str, frozenset[str]]
 
     def tasks(self) -> list[TaskInfo]:
         """All tasks of this family."""

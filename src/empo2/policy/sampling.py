@@ -472,11 +472,25 @@ def chunk_rows(lengths: list[int], max_new_tokens: int, bytes_per_token: int, ma
     return chunks
 
 
-def row_generator(seed: int, *parts: int) -> torch.Generator:
-    """A CPU ``torch.Generator`` seeded from ``(seed, *parts)`` (e.g. iteration, task, rollout, turn)."""
+def row_seed(seed: int, *parts: int) -> int:
+    """A 48-bit seed from ``(seed, *parts)`` (e.g. run seed, iteration, task, rollout, turn).
+
+    The per-request seed of ``policy.generator.GenerationRequest``; ``row_generator`` seeds a CPU
+    ``torch.Generator`` with it.
+    """
     h = seed & 0xFFFFFFFF
     for p in parts:
         h = (h * 1000003 ^ (int(p) & 0xFFFFFFFF)) & 0xFFFFFFFFFFFF
+    return h
+
+
+def seeded_generator(seed: int) -> torch.Generator:
+    """A CPU ``torch.Generator`` with ``manual_seed(seed)``."""
     g = torch.Generator()
-    g.manual_seed(h)
+    g.manual_seed(seed)
     return g
+
+
+def row_generator(seed: int, *parts: int) -> torch.Generator:
+    """A CPU ``torch.Generator`` seeded from ``(seed, *parts)`` (``row_seed``)."""
+    return seeded_generator(row_seed(seed, *parts))

@@ -9,7 +9,7 @@ it recomputes log-probs, so importance ratios compare like with like.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable, Sequence
 
 
 class TokenTrie:
@@ -43,6 +43,23 @@ class TokenTrie:
         """The non-empty action sequences the trie was built from (without the end id), in input
         order: ``TokenTrie(t.sequences(), t.end_id)`` is the same trie (the vLLM backend ships it so)."""
         return [list(s) for s in self._seqs]
+
+    @classmethod
+    def from_actions(cls, actions: Sequence[str] | None, encode: Callable[[str], list[int]],
+                     end_id: int) -> "TokenTrie | None":
+        """The trie of a turn's admissible actions, or None when none of them has a token.
+
+        The one place a trie is built from action texts (the rollout engine's constrained rows and
+        Retrospex's proposals): each action is tokenised with ``encode`` (no special tokens) and
+        followed by ``end_id`` (the end-of-turn id).
+
+        Args:
+            actions: the admissible action texts (None or empty = no constraint).
+            encode: text → token ids (``ChatFormat.encode``).
+            end_id: the end-of-turn id.
+        """
+        seqs = [encode(a) for a in (actions or [])]
+        return cls(seqs, end_id) if any(seqs) else None
 
     def allowed(self, prefix: list[int]) -> list[int]:
         """Token ids allowed after ``prefix`` (sorted); [] if the prefix left the trie or ended."""

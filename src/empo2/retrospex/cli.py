@@ -12,15 +12,9 @@ from typing import Any
 
 
 def _checkpoint_cfg(ckpt: Path, overrides: list[str]) -> Any:
-    from empo2.config import Config
-    from empo2.configschema import from_dict, parse_overrides, set_dotted
-    from empo2.trainer.checkpoint import checkpoint_config, load_state
+    from empo2.setup import run_config
 
-    load_state(ckpt)  # clear error if not a checkpoint
-    data = checkpoint_config(ckpt)
-    for k, v in parse_overrides(overrides):
-        set_dotted(data, k, v)
-    return from_dict(Config, data)
+    return run_config(ckpt, overrides, check_weights=False)
 
 
 def cmd_sft(args: argparse.Namespace) -> int:

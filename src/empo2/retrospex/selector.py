@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import math
-import weakref
 from typing import Any
 
 import torch
@@ -35,11 +34,11 @@ import torch
 from empo2.agent.parse import parse_action
 from empo2.algo.rescoring import choose, combined_scores, lambda_schedule
 from empo2.policy.chat import ChatFormat
-from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
-from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
-from empo2.policy.scoring import advance_cache, continuation_logprobs, mean_logprob
+from empo2.policy.generator import Generation, GenerationRequest, Generator, HFGenerator, SamplingParams
+from empo2.policy.sampling import row_seed
+from empo2.policy.scoring import mean_logprob
 from empo2.policy.trie import TokenTrie
-from empo2.records import Trajectory
+from empo2.records import Trajectory, episode_id
 from empo2.retrospex.config import RetrospexConfig
 from empo2.retrospex.critic import Critic
 from empo2.retrospex.grounding import Embed, ground_candidates
@@ -59,27 +58,31 @@ class RetrospexSelector:
         cfg: the ``retrospex`` config section (k, d, b, temperature, exclude_recent, const_norm).
         embed: the grounding embedder (``texts -> L2-normalised [n, D]``), e.g. ``load_embedder(...).encode``.
         critic_path: where the critic was loaded from (recorded in the evaluation).
+        generator: the generation backend for proposals and scores (``policy.generator``); by default
+            an ``HFGenerator`` over ``model``. Each live episode's prompt cache is kept in it under the
+            episode's id (``Trajectory.id``, the engine's key), retired when the episode ends (by this
+            selector, or by the engine at the end of the wave when both share the generator).
     """
 
     def __init__(self, model: Any, fmt: ChatFormat, critic: Critic, cfg: RetrospexConfig, embed: Embed | None,
-                 critic_path: str = ""):
+                 critic_path: str = "", generator: Generator | None = None):
         self.model = model
+        self.generator: Generator = generator if generator is not None else HFGenerator(model, fmt)
         self.fmt = fmt
         self.critic = critic
         self.cfg = cfg
         self.embed = embed
         self.critic_path = critic_path
         self.end_id = min(fmt.eos_ids) if fmt.eos_ids else int(fmt.tokenizer.eos_token_id)
-        self._kv: dict[int, tuple[weakref.ref, EpisodeKV]] = {}
-        self._kv_ok = True
+        self._keys: set[str] = set()  # cache keys of the episodes live at the last ``select``
 
     # ------------------------------------------------------------------ the engine hook
     def select(self, engine: Any, live: list[Any], admissible: list[list[str] | None], settings: Any,
                iteration: int) -> list[Generation]:
         """The chosen action of each live episode as a ``Generation`` (ids = text + end-of-turn)."""
-        keep = {id(st) for st in live}
-        for key in [k for k in self._kv if k not in keep]:  # episodes that ended
-            self._kv.pop(key)[1].clear()
+        keys = {self._key(st, iteration) for st in live}
+        self.generator.retire(sorted(self._keys - keys))  # episodes that ended: free their prompt caches
+        self._keys = keys
         states = self._critic_states(engine, live)
         return [self._choose(st, adm, cs, settings, iteration) for st, adm, cs in zip(live, admissible, states)]
 
@@ -102,49 +105,32 @@ class RetrospexSelector:
                  "obs": START_OBS if st.turn == 0 else OBS_PREFIX + st.observation}
                 for st, (lk, inv) in zip(live, looks)]
 
-    def _episode_kv(self, st: Any) -> EpisodeKV:
-        entry = self._kv.get(id(st))
-        if entry is not None and entry[0]() is st:
-            return entry[1]
-        ekv = EpisodeKV()
-        self._kv[id(st)] = (weakref.ref(st), ekv)
-        return ekv
+    @staticmethod
+    def _key(st: Any, iteration: int) -> str:
+        return episode_id(iteration, st.spec.task_index, st.spec.rollout)
 
-    def _propose(self, st: Any, prompt: list[int], ekv: EpisodeKV, trie: TokenTrie | None, s: Any,
+    def _propose(self, st: Any, prompt: list[int], key: str, trie: TokenTrie | None, s: Any,
                  iteration: int) -> list[Generation]:
+        """k samples from the episode's prompt: k requests with one cache key (forks of its prompt cache)."""
         k = self.cfg.k
-        gens = [row_generator(s.seed, iteration, st.spec.task_index, st.spec.rollout, st.turn, j) for j in range(k)]
-        kw = dict(max_new_tokens=s.max_new_tokens, temperature=self.cfg.temperature, eos_ids=self.fmt.eos_ids,
-                  newline_ids=self.fmt.newline_ids, stop_at_newline=True,
-                  pad_id=int(self.fmt.tokenizer.pad_token_id or 0), top_k=s.top_k,
-                  tries=[trie] * k if trie is not None else None, generators=gens)
-        if self._kv_ok:
-            try:
-                if advance_cache(self.model, ekv, prompt):
-                    return sample_with_cache(self.model, [ekv.fork() for _ in range(k)], [prompt] * k,
-                                             share_prefix=False, **kw)
-            except KVCacheUnsupported as e:
-                log.info("KV cache reuse unavailable for this model (%s); re-prefilling the proposals", e)
-                self._kv_ok = False
-        return sample(self.model, [prompt] * k, **kw)
+        reqs = [GenerationRequest(prompt, seed=row_seed(s.seed, iteration, st.spec.task_index, st.spec.rollout,
+                                                         st.turn, j), trie=trie, cache_key=key) for j in range(k)]
+        params = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=self.cfg.temperature, top_k=s.top_k)
+        return self.generator.generate(reqs, params)
 
     def _choose(self, st: Any, admissible: list[str] | None, cstate: dict[str, str], s: Any,
                 iteration: int) -> Generation:
         prompt = st.chat.prompt_ids()
-        ekv = self._episode_kv(st)
-        trie = None
-        if s.action_mode == "constrained" and admissible:
-            seqs = [self.fmt.encode(a) for a in admissible]
-            trie = TokenTrie(seqs, self.end_id) if any(seqs) else None
-        proposals = self._propose(st, prompt, ekv, trie, s, iteration)
+        key = self._key(st, iteration)
+        trie = TokenTrie.from_actions(admissible, self.fmt.encode, self.end_id) if s.action_mode == "constrained" else None
+        proposals = self._propose(st, prompt, key, trie, s, iteration)
         texts = [parse_action(self.fmt.decode(g.ids), lowercase=s.lowercase_actions)[0] for g in proposals]
         recent = [x.action for x in st.steps]
         cands = ground_candidates(texts, admissible, recent, self.cfg.k, self.embed, self.cfg.exclude_recent)
         if not cands:  # nothing parsed and no admissible list: the first proposal as sampled
             return proposals[0]
         conts = [self.fmt.encode(c) + [self.end_id] for c in cands]
-        lps = continuation_logprobs(self.model, prompt, conts, ekv=ekv if self._kv_ok else None,
-                                    pad_id=int(self.fmt.tokenizer.pad_token_id or 0))
+        lps = self.generator.score(prompt, conts, cache_key=key)
         p = [math.exp(mean_logprob(lp)) for lp in lps]
         q = [float(x) for x in self.critic.advantage([cstate] * len(cands), cands)]
         lam = lambda_schedule(st.turn, self.cfg.d, self.cfg.b)
@@ -191,4 +177,5 @@ def build_selector(setup: Any, critic_dir: str | Any, cfg: RetrospexConfig) -> R
         raise ConfigError(f"the critic in {critic_dir} was trained on {critic.env!r} data, but env.name is "
                           f"{setup.family.name!r}")
     embedder = load_embedder(cfg.embedder, cache_size=65536)
-    return RetrospexSelector(setup.policy.model, setup.fmt, critic, cfg, embedder.encode, str(critic_dir))
+    return RetrospexSelector(setup.policy.model, setup.fmt, critic, cfg, embedder.encode, str(critic_dir),
+                             generator=setup.generator)

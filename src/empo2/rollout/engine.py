@@ -6,16 +6,14 @@ pooled environment each):
 
 1. an optional ``StepHook`` (EMPO² memory) retrieves tips / novelty for every live state, batched;
 2. the user turn (observation + optional ``<tip>`` segment) is appended as token segments;
-3. one ``sample`` call generates the next action of every live episode (token ids + behaviour
-   log-probs; in ``action.mode: constrained`` restricted by a trie over the admissible actions).
-   With ``RolloutSettings.kv_cache`` (default) each episode keeps its KV cache between turns
-   (``policy.kvcache``) and ``sample_with_cache`` prefills only the ids added since its previous
-   turn; the caches are dropped when the episode ends. Their total size is capped by
-   ``kv_cache_max_bytes``: episodes past the cap keep no cache and are re-prefilled each turn.
-   Models without a sliceable cache (fakes, sliding-window models) fall back to ``sample``.
-   A hook with ``keep_episode_kv`` (EMPO²'s tip writer) may ask to keep a finished episode's
-   cache past its end: ``take_episode_kv(trajectory)`` then hands it over (it covers a prefix of
-   ``trajectory.token_ids()``), so a prompt that continues the trajectory only prefills its suffix;
+3. one ``Generator.generate`` call (``policy.generator``) samples the next action of every live
+   episode (token ids + behaviour log-probs; in ``action.mode: constrained`` restricted by a trie
+   over the admissible actions). With ``RolloutSettings.kv_cache`` (default) each request carries
+   its episode's id as ``cache_key``, so the generator continues the episode's KV cache and
+   prefills only the ids added since its previous turn; when the episode ends the engine retires
+   the key (the cache is freed, or kept when the hook's ``keep_episode_kv`` asks: EMPO²'s tip
+   writer then continues it under the same key, ``Trajectory.id``). The caches' total size is
+   capped by ``kv_cache_max_bytes`` (``Generator.set_cache_budget``);
 4. every episode's text goes through ``take_action`` (``rollout/action.py``) next to its environment, in
    one batched ``act_many`` call on the pool (threads here, or one remote call per Ray actor): parsed
    (``agent.parse``), sent as written, and corrected (``action.correction``) only if the
@@ -33,19 +31,18 @@ from __future__ import annotations
 
 import logging
 import time
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from empo2.algo.modes import ROLLOUT_SHOWS_TIPS
 from empo2.agent.prompts import EpisodeChat, first_user_text, later_user_text, tip_block
 from empo2.envs.base import EnvFamily, TaskSpec
 from empo2.policy.chat import ChatFormat
 from empo2.rollout.action import ActionOutcome, take_action  # noqa: F401  (re-exported: the action pipeline)
-from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported, kv_bytes_per_token
-from empo2.policy.precision import autocast, model_device
-from empo2.policy.sampling import Generation, row_generator, sample, sample_with_cache
+from empo2.policy.generator import Generation, GenerationRequest, Generator, HFGenerator, SamplingParams
+from empo2.policy.sampling import row_seed
 from empo2.policy.trie import TokenTrie
-from empo2.records import Mode, StepRecord, Trajectory
+from empo2.records import Mode, StepRecord, Trajectory, episode_id
 from empo2.rollout.pool import EnvPoolBase
 
 log = logging.getLogger(__name__)
@@ -100,22 +97,32 @@ class EpisodeState:
         return len(self.steps)
 
 
-class StepHook(Protocol):
-    """Called once per turn with every live episode, before the user turn is built.
+class StepHook:
+    """What the engine calls during a rollout; every hook has these three methods (no-op defaults).
 
-    Implementations set ``state.tips`` (texts to show; ignored for ``Mode.PLAIN``) and
-    ``state.intrinsic`` for each state. EMPO²'s memory implements it (``memory/``).
-
-    Optionally a hook also defines ``keep_episode_kv(state: EpisodeState) -> bool``, asked (with
-    KV reuse on) about episodes that finished with a cache; True keeps that cache after the
-    episode ends, for ``RolloutEngine.take_episode_kv`` (within ``kv_cache_max_bytes``). It must
-    depend on the state only (it may be asked more than once).
+    ``before_turn`` runs once per turn with every live episode, before the user turn is built:
+    implementations set ``state.tips`` (texts to show where ``ROLLOUT_SHOWS_TIPS[mode]``) and
+    ``state.intrinsic`` for each state (EMPO²'s runtime retrieves from its memory). With KV reuse on,
+    ``keep_episode_kv`` is asked about every episode that ended: True keeps its cache in the
+    generator under the episode's id (``Trajectory.id``) for a later request (the tip writer), within
+    ``kv_cache_max_bytes``; it must depend on the state only (it may be asked more than once).
+    ``after_wave`` runs when a wave of episodes has ended (their kept caches can be continued then;
+    its time counts as ``timings["tips"]``). The training method (``trainer.method.Method``) is one.
     """
 
-    def before_turn(self, states: list[EpisodeState]) -> None: ...
+    def before_turn(self, states: list[EpisodeState]) -> None:
+        """Set ``tips`` / ``intrinsic`` of each live episode's coming turn (default: nothing)."""
 
-    # Optionally also ``after_wave(trajectories: list[Trajectory]) -> None``, called when a wave of
-    # episodes has ended (their kept caches can be taken then; time counted as ``timings["tips"]``).
+    def keep_episode_kv(self, state: EpisodeState) -> bool:
+        """Keep the ended episode's KV cache for a hand-over (default: no)."""
+        return False
+
+    def after_wave(self, trajectories: list[Trajectory]) -> None:
+        """A wave of episodes ended (default: nothing)."""
+
+
+NO_HOOK = StepHook()
+"""The hook of a rollout that needs none (plain GRPO rollouts, evaluation)."""
 
 
 class ActionSelector(Protocol):
@@ -156,11 +163,12 @@ class RolloutSettings:
     autocast: str = "none"
     """``model.autocast``: sample under ``torch.autocast`` in this dtype (``policy.precision``)."""
     kv_cache_max_bytes: int = 2 * 1024 ** 3
-    """Cap on the bytes of all kept episode caches (0 = no cap). Episodes past the cap (in live
-    order) are re-prefilled each turn instead. SmolLM2-135M fp32 uses 46 KiB per cached token
-    (30 layers × 2 × 3 KV heads × 64 × 4 B), so 2 GiB ≈ 45k tokens. Before each generation call the
-    caches kept for finished episodes are trimmed so that they, the live caches and the call's growth
-    fit the cap; the batch cache of one call holds the live caches (moved, not copied) plus padding."""
+    """``rollout.kv_cache_max_bytes``: cap on the bytes of all kept episode caches (0 = no cap),
+    handed to ``Generator.set_cache_budget``. Episodes past the cap (in live order) are re-prefilled
+    each turn instead. SmolLM2-135M fp32 uses 46 KiB per cached token (30 layers × 2 × 3 KV heads ×
+    64 × 4 B), so 2 GiB ≈ 45k tokens. Before each generation call the caches kept for finished
+    episodes are trimmed so that they, the live caches and the call's growth fit the cap; the batch
+    cache of one call holds the live caches (moved, not copied) plus padding."""
 
 
 class RolloutEngine:
@@ -171,24 +179,22 @@ class RolloutEngine:
         fmt: its ``ChatFormat``.
         family: the environment family (system prompt, few-shot turns).
         pool: the environment pool (thread or Ray backend; one batched call per turn and method).
+        generator: the generation backend (``policy.generator``); by default an ``HFGenerator`` over
+            ``model``. Shared with EMPO²'s tip writer, which continues the caches this engine keeps.
     """
 
-    def __init__(self, model: Any, fmt: ChatFormat, family: EnvFamily, pool: EnvPoolBase):
+    def __init__(self, model: Any, fmt: ChatFormat, family: EnvFamily, pool: EnvPoolBase,
+                 generator: Generator | None = None):
         self.model = model
         self.fmt = fmt
         self.family = family
         self.pool = pool
+        self.generator: Generator = generator if generator is not None else HFGenerator(model, fmt)
         self.end_id = min(fmt.eos_ids) if fmt.eos_ids else int(fmt.tokenizer.eos_token_id)
         self.timings: dict[str, float] = {}
-        # per live episode (keyed by id(state), weakly tied to the state): its KV cache
-        self._kv: dict[int, tuple[weakref.ref, EpisodeKV]] = {}
-        self._kv_supported = True
-        # finished episodes of the current wave whose cache the hook keeps (keyed by id(state))
-        self._kv_done: dict[int, tuple[weakref.ref, EpisodeKV]] = {}
-        # kept caches of finished episodes, keyed by id(trajectory), until ``take_episode_kv``
-        self._kv_kept: dict[int, tuple[weakref.ref, EpisodeKV]] = {}
+        # episodes of the current wave whose requests carried a cache key, until the engine retires them
+        self._open: dict[str, EpisodeState] = {}
         self._keep_kv: Callable[[EpisodeState], bool] | None = None
-        self._bpt: int | None = None  # KV bytes per token of the model (0: unknown)
 
     # ------------------------------------------------------------------ public
     def run(self, episodes: list[EpisodeSpec], settings: RolloutSettings, iteration: int = 0,
@@ -200,49 +206,30 @@ class RolloutEngine:
         ``selector`` the actions come from ``selector.select`` instead of one sample per episode.
         """
         self.timings = {"generation": 0.0, "env": 0.0, "hook": 0.0, "tips": 0.0}
-        self.drop_episode_kvs()
-        keep = getattr(hook, "keep_episode_kv", None) if settings.kv_cache else None
-        self._keep_kv = keep if callable(keep) else None
+        ids = [(e.task_index, e.rollout) for e in episodes]
+        if len(set(ids)) != len(ids):
+            raise ValueError("two episodes with the same (task_index, rollout): episode ids (and their seeds and "
+                             "cache keys) must be unique within a run")
+        self.generator.set_cache_budget(settings.kv_cache_max_bytes)
+        self.generator.release()
+        hook = hook if hook is not None else NO_HOOK
+        self._keep_kv = hook.keep_episode_kv if settings.kv_cache else None
         out: list[Trajectory] = []
         try:
-            after_wave = getattr(hook, "after_wave", None)
             for w in range(0, len(episodes), self.pool.size):
                 wave = episodes[w:w + self.pool.size]
                 trajs = self._run_wave(wave, settings, iteration, hook, on_turn, selector)
-                if callable(after_wave):  # e.g. tips from the wave's kept caches, before the next wave
-                    t0 = time.perf_counter()
-                    after_wave(trajs)
-                    self.timings["tips"] += time.perf_counter() - t0
+                t0 = time.perf_counter()  # e.g. tips from the wave's kept caches, before the next wave
+                hook.after_wave(trajs)
+                self.timings["tips"] += time.perf_counter() - t0
                 out.extend(trajs)
         except BaseException:
-            self.drop_episode_kvs()
+            self.generator.reset_cache()
             raise
         finally:
             self._keep_kv = None
-            self._kv_done.clear()
+            self._open.clear()
         return out
-
-    def take_episode_kv(self, traj: Trajectory) -> EpisodeKV | None:
-        """Hand over the kept KV cache of a finished episode of the last ``run`` (once), or None.
-
-        Only episodes for which the hook's ``keep_episode_kv`` returned True have one, and only if
-        KV reuse was on, the model supports it and the cache fit ``kv_cache_max_bytes``. The
-        cache's ``ids`` are a prefix of ``traj.token_ids(with_tips=True)`` (the episode's last
-        prompt plus the action ids that were fed); callers still ``sync`` it against their prompt
-        (``sample_with_cache`` does). It was computed with the weights of the rollout: use it
-        before the policy is updated.
-        """
-        entry = self._kv_kept.pop(id(traj), None)
-        if entry is None or entry[0]() is not traj:
-            return None
-        return entry[1]
-
-    def drop_episode_kvs(self) -> None:
-        """Release every kept cache of finished episodes (the next ``run`` does it too)."""
-        for table in (self._kv_done, self._kv_kept):
-            for _, e in table.values():
-                e.clear()
-            table.clear()
 
     # ------------------------------------------------------------------ internals
     def _crash(self, st: EpisodeState, err: Exception) -> None:
@@ -252,7 +239,7 @@ class RolloutEngine:
         self.pool.restart(st.slot)
 
     def _run_wave(self, wave: list[EpisodeSpec], s: RolloutSettings, iteration: int,
-                  hook: StepHook | None, on_turn: Callable[[int], None] | None,
+                  hook: StepHook, on_turn: Callable[[int], None] | None,
                   selector: ActionSelector | None = None) -> list[Trajectory]:
         few = self.family.few_shot() if s.few_shot else []
         system = self.family.system_prompt()
@@ -273,10 +260,9 @@ class RolloutEngine:
             live = [st for st in states if not st.finished]
             if not live:
                 break
-            if hook is not None:
-                t0 = time.perf_counter()
-                hook.before_turn(live)
-                self.timings["hook"] += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            hook.before_turn(live)
+            self.timings["hook"] += time.perf_counter() - t0
             anchors: dict[int, str] = {}
             if s.need_anchor:
                 res = self.pool.anchor_many([st.slot for st in live])
@@ -284,7 +270,7 @@ class RolloutEngine:
             for st in live:
                 text = (first_user_text(st.task_description, st.observation) if st.turn == 0
                         else later_user_text(st.observation))
-                tips = st.tips if st.spec.mode is not Mode.PLAIN else []
+                tips = st.tips if ROLLOUT_SHOWS_TIPS[st.spec.mode] else []
                 tip_ids, kept = self._budget_tips(tips, len(st.chat), s)
                 st.info.setdefault("shown_tips", []).append(kept)
                 st.info.setdefault("tips_truncated", []).append(len(kept) < len(tips))
@@ -338,20 +324,16 @@ class RolloutEngine:
             if on_turn is not None:
                 on_turn(len(live))
         trajs = [self._trajectory(st, iteration) for st in states]
-        for st, t in zip(states, trajs):
-            self._hand_over_kv(st, t)
+        # the wave's caches, in episode order: kept for a hand-over under ``Trajectory.id``, or freed
+        keys = [episode_id(iteration, st.spec.task_index, st.spec.rollout) for st in states]
+        # (those retired mid-wave with a kept cache move to the end in this order, unknown keys are ignored)
+        self.generator.retire(keys, [self._keeps(st) for st in states])
+        self._open.clear()
         return trajs
 
-    def _hand_over_kv(self, st: EpisodeState, traj: Trajectory) -> None:
-        """At the end of a wave: keep ``st``'s cache for ``take_episode_kv(traj)`` or drop it."""
-        entry = self._kv_done.pop(id(st), None) or self._kv.pop(id(st), None)
-        if entry is None or entry[0]() is not st:
-            return
-        ekv = entry[1]
-        if ekv.length and self._keep_kv is not None and self._keep_kv(st):
-            self._kv_kept[id(traj)] = (weakref.ref(traj), ekv)
-        else:
-            ekv.clear()
+    def _keeps(self, st: EpisodeState) -> bool:
+        """Whether the hook keeps ``st``'s cache after the episode ended (``keep_episode_kv``)."""
+        return self._keep_kv is not None and self._keep_kv(st)
 
     def _budget_tips(self, tips: list[str], prompt_len: int, s: RolloutSettings) -> tuple[list[int], list[str]]:
         """Ids of the tip block with as many tips as fit ``max_tip_tokens`` and the context."""
@@ -369,134 +351,28 @@ class RolloutEngine:
             return True
         st.finished = True
         st.info["context_full"] = True
-        # the user turn we just added has no action: drop it from the stored chat
-        while st.chat.segments and st.chat.segments[-1].step == st.turn:
-            seg = st.chat.segments.pop()
-            del st.chat._ids[len(st.chat._ids) - len(seg.ids):]
+        st.chat.drop_open_turn(st.turn)  # the user turn we just added has no action
         return False
 
     def _generate(self, live: list[EpisodeState], admissible: list[list[str] | None], s: RolloutSettings,
                   iteration: int) -> list[Generation]:
+        """One ``Generator.generate`` call for the live episodes' next actions (one request each)."""
         t0 = time.perf_counter()
-        tries: list[TokenTrie | None] | None = None
-        if s.action_mode == "constrained":
-            tries = []
-            for adm in admissible:
-                seqs = [self.fmt.encode(a) for a in (adm or [])]
-                tries.append(TokenTrie(seqs, self.end_id) if any(seqs) else None)
-        prompts = [st.chat.prompt_ids() for st in live]
-        bs = s.generation_batch_size or len(live)
-        kw = dict(max_new_tokens=s.max_new_tokens, temperature=s.temperature, eos_ids=self.fmt.eos_ids,
-                  newline_ids=self.fmt.newline_ids, stop_at_newline=True,
-                  pad_id=int(self.fmt.tokenizer.pad_token_id or 0), top_k=s.top_k)
-        out: list[Generation] | None = None
-        with autocast(model_device(self.model), s.autocast):
-            if s.kv_cache and self._kv_supported:
-                out = self._generate_cached(live, prompts, tries, bs, kw, s, iteration)
-            if out is None:
-                self._kv.clear()
-                gens_ = self._row_generators(live, s, iteration)
-                out = []
-                for b in range(0, len(live), bs):
-                    out.extend(sample(self.model, prompts[b:b + bs], generators=gens_[b:b + bs],
-                                      tries=tries[b:b + bs] if tries is not None else None, **kw))
+        keys = [episode_id(iteration, st.spec.task_index, st.spec.rollout) for st in live]
+        if s.kv_cache:
+            alive = set(keys)  # episodes that ended since the last turn give up (or keep) their cache
+            gone = [k for k in self._open if k not in alive]
+            self.generator.retire(gone, [self._keeps(self._open.pop(k)) for k in gone])
+            self._open.update(zip(keys, live))
+        reqs = [GenerationRequest(
+            st.chat.prompt_ids(), seed=row_seed(s.seed, iteration, st.spec.task_index, st.spec.rollout, st.turn),
+            trie=TokenTrie.from_actions(adm, self.fmt.encode, self.end_id) if s.action_mode == "constrained" else None,
+            cache_key=key if s.kv_cache else None) for st, adm, key in zip(live, admissible, keys)]
+        params = SamplingParams(max_new_tokens=s.max_new_tokens, temperature=s.temperature, top_k=s.top_k,
+                                autocast=s.autocast, max_batch_rows=s.generation_batch_size)
+        out = self.generator.generate(reqs, params)
         self.timings["generation"] += time.perf_counter() - t0
         return out
-
-    @staticmethod
-    def _row_generators(live: list[EpisodeState], s: RolloutSettings, iteration: int) -> list[Any]:
-        return [row_generator(s.seed, iteration, st.spec.task_index, st.spec.rollout, st.turn) for st in live]
-
-    def _generate_cached(self, live: list[EpisodeState], prompts: list[list[int]],
-                         tries: list[TokenTrie | None] | None, bs: int, kw: dict[str, Any], s: RolloutSettings,
-                         iteration: int) -> list[Generation] | None:
-        """``sample_with_cache`` over the live episodes' kept caches; None if the model cannot."""
-        keep = {id(st) for st in live}
-        for k in list(self._kv.keys()):  # episodes that ended since the last turn
-            if k not in keep:
-                ref, ekv = self._kv.pop(k)
-                st_done = ref()
-                if st_done is not None and ekv.length and self._keep_kv is not None and self._keep_kv(st_done):
-                    self._kv_done[k] = (ref, ekv)
-                else:
-                    ekv.clear()
-        ekvs = [self._episode_kv(st) for st in live]
-        self._make_room(ekvs, prompts, s)
-        gens_ = self._row_generators(live, s, iteration)
-        out: list[Generation] = []
-        try:
-            for b in range(0, len(live), bs):
-                out.extend(sample_with_cache(self.model, ekvs[b:b + bs], prompts[b:b + bs], generators=gens_[b:b + bs],
-                                             tries=tries[b:b + bs] if tries is not None else None, **kw))
-        except KVCacheUnsupported as e:  # raised by the first prefill, before any sampling
-            log.info("KV cache reuse unavailable for this model (%s); re-prefilling every turn", e)
-            self._kv_supported = False
-            return None
-        self._cap_kv(ekvs, s.kv_cache_max_bytes)
-        return out
-
-    def _episode_kv(self, st: EpisodeState) -> EpisodeKV:
-        """The kept cache of ``st`` (a new empty one the first time); freed when ``st`` is collected."""
-        key = id(st)
-        entry = self._kv.get(key)
-        if entry is not None and entry[0]() is st:
-            return entry[1]
-        table = self._kv
-
-        def _gone(ref: weakref.ref, key: int = key, table: dict = table) -> None:
-            e = table.get(key)
-            if e is not None and e[0] is ref:
-                del table[key]
-
-        ekv = EpisodeKV()
-        self._kv[key] = (weakref.ref(st, _gone), ekv)
-        return ekv
-
-    def _make_room(self, ekvs: list[EpisodeKV], prompts: list[list[int]], s: RolloutSettings) -> None:
-        """Before a generation call, drop kept caches of finished episodes (lowest priority last-kept
-        first) until they, the live caches and what this call adds to the live ones (new prompt ids and
-        ``max_new_tokens`` per row) fit ``kv_cache_max_bytes``: the cap then holds during the call, not
-        only after it (without this, a new wave's caches grew on top of a full budget of kept ones)."""
-        if s.kv_cache_max_bytes <= 0 or not (self._kv_kept or self._kv_done):
-            return
-        if self._bpt is None:
-            self._bpt = kv_bytes_per_token(self.model) or 0
-        if not self._bpt:
-            return
-        live = sum(e.nbytes + (len(p) - min(e.length, len(p) - 1) + s.max_new_tokens) * self._bpt
-                   for e, p in zip(ekvs, prompts))
-        kept = [(table, k) for table in (self._kv_kept, self._kv_done) for k in table]
-        total = live + sum(table[k][1].nbytes for table, k in kept)
-        for table, k in reversed(kept):
-            if total <= s.kv_cache_max_bytes:
-                break
-            total -= table[k][1].nbytes
-            table[k][1].clear()
-            del table[k]
-
-    def _cap_kv(self, ekvs: list[EpisodeKV], max_bytes: int) -> None:
-        """Keep live caches in live order while their total fits ``max_bytes``; clear the rest.
-
-        Kept caches of finished episodes (``keep_episode_kv``) share the budget with lower
-        priority: after the live ones, they are kept in the order the episodes finished while
-        the total fits, and the others are dropped.
-        """
-        if max_bytes <= 0:
-            return
-        total = 0
-        for e in ekvs:
-            total += e.nbytes
-            if total > max_bytes:
-                total -= e.nbytes
-                e.clear()
-        for table in (self._kv_kept, self._kv_done):
-            for k in list(table.keys()):
-                e = table[k][1]
-                total += e.nbytes
-                if total > max_bytes:
-                    total -= e.nbytes
-                    e.clear()
-                    del table[k]
 
     def _trajectory(self, st: EpisodeState, iteration: int) -> Trajectory:
         sp = st.spec

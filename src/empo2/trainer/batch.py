@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from empo2.records import Mode, SegmentKind, Trajectory
+from empo2.algo.modes import update_strips_tips
+from empo2.records import SegmentKind, Trajectory
 
 
 @dataclass
@@ -60,7 +61,7 @@ def build_sample(traj: Trajectory, step_adv: list[float], traj_index: int, seq_o
     Raises:
         ValueError: an action segment refers to a step without an advantage.
     """
-    with_tips = traj.mode is not Mode.OFF_TIPS
+    with_tips = not update_strips_tips(traj.mode)
     s = PackedSample(ids=[], off_policy=not with_tips, traj=traj_index)
     # group segments by step so a step is kept or dropped whole
     cut_from: int | None = None

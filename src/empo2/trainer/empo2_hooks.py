@@ -1,6 +1,5 @@
 """EMPO² pieces of the training loop: tips, memory writes, retrieval and novelty (spec §3–5).
 
-``make_hooks`` returns None for plain multi-step GRPO (``empo2.p == 0``): no memory is kept.
 ``make_runtime`` builds the runtime with the memory backend the config names
 (``empo2.memory.backend``: in process, or a Ray actor shared by every rollout worker of the run).
 """
@@ -35,11 +34,4 @@ def make_runtime(cfg: Any, setup: Any, run_dir: Path, read_only: bool = False) -
     memory = open_memory(mcfg.backend, run_dir, dim=embedder.dim, embedder=embedder.name, capacity=mcfg.capacity,
                          novelty_threshold=cfg.empo2.intrinsic.threshold, read_only=read_only,
                          ray_cfg=getattr(cfg, "ray", None))
-    return Empo2Runtime(cfg, setup, memory, embedder, read_only=read_only)
-
-
-def make_hooks(cfg: Any, setup: Any, run_dir: Path) -> Any:
-    """The EMPO² runtime for this run, or None when ``empo2.p == 0`` (multi-step GRPO)."""
-    if cfg.empo2.p == 0:
-        return None
-    return make_runtime(cfg, setup, run_dir)
+    return Empo2Runtime(cfg, setup, memory, embedder, read_only=read_only, generator=setup.engine.generator)

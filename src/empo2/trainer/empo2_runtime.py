@@ -30,22 +30,23 @@ state is saved in checkpoints.
 from __future__ import annotations
 
 import logging
-import weakref
 from typing import Any
 
 import numpy as np
 
 from empo2.agent.prompts import later_user_text, user_text
+from empo2.algo.modes import ROLLOUT_SHOWS_TIPS
 from empo2.memory.backend import MemoryBackend
 from empo2.memory.novelty import intrinsic_from_retrieved
-from empo2.memory.store import build_entries
+from empo2.memory.store import MEMORY_FILENAME, build_entries
 from empo2.memory.text import TIP_INSTRUCTION, clean_tip, final_score_text, key_text
 from empo2.memory.tipinfo import TipInformativeness, informativeness_shares, tip_informativeness
-from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported, kv_bytes_per_token
-from empo2.policy.precision import autocast, model_device
-from empo2.policy.sampling import Generation, chunk_rows, row_generator, sample, sample_with_cache
+from empo2.policy.generator import Generation, GenerationRequest, Generator, SamplingParams
+from empo2.policy.kvcache import kv_bytes_per_token
+from empo2.policy.sampling import chunk_rows, row_seed
 from empo2.records import Mode, Trajectory
 from empo2.rollout.engine import EpisodeState
+from empo2.trainer.method import Method
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +60,9 @@ tokens); the tip prompts are sampled in chunks of rows that fit it (``sampling.c
 docs/performance.md §7."""
 
 
-class Empo2Runtime:
-    """Memory, retrieval, novelty and tips of one run.
+class Empo2Runtime(Method):
+    """Memory, retrieval, novelty and tips of one run: the ``Method`` of EMPO² and of the memory-only
+    baseline (``trainer.update: false``; ``trainer.method`` has the table of hooks).
 
     Args:
         cfg: the run ``Config``.
@@ -68,11 +70,17 @@ class Empo2Runtime:
         memory: the run's memory (entries + novelty counts), opened by the caller (``make_runtime``).
         embedder: the state embedder (``memory.embedder.load_embedder``) whose vectors ``memory`` holds.
         read_only: never write to the memory (evaluation/adaptation with another run's memory).
+        generator: the run's generation backend (``policy.generator``), shared with the rollout
+            engine: tips continue the KV caches it kept for the finished episodes (same keys).
     """
 
-    def __init__(self, cfg: Any, setup: Any, memory: MemoryBackend, embedder: Any, read_only: bool = False):
+    def __init__(self, cfg: Any, setup: Any, memory: MemoryBackend, embedder: Any, read_only: bool = False,
+                 generator: Generator | None = None):
+        if generator is None:
+            raise ValueError("Empo2Runtime needs the run's generator (the rollout engine's), to sample tips")
         self.cfg = cfg
         self.setup = setup
+        self.generator = generator
         self.mcfg = cfg.empo2.memory
         self.icfg = cfg.empo2.intrinsic
         self.embedder = embedder
@@ -82,8 +90,18 @@ class Empo2Runtime:
         """Sample each wave's tips when the wave ends (``after_wave``), from the KV caches the engine
         kept for it; False samples them all in ``write_tips`` (the engine then keeps every wave's caches
         until the rollout ends, within its byte cap)."""
-        self._early_tips: dict[int, tuple[weakref.ref, Generation]] = {}
+        self._early_tips: dict[str, Generation] = {}
+        """Tips ``after_wave`` sampled, by ``Trajectory.id``, until ``write_tips`` stores them."""
         self._reset_counters()
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        """``empo2``, or ``memory_only`` when the policy is not updated."""
+        return "empo2" if self.cfg.trainer.update else "memory_only"
+
+    @property
+    def updates_policy(self) -> bool:  # type: ignore[override]
+        return bool(self.cfg.trainer.update)
 
     def _reset_counters(self) -> None:
         self.c = {"queries": 0, "hits": 0, "tips_shown": 0}
@@ -112,14 +130,14 @@ class Empo2Runtime:
         if not states:
             return
         embs = self.embedder.encode([self._state_text(st) for st in states])
-        tipped = [i for i, st in enumerate(states) if st.spec.mode is not Mode.PLAIN]
+        tipped = [i for i, st in enumerate(states) if ROLLOUT_SHOWS_TIPS[st.spec.mode]]
         found = self.memory.query([states[i].spec.task.bucket for i in tipped], embs[tipped], self.mcfg.threshold,
                                   self.mcfg.top_k, compare=self.mcfg.compare, ties=self.mcfg.ties) if tipped else []
         hits_of = dict(zip(tipped, found))
         for i, (st, e) in enumerate(zip(states, embs)):
             st.tips = []
             n_retrieved = 0
-            if st.spec.mode is not Mode.PLAIN:
+            if ROLLOUT_SHOWS_TIPS[st.spec.mode]:
                 hits = hits_of[i]
                 st.tips = [h.text for h in hits]
                 n_retrieved = len(hits)
@@ -130,7 +148,7 @@ class Empo2Runtime:
             st.info.setdefault("state_embeddings", []).append(e)
         if self.icfg.enabled and self.icfg.count == "retrieved":
             for st in states:  # authors: 1/(retrieved + 1) in tip modes, 0 in plain mode
-                st.intrinsic = (intrinsic_from_retrieved(len(st.tips)) if st.spec.mode is not Mode.PLAIN else 0.0)
+                st.intrinsic = intrinsic_from_retrieved(len(st.tips)) if ROLLOUT_SHOWS_TIPS[st.spec.mode] else 0.0
 
     def keep_episode_kv(self, st: EpisodeState) -> bool:
         """``StepHook`` extension: keep a finished episode's KV cache when it will write a tip."""
@@ -148,12 +166,12 @@ class Empo2Runtime:
         todo = [t for t in trajs if self._writes(t)]
         if todo:
             for t, g in zip(todo, self.sample_tips(todo, todo[0].iteration)):
-                self._early_tips[id(t)] = (weakref.ref(t), g)
+                self._early_tips[t.id] = g
 
     # ------------------------------------------------------------------ tips + memory
     def _writes_mode(self, mode: Mode) -> bool:
         w = self.cfg.empo2.write_memory
-        return w == "always" or (w == "memory_modes" and mode is not Mode.PLAIN)
+        return w == "always" or (w == "memory_modes" and ROLLOUT_SHOWS_TIPS[mode])
 
     def _writes(self, t: Trajectory) -> bool:
         if t.crashed or t.num_steps == 0:
@@ -197,76 +215,49 @@ class Empo2Runtime:
     def sample_tips(self, trajs: list[Trajectory], iteration: int) -> list[Generation]:
         """Sample one tip continuation per trajectory (no gradient), as ``Generation`` s in order.
 
-        Uses ``sample_with_cache``: each row starts from the episode's KV cache kept by the rollout
-        engine (``RolloutEngine.take_episode_kv``; its ids are a prefix of the tip prompt, so only
-        the closing markup and the tip instruction are prefilled) or, without one, from an empty
-        ``EpisodeKV`` (the prompt is prefilled unpadded; rows share their common prefix); only
-        the decode is batched, in chunks of rows whose batch cache fits ``TIP_BATCH_MAX_BYTES``.
-        The ids equal those of ``sample`` on the same prompts and generators (log-probs up to float
-        rounding). Models without a sliceable cache use ``sample``. Each row's cache is released
-        as soon as its tip is sampled.
+        One ``Generator.generate`` request per trajectory, keyed by ``Trajectory.id``: a row starts
+        from the episode's KV cache the rollout engine kept under that key (its ids are a prefix of
+        the tip prompt, so only the closing markup and the tip instruction are prefilled) or, without
+        one, from an empty cache (the prompt is prefilled unpadded; rows share their common prefix);
+        only the decode is batched, in chunks of rows whose batch cache fits ``TIP_BATCH_MAX_BYTES``.
+        The ids equal those of ``sample`` on the same prompts and seeds (log-probs up to float
+        rounding). Each row's cache is released as soon as its tip is sampled (``release_cache``).
+        The seed of a row is ``row_seed(run.seed, iteration, task, rollout, 99991)``.
         """
-        fmt = self.setup.fmt
         tcfg = self.cfg.empo2.tips
-        model = self.setup.policy.model
         prompts = self.tip_prompts(trajs)
-        engine = getattr(self.setup, "engine", None)
-        take = getattr(engine, "take_episode_kv", None)
-        ekvs = [(take(t) if take is not None else None) or EpisodeKV() for t in trajs]
-        kw = dict(max_new_tokens=tcfg.max_new_tokens, temperature=tcfg.temperature, eos_ids=fmt.eos_ids,
-                  newline_ids=fmt.newline_ids, stop_at_newline=True, pad_id=int(fmt.tokenizer.pad_token_id or 0))
-
-        def generators(rows: list[int]) -> list[Any]:
-            return [row_generator(self.cfg.run.seed, iteration, trajs[r].task_index, trajs[r].rollout, 99991)
-                    for r in rows]
-
+        params = SamplingParams(max_new_tokens=tcfg.max_new_tokens, temperature=tcfg.temperature,
+                                autocast=self.cfg.model.autocast)
+        reqs = [GenerationRequest(p, seed=row_seed(self.cfg.run.seed, iteration, t.task_index, t.rollout, 99991),
+                                  cache_key=t.id, release_cache=True) for t, p in zip(trajs, prompts)]
         # chunks whose batch cache fits TIP_BATCH_MAX_BYTES: one batch of all B×N tip prompts (each
         # padded to the longest) was the largest allocation of an EMPO² iteration (docs/performance.md)
-        chunks = chunk_rows([len(p) for p in prompts], tcfg.max_new_tokens, kv_bytes_per_token(model) or 0,
-                            TIP_BATCH_MAX_BYTES)
+        chunks = chunk_rows([len(p) for p in prompts], tcfg.max_new_tokens,
+                            kv_bytes_per_token(self.setup.policy.model) or 0, TIP_BATCH_MAX_BYTES)
         out: list[Any] = [None] * len(trajs)
-        cached = True
         try:
-            with autocast(model_device(model), self.cfg.model.autocast):
-                for rows in chunks:
-                    sub = [prompts[r] for r in rows]
-                    gens = None
-                    if cached:
-                        try:
-                            gens = sample_with_cache(model, [ekvs[r] for r in rows], sub, generators=generators(rows), **kw)
-                        except KVCacheUnsupported:
-                            cached = False
-                    if gens is None:
-                        gens = sample(model, sub, generators=generators(rows), **kw)
-                    for r, g in zip(rows, gens):
-                        out[r] = g
-                        ekvs[r].clear()  # free this row's cache before the next chunk
-                return out
+            for rows in chunks:
+                for r, g in zip(rows, self.generator.generate([reqs[r] for r in rows], params)):
+                    out[r] = g
+            return out
         finally:
-            for e in ekvs:
-                e.clear()
+            self.generator.release([t.id for t in trajs])
 
     def _tips_of(self, todo: list[Trajectory], iteration: int) -> list[Generation]:
         """The tips ``after_wave`` sampled for ``todo``; the missing ones are sampled now."""
-        early: dict[int, Generation] = {}
-        for t in todo:
-            e = self._early_tips.pop(id(t), None)
-            if e is not None and e[0]() is t:
-                early[id(t)] = e[1]
+        early = {t.id: self._early_tips.pop(t.id) for t in todo if t.id in self._early_tips}
         self._early_tips.clear()
-        missing = [t for t in todo if id(t) not in early]
+        missing = [t for t in todo if t.id not in early]
         if missing:
-            early.update({id(t): g for t, g in zip(missing, self.sample_tips(missing, iteration))})
-        return [early[id(t)] for t in todo]
+            early.update({t.id: g for t, g in zip(missing, self.sample_tips(missing, iteration))})
+        return [early[t.id] for t in todo]
 
     def write_tips(self, trajs: list[Trajectory], iteration: int) -> dict[str, float]:
         """Sample one tip per finished trajectory (batched, no gradient) and store its entries."""
         try:
             return self._write_tips(trajs, iteration)
         finally:  # caches the engine kept for trajectories that wrote no tip
-            drop = getattr(getattr(self.setup, "engine", None), "drop_episode_kvs", None)
-            if drop is not None:
-                drop()
+            self.generator.release()
 
     def _write_tips(self, trajs: list[Trajectory], iteration: int) -> dict[str, float]:
         todo = [t for t in trajs if self._writes(t)]
@@ -345,9 +336,27 @@ class Empo2Runtime:
         """Novelty-counter state for the checkpoint (the memory itself lives in SQLite)."""
         return {"novelty": self.memory.novelty_state()}
 
-    def load_state(self, tensors: dict[str, Any]) -> None:
+    def checkpoint_extra(self) -> dict[str, Any]:
+        """``Method`` hook: the novelty state (``tensors``) and the memory's entry count and digest
+        (``memory``: ``trainer.resume.check_memory_matches`` checks them on ``--resume``)."""
+        n, digest = self.memory.digest()
+        return {"tensors": self.state(), "memory": {"file": MEMORY_FILENAME, "entries": n, "sha256": digest}}
+
+    def after_checkpoint(self, oldest_kept: int) -> None:
+        """``Method`` hook: forget evicted entries that no kept checkpoint (oldest: ``oldest_kept``) can
+        roll back to."""
+        if not self.read_only:
+            self.memory.forget_evicted(oldest_kept - 1)
+
+    def load_state(self, extra: dict[str, Any]) -> None:
+        """``Method`` hook: the novelty state from a checkpoint's ``extra`` record (its ``tensors``)."""
+        tensors = extra.get("tensors") or {}
         if tensors and "novelty" in tensors:
             self.memory.load_novelty_state(tensors["novelty"])
+
+    def resume(self, iteration: int) -> int:
+        """``Method`` hook: drop entries written after ``iteration`` (resuming from an older checkpoint)."""
+        return self.truncate_after(iteration)
 
     def truncate_after(self, iteration: int) -> int:
         """Drop entries written after ``iteration`` (resuming from an older checkpoint)."""

@@ -3,7 +3,7 @@
     for each iteration:
         sample B task instances and the EMPO² modes of their B×N rollouts
         roll out all episodes (batched generation, concurrent envs; tips if memory-augmented)
-        write tips + memory entries (EMPO²)                       [trainer/empo2_hooks.py]
+        the method's after_rollout: tips + memory entries (EMPO²)  [trainer/method.py]
         returns (extrinsic [+ intrinsic]) → group advantages      [algo/]
         pack trajectories (tips kept or stripped per mode) → clipped policy-gradient update
         log metrics, checkpoint atomically
@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,15 +29,13 @@ from empo2.algo.advantages import compute_advantages, dense_ids
 from empo2.algo.modes import ModeSampler
 from empo2.algo.returns import episode_return
 from empo2.config import Config, config_to_dict
-from empo2.configschema import ConfigError, from_dict
+from empo2.configschema import ConfigError
 from empo2.distributed import combine_metrics, init_distributed, rank_device
 from empo2.envs.base import EnvError, EnvFamily, TaskSpec, UnknownTaskError
 from empo2.envs.registry import make_family
-from empo2.policy.chat import ChatFormat
-from empo2.policy.loading import LoadedPolicy, check_model_source, load_policy, save_weights
+from empo2.policy.loading import check_model_source, load_policy, save_weights
 from empo2.records import Trajectory
-from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
-from empo2.rollout.pool import EnvPoolBase, make_pool
+from empo2.rollout.engine import EpisodeSpec
 from empo2.sysmem import release_free_memory
 from empo2.threads import thread_info
 from empo2.trainer.batch import build_sample
@@ -49,23 +47,25 @@ from empo2.trainer.checkpoint import (
 from empo2.trainer.resume import check_memory_matches
 from empo2.trainer.evaluate import EvalResult, evaluate, read_eval, write_eval
 from empo2.trainer.learner import Learner
-from empo2.trainer.metrics import SCORE_TABLE_COLUMNS, NullSink, RunLogger, group_score_rows, rollout_metrics
+from empo2.trainer.method import Method, make_method
+from empo2.trainer.metrics import (
+    SCORE_TABLE_COLUMNS, MetricsSink, NullSink, RunLogger, group_score_rows, rollout_metrics)
 from empo2.trainer.progress import (
-    Progress, checkpoint_note, eval_note, model_note, tips_note, trajectories_note, update_note)
+    Progress, checkpoint_note, eval_note, tips_note, trajectories_note, update_note)
+
+from empo2.setup import Setup, build_setup, resolve_tasks  # noqa: F401  (re-exported: the composition root)
 
 log = logging.getLogger(__name__)
 
 
-def resolve_tasks(family: EnvFamily, names: list[str]) -> list[str]:
-    """Canonical task names; ``UnknownTaskError`` (with close matches) for a bad one."""
-    return [family.resolve_task(n) for n in names]
-
-
-def compute_step_advantages(trajs: list[Trajectory], cfg: Config) -> tuple[list[list[float]], dict[str, float]]:
+def compute_step_advantages(trajs: list[Trajectory], cfg: Config,
+                            score_scale: float = 100.0) -> tuple[list[list[float]], dict[str, float]]:
     """Per-step advantages of each trajectory (crashed ones get none) and stats.
 
     Returns are normalised per spec §1 (``algo.returns.episode_return``); the intrinsic part
-    enters only when ``empo2.intrinsic.in_advantage`` (spec §5).
+    enters only when ``empo2.intrinsic.in_advantage`` (spec §5). ``score_scale`` is the environment
+    family's score of a full success (``EnvFamily.score_scale``): returns and GiGPO's step rewards
+    are divided by it.
     """
     keep = [i for i, t in enumerate(trajs) if not t.crashed and t.num_steps > 0]
     out: list[list[float]] = [[] for _ in trajs]
@@ -75,7 +75,7 @@ def compute_step_advantages(trajs: list[Trajectory], cfg: Config) -> tuple[list[
     intrinsic_sum = []
     for j, i in enumerate(keep):
         t = trajs[i]
-        r = episode_return(t.final_score, t.initial_score, failure=cfg.env.scienceworld.failure)
+        r = episode_return(t.final_score, t.initial_score, failure=cfg.env.scienceworld.failure, scale=score_scale)
         r_int = sum(s.intrinsic for s in t.steps)
         intrinsic_sum.append(r_int)
         if cfg.empo2.intrinsic.in_advantage:
@@ -84,12 +84,13 @@ def compute_step_advantages(trajs: list[Trajectory], cfg: Config) -> tuple[list[
         groups.append(t.group)
         for s in t.steps:
             step_traj.append(j)
-            step_rew.append(s.reward / 100.0)
+            step_rew.append(s.reward / score_scale)
             anchors.append((t.group, s.anchor))
     adv, stats = compute_advantages(
         cfg.algo.advantage, torch.tensor(rets, dtype=torch.float64), dense_ids(groups),
         torch.tensor(step_traj, dtype=torch.long), dense_ids(anchors), torch.tensor(step_rew, dtype=torch.float64),
-        norm_std=cfg.algo.norm_std, eps=cfg.algo.std_eps, gamma=cfg.algo.gigpo_gamma, omega=cfg.algo.gigpo_omega)
+        norm_std=cfg.algo.norm_std, eps=cfg.algo.std_eps, singleton=cfg.algo.singleton,
+        episode_stats=cfg.algo.episode_stats, gamma=cfg.algo.gigpo_gamma, omega=cfg.algo.gigpo_omega)
     k = 0
     for j, i in enumerate(keep):
         n = trajs[i].num_steps
@@ -99,64 +100,6 @@ def compute_step_advantages(trajs: list[Trajectory], cfg: Config) -> tuple[list[
     stats["rollout/return_mean"] = float(np.mean(rets))
     stats["rollout/intrinsic_sum_mean"] = float(np.mean(intrinsic_sum))
     return out, stats
-
-
-@dataclass
-class Setup:
-    """Everything a run needs, built from a config (shared by train, eval and adapt)."""
-
-    cfg: Config
-    policy: LoadedPolicy
-    fmt: ChatFormat
-    family: EnvFamily
-    tasks: list[str]
-    pool: EnvPoolBase
-    engine: RolloutEngine
-
-    def settings(self, temperature: float) -> RolloutSettings:
-        c = self.cfg
-        return RolloutSettings(
-            temperature=temperature, max_new_tokens=c.action.max_new_tokens, max_turns=c.env.max_turns,
-            action_mode=c.action.mode, correction=c.action.correction, max_context=c.model.max_context,
-            max_tip_tokens=c.empo2.memory.max_tip_tokens, generation_batch_size=c.rollout.generation_batch_size,
-            top_k=c.rollout.top_k, seed=c.run.seed, few_shot=c.action.few_shot,
-            need_anchor=c.algo.advantage == "gigpo", lowercase_actions=c.env.name == "scienceworld",
-            kv_cache=c.rollout.kv_cache, autocast=c.model.autocast)
-
-    def close(self) -> None:
-        self.pool.close()
-
-
-def build_setup(cfg: Config, weights_dir: Path | None = None, pool_size: int | None = None,
-                progress: Progress | None = None, family: EnvFamily | None = None) -> Setup:
-    """Resolve tasks (fails fast on a bad name), start one environment, load the model (a ``model``
-    phase of ``progress``), make the env pool.
-
-    ``family``: the environment family, if the caller made it already (else made from ``cfg.env``).
-    """
-    if cfg.trainer.threads > 0:
-        torch.set_num_threads(cfg.trainer.threads)
-    family = family or make_family(cfg.env)
-    tasks = resolve_tasks(family, cfg.env.tasks)
-    check_model_source(cfg.model, weights_dir)
-    size = pool_size or min(cfg.env.num_workers, cfg.rollout.tasks_per_iteration * cfg.rollout.group_size)
-    pool = make_pool(cfg.env, family, max(1, size), cfg.ray)
-    try:
-        try:  # one environment now: one that cannot start (no Java, a bad heap) fails before the model loads
-            if hasattr(pool, "get"):  # thread pool (a Ray pool's actors start theirs at the first reset)
-                pool.get(0)
-        except EnvError as e:
-            raise EnvError(f"the {family.name} environment cannot start: {e}") from None
-        with (progress or Progress(enabled=False)).phase("model") as ph:
-            policy = load_policy(cfg.model, weights_dir=weights_dir)
-            ph.note(model_note(policy, weights_dir or cfg.model.name_or_path))
-    except BaseException:
-        pool.close()
-        raise
-    policy.model.eval()
-    fmt = ChatFormat(policy.tokenizer)
-    engine = RolloutEngine(policy.model, fmt, family, pool)
-    return Setup(cfg, policy, fmt, family, tasks, pool, engine)
 
 
 def train_variations(cfg: Config, family: EnvFamily) -> dict[str, list[int]]:
@@ -228,7 +171,7 @@ class Trainer:
         device = rank_device(cfg.model.device, self.dist)
         self.setup = build_setup(cfg if device == cfg.model.device else replace(cfg, model=replace(cfg.model, device=device)),
                                  weights_dir=weights, progress=self.progress, family=self._family)
-        self.hooks = None
+        self.method: Method = Method()  # until the run's own is built (no-op hooks: nothing to close)
         try:
             self._check_disk()
             self.dist.barrier()  # every rank checked the run folder before rank 0 writes into it
@@ -249,12 +192,12 @@ class Trainer:
             self.iterations_without_step = 0
             self.modes = ModeSampler(cfg.empo2.p, cfg.empo2.q, cfg.empo2.mode_granularity, cfg.run.seed)
             rewind = (self.start_iteration or -1) if resume else None  # rows after the checkpoint go
-            self.logger = (RunLogger(self.run_dir, cfg.trainer.tensorboard, resume_after=rewind)
+            self.logger: MetricsSink = (RunLogger(self.run_dir, cfg.trainer.tensorboard, resume_after=rewind)
                            if self.dist.is_main else NullSink())
             self.thread_info = thread_info()
             log.info("torch threads %d, OMP_WAIT_POLICY=%s", int(self.thread_info["sys/torch_threads"]),
                      os.environ.get("OMP_WAIT_POLICY", "unset"))
-            self.hooks = self._make_empo2_hooks()
+            self.method = self._make_method()
             if resumed:
                 if opt_state is not None:
                     try:
@@ -271,20 +214,19 @@ class Trainer:
                                 "only in the newest one): the AdamW moments restart from zero", weights)
                 set_rng_state(extra["rng"])
                 self.iterations_without_step = int((extra.get("metrics") or {}).get("train/iterations_without_step", 0))
-                if self.hooks is not None:
-                    try:
-                        self.hooks.load_state(extra.get("tensors") or {})
-                    except (ValueError, KeyError, TypeError) as e:
-                        raise CheckpointError(f"the EMPO² novelty state in {weights} is malformed ({e}); point "
-                                              "checkpoints/last at an earlier iter-* folder") from None
-            if resume and self.hooks is not None:
-                dropped = self.hooks.truncate_after(self.start_iteration - 1)
+                try:
+                    self.method.load_state(extra)
+                except (ValueError, KeyError, TypeError) as e:
+                    raise CheckpointError(f"the {self.method.name} method's state (EMPO²: the novelty state) in {weights} "
+                                          f"is malformed ({e}); point "
+                                          "checkpoints/last at an earlier iter-* folder") from None
+            if resume:
+                dropped = self.method.resume(self.start_iteration - 1)
                 if dropped:
                     log.warning("resume: rolled the memory back to the checkpoint (%d entries written after it dropped)",
                                 dropped)
         except BaseException:  # the JVMs and the memory file are not left open by a refused resume
-            if self.hooks is not None:
-                self.hooks.close()
+            self.method.close()
             self.setup.close()
             self.dist.close()
             raise
@@ -338,10 +280,8 @@ class Trainer:
         if warning:
             log.warning(warning)
 
-    def _make_empo2_hooks(self) -> Any:
-        from empo2.trainer.empo2_hooks import make_hooks
-
-        return make_hooks(self.cfg, self.setup, self.run_dir)
+    def _make_method(self) -> Method:
+        return make_method(self.cfg, self.setup, self.run_dir)
 
     # ------------------------------------------------------------------ sampling
     def sample_tasks(self, iteration: int) -> list[TaskSpec]:
@@ -389,7 +329,7 @@ class Trainer:
         # the per-episode seeds of a single process)
         episodes = [EpisodeSpec(tasks[ti], ti, r, group=ti, mode=modes[ti * N + r])
                     for ti in self.dist.shard(len(tasks)) for r in range(N)]
-        hook = self.hooks.step_hook() if self.hooks is not None else None
+        hook = self.method.step_hook()
         label = f"iter {it + 1}/{c.trainer.iterations}"
         restarts_before = self.setup.pool.restarts
         with self.progress.phase(f"{label} rollout", total=len(episodes) * c.env.max_turns, bound=True) as ph:
@@ -406,14 +346,16 @@ class Trainer:
         release_free_memory()
         timings = {f"time/{k}": v for k, v in self.setup.engine.timings.items()}
         metrics: dict[str, float] = {}
-        if self.hooks is not None:
+        if not self.method.read_only:  # the method writes (EMPO²'s tips and memory): its own phase
             t0 = time.perf_counter()
             with self.progress.phase(f"{label} tips") as ph:
-                metrics.update(self.hooks.after_rollout(trajs, it))
+                metrics.update(self.method.after_rollout(trajs, it))
                 ph.note(tips_note(metrics))
             timings["time/tips"] = timings.get("time/tips", 0.0) + time.perf_counter() - t0  # + during rollout
             release_free_memory()
-        step_adv, adv_stats = compute_step_advantages(trajs, c)
+        else:
+            metrics.update(self.method.after_rollout(trajs, it))
+        step_adv, adv_stats = compute_step_advantages(trajs, c, self.setup.family.score_scale)
         seq_off = 0
         samples = []
         for i, (t, a) in enumerate(zip(trajs, step_adv)):
@@ -422,20 +364,21 @@ class Trainer:
             samples.append(build_sample(t, a, i, seq_off, c.model.max_context))
             seq_off += t.num_steps
         t0 = time.perf_counter()
-        if c.trainer.update:  # Learner.update skips the step when every advantage is 0
+        if self.method.updates_policy:  # Learner.update skips the step when every advantage is 0
             with self.progress.phase(f"{label} update", unit="micro-batches") as ph:
                 train = self.learner.update(samples, iteration=it, on_step=ph.step)
                 ph.note(update_note(train))
+            self.setup.generator.sync_weights(self.setup.policy.model.named_parameters())  # HF: drops stale caches
         else:  # memory-only baseline: weights stay frozen
             train = {"train/skipped": 1.0}
         timings["time/update"] = time.perf_counter() - t0
-        if c.trainer.update:
+        if self.method.updates_policy:
             took = train.get("train/optimizer_steps", 0.0) > 0
             self.iterations_without_step = 0 if took else self.iterations_without_step + 1
             train["train/iterations_without_step"] = float(self.iterations_without_step)
         release_free_memory()
         train["train/cut_steps"] = float(sum(s.cut_steps for s in samples))
-        metrics.update(rollout_metrics(trajs))
+        metrics.update(rollout_metrics(trajs, self.setup.family.two_word_verbs))
         metrics.update(adv_stats)
         metrics.update(train)
         metrics["rollout/env_restarts"] = float(env_restarts)
@@ -485,10 +428,7 @@ class Trainer:
         path: Path | None = None
         if self.dist.is_main:
             extra: dict[str, Any] = {"metrics": {k: v for k, v in metrics.items() if isinstance(v, float)}}
-            if self.hooks is not None:
-                extra["tensors"] = self.hooks.state()
-                n, digest = self.hooks.memory.digest()
-                extra["memory"] = {"file": MEMORY_FILENAME, "entries": n, "sha256": digest}
+            extra.update(self.method.checkpoint_extra())
             try:
                 path = save_checkpoint(self.ckpt_root, iteration, lambda d: save_weights(self.setup.policy, d),
                                        optimizer, config_to_dict(self.cfg), extra,
@@ -498,10 +438,10 @@ class Trainer:
             except CheckpointWriteError as e:
                 log.error("%s", e)
                 self.checkpoint_error = str(e)
-            if path is not None and self.hooks is not None:  # evicted entries no kept checkpoint can roll back to
+            if path is not None:  # e.g. evicted memory entries no kept checkpoint can roll back to
                 kept = [int(k) for k in kept_iterations(self.ckpt_root)]
-                if kept and not self.hooks.read_only:
-                    self.hooks.memory.forget_evicted(min(kept) - 1)
+                if kept:
+                    self.method.after_checkpoint(min(kept))
         self.dist.barrier()
         return path
 
@@ -549,8 +489,7 @@ class Trainer:
 
     def close(self) -> None:
         self.logger.close()
-        if self.hooks is not None:
-            self.hooks.close()
+        self.method.close()
         self.setup.close()
         self.dist.close()
 
@@ -579,11 +518,5 @@ def _config_changes(old: dict[str, Any], new: dict[str, Any], ignore: set[str] =
     return out
 
 
-def load_run_config(path: Path) -> Config:
-    """The ``Config`` saved in a run folder or checkpoint folder."""
-    data = yaml.safe_load(Path(path).read_text())
-    return from_dict(Config, data)
-
-
-__all__ = ["Trainer", "build_setup", "compute_step_advantages", "resolve_tasks", "load_run_config",
+__all__ = ["Trainer", "build_setup", "compute_step_advantages", "resolve_tasks",
            "UnknownTaskError"]

@@ -12,15 +12,18 @@ import logging
 import math
 from collections import Counter
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Collection, Mapping, Protocol
 
 from empo2.records import Trajectory
 
 log = logging.getLogger(__name__)
 
 
-def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
-    """Score (0..100), success rate, steps, action validity, crashes, modes of one iteration."""
+def rollout_metrics(trajs: list[Trajectory], two_word: Mapping[str, Collection[str]] | None = None) -> dict[str, float]:
+    """Score (0..100), success rate, steps, action validity, crashes, modes, verb shares of one iteration.
+
+    ``two_word``: the environment family's ``two_word_verbs`` (``verb_shares``; None = ScienceWorld's).
+    """
     ok = [t for t in trajs if not t.crashed]
     out: dict[str, float] = {"rollout/episodes": float(len(trajs)), "rollout/env_crashes": float(len(trajs) - len(ok))}
     if not ok:
@@ -45,21 +48,19 @@ def rollout_metrics(trajs: list[Trajectory]) -> dict[str, float]:
             len(seg.ids) for t in ok for seg in t.segments if seg.kind.value == "action") / len(steps)
     for mode, c in Counter(t.mode.value for t in trajs).items():
         out[f"rollout/mode/{mode}"] = float(c)
-    out.update(verb_shares([s.action for s in steps]))
+    out.update(verb_shares([s.action for s in steps], two_word))
     return out
 
 
-_TWO_WORD = {"look": {"at", "in", "around"}, "pick": {"up"}, "put": {"down"}, "go": {"to"}, "focus": {"on"},
-             "teleport": {"to"}, "turn": {"on", "off"}}
-
-
-def action_verb(action: str) -> str:
+def action_verb(action: str, two_word: Mapping[str, Collection[str]] | None = None) -> str:
     """The verb of an action text: ``'go to kitchen'`` → ``'go_to'``, ``'search[red mug]'`` → ``'search'``.
 
-    ScienceWorld's two-word verbs (``look at``, ``pick up``, ``focus on``, ``go to``, ...) keep both
-    words joined by ``_``; WebShop's ``verb[arg]`` gives ``verb``; otherwise the first word, lowercased.
-    An empty action gives ``'(none)'``.
+    Two-word verbs (``two_word``: the environment family's ``two_word_verbs``; None = ScienceWorld's
+    ``look at``, ``pick up``, ``focus on``, ``go to``, ...) keep both words joined by ``_``; WebShop's
+    ``verb[arg]`` gives ``verb``; otherwise the first word, lowercased. An empty action gives ``'(none)'``.
     """
+    if two_word is None:
+        from empo2.envs.scienceworld.tasks import TWO_WORD_VERBS as two_word
     text = action.strip().lower()
     if "[" in text:
         head = text.split("[", 1)[0].strip()
@@ -68,19 +69,21 @@ def action_verb(action: str) -> str:
     words = text.split()
     if not words:
         return "(none)"
-    if len(words) > 1 and words[1] in _TWO_WORD.get(words[0], ()):
+    if len(words) > 1 and words[1] in two_word.get(words[0], ()):
         return f"{words[0]}_{words[1]}"
     return words[0]
 
 
-def verb_shares(actions: list[str]) -> dict[str, float]:
+def verb_shares(actions: list[str], two_word: Mapping[str, Collection[str]] | None = None) -> dict[str, float]:
     """Share of each action verb among ``actions`` as ``rollout/verb_share/<verb>`` (sums to 1; {} if none).
+
+    ``two_word``: as in ``action_verb``.
 
     Shows what the policy does and when exploration collapses (e.g. ``focus_on`` never sampled).
     """
     if not actions:
         return {}
-    counts = Counter(action_verb(a) for a in actions)
+    counts = Counter(action_verb(a, two_word) for a in actions)
     return {f"rollout/verb_share/{v}": c / len(actions) for v, c in sorted(counts.items())}
 
 

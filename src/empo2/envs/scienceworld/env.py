@@ -648,6 +648,9 @@ class SciWorldFamily:
     """
 
     name = ENV_NAME
+    score_scale = 100.0  # ScienceWorld's task score: 100 = completed (−100 = failed)
+    lowercase_actions = True  # the simulator's parser is lowercase
+    two_word_verbs = tasks.TWO_WORD_VERBS
 
     def __init__(self, cfg: SciWorldConfig | None = None) -> None:
         self.cfg = cfg or SciWorldConfig()

@@ -32,6 +32,13 @@ from typing import Any
 
 from empo2.envs.base import TaskInfo, UnknownTaskError
 
+TWO_WORD_VERBS: dict[str, frozenset[str]] = {
+    "look": frozenset({"at", "in", "around"}), "pick": frozenset({"up"}), "put": frozenset({"down"}),
+    "go": frozenset({"to"}), "focus": frozenset({"on"}), "teleport": frozenset({"to"}),
+    "turn": frozenset({"on", "off"})}
+"""ScienceWorld's verbs whose next word is part of the verb (``look at``, ``pick up``, ``focus on``,
+``go to``, ...): ``SciWorldFamily.two_word_verbs``, read by the ``rollout/verb_share/<verb>`` metrics."""
+
 logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "dev", "test")

@@ -114,6 +114,9 @@ class TinyFamily:
     """The tiny environment family (implements ``EnvFamily``)."""
 
     name = "tiny"
+    score_scale = 100.0  # 100 = the key fetched
+    lowercase_actions = False
+    two_word_verbs = {"look": frozenset({"around"})}  # "look around" is one verb of its grammar
 
     def __init__(self, cfg: TinyConfig | None = None):
         self.cfg = cfg or TinyConfig()

@@ -372,6 +372,9 @@ class WebShopFamily:
     """
 
     name = "webshop"
+    score_scale = 100.0  # score = 100 × the WebShop reward in [0, 1]
+    lowercase_actions = False  # search text is sent as written
+    two_word_verbs: dict[str, frozenset[str]] = {}
 
     def __init__(self, cfg: WebShopConfig) -> None:
         self.cfg = cfg
