@@ -34,10 +34,12 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Hashable, Iterable, Iterator, Sequence
 
 import torch
 
+from empo2.policy.generator import CacheStats, GenerationRequest, SamplingParams
+from empo2.policy.loading import policy_weights
 from empo2.policy.sampling import Generation
 from empo2.policy.trie import TokenTrie
 
@@ -121,50 +123,56 @@ def _trie_processor_class() -> type:
 _TRIE_CLS: type | None = None
 
 
-def row_seed(seed: int, *parts: int) -> int:
-    """A 48-bit integer seed from ``(seed, *parts)`` (the hash ``policy.sampling.row_generator`` seeds with)."""
-    h = seed & 0xFFFFFFFF
-    for p in parts:
-        h = (h * 1000003 ^ (int(p) & 0xFFFFFFFF)) & 0xFFFFFFFFFFFF
-    return h
-
-
 class VLLMGenerator:
-    """Rollout generation through an in-process ``vllm.LLM`` (colocated with the trainer).
+    """The ``policy.generator.Generator`` over an in-process ``vllm.LLM`` (``rollout.generator: vllm``).
+
+    The engine holds its own copy of the weights: it is started from the policy's model folder and
+    at once loaded with the policy's current weights (``sync_weights``), so a resumed run, an SFT
+    checkpoint or a LoRA policy (merged) samples from exactly the trainer's weights; the training
+    loop pushes them again after every optimiser update. Per-episode caches are vLLM's automatic
+    prefix cache, so ``retire`` / ``release`` / ``set_cache_budget`` have nothing to do (the cache
+    is bounded by ``kv_cache_gib`` / ``gpu_memory_utilization``). ``score`` (Retrospex) stays a
+    teacher-forced forward of the HF model (``policy.scoring.continuation_logprobs``).
 
     Args:
-        model_dir: a Hugging Face model folder (safetensors + config + tokenizer), e.g. the converted
-            default model (``policy.loading.resolve_model_path``) or a checkpoint.
-        dtype: ``"float32"`` (exact behaviour log-probs against an fp32 trainer: |Δ| ≈ 4e-5), ``"bfloat16"``
+        model: the policy's Hugging Face causal LM (or peft model); its ``config._name_or_path``
+            folder (config, tokenizer) starts the engine.
+        fmt: its ``policy.chat.ChatFormat`` (EOS ids, newline ids).
+        dtype: ``"float32"`` (behaviour log-probs within ~4e-5 of an fp32 trainer's) or ``"bfloat16"``
             (faster; the gap shows in ``rollout/mismatch_*``).
         max_model_len: longest prompt + generation (tokens); ``model.max_context``.
-        seed: engine seed (rows carry their own seeds).
+        seed: engine seed (requests carry their own seeds).
         gpu_memory_utilization: GPU only: share of device memory vLLM may take (weights + KV cache);
             leave room for the trainer when colocated.
         kv_cache_gib: CPU only: KV cache size in GiB (``VLLM_CPU_KVCACHE_SPACE``).
-        enable_sleep_mode: GPU only: ``sleep()`` frees the KV cache (and weights) during the update.
-        threads: CPU only: OpenMP threads of the engine (0 = vLLM's default).
+        enable_sleep_mode: GPU only: ``sleep()`` frees the KV cache during the update.
+        kv_cache_max_bytes: accepted for the common constructor signature; unused (see above).
 
     Raises:
         VLLMUnavailable: vLLM is not installed.
-        FileNotFoundError: ``model_dir`` has no ``config.json``.
+        ValueError: the model has no Hugging Face folder vLLM can start from (e.g. ``tiny-random``).
     """
 
-    def __init__(self, model_dir: str | Path, *, dtype: str = "float32", max_model_len: int = 4096, seed: int = 0,
+    def __init__(self, model: Any, fmt: Any, *, dtype: str = "float32", max_model_len: int = 4096, seed: int = 0,
                  gpu_memory_utilization: float = 0.5, kv_cache_gib: float = 2.0, enable_sleep_mode: bool = False,
-                 threads: int = 0):
+                 kv_cache_max_bytes: int = 0):
         require_vllm()
-        model_dir = Path(model_dir)
-        if not (model_dir / "config.json").is_file():
-            raise FileNotFoundError(f"vLLM needs a Hugging Face model folder with config.json; {model_dir} has none")
-        # in process: the engine core runs in this process, so weights and sampling params are passed by reference
+        self.model = model
+        self.fmt = fmt
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        model_dir = Path(str(getattr(getattr(base, "config", None), "_name_or_path", "") or ""))
+        if not str(model_dir) or not (model_dir / "config.json").is_file():
+            raise ValueError(f"rollout.generator=vllm starts the engine from the model's Hugging Face folder, but "
+                             f"{str(model_dir) or 'this model'!r} has no config.json (a random test model?); use a "
+                             "model folder, a .gguf file or the default model, or rollout.generator=hf")
+        # in process: the engine core runs in this process, so weights and sampling params pass by reference
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         from vllm import LLM
         from vllm.platforms import current_platform
 
         self.on_cpu = current_platform.is_cpu()
         set_threads = torch.set_num_threads  # vLLM's CPU worker replaces it with a no-op in this process
-        n_threads = threads if threads > 0 else torch.get_num_threads()
+        n_threads = torch.get_num_threads()
         if self.on_cpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(round(kv_cache_gib)))))
             # without OMP_NUM_THREADS vLLM drops this process's torch threads to 1 (the trainer's too)
@@ -185,92 +193,89 @@ class VLLMGenerator:
         if self.on_cpu:
             torch.set_num_threads(n_threads)
         self._asleep = False
+        self.sync_seconds = 0.0
+        """Seconds the last ``sync_weights`` took."""
+        self.sync_weights(policy_weights(model))
 
-    # ------------------------------------------------------------------ generation
-    def generate(self, prompts: list[list[int]], *, max_new_tokens: int, temperature: float,
-                 eos_ids: Iterable[int], newline_ids: Iterable[int] = (), stop_at_newline: bool = True,
-                 seeds: list[int] | None = None, tries: list[TokenTrie | None] | None = None,
-                 top_k: int = 0) -> list[Generation]:
-        """Sample one continuation per prompt (one batched engine call).
-
-        Args:
-            prompts: B prompts of token ids (each non-empty).
-            max_new_tokens: cap on generated tokens per row (≥ 1).
-            temperature: logits are divided by it (> 0); behaviour log-probs use the same scaling.
-            eos_ids: ids that end a row (kept as its last id). newline_ids / stop_at_newline: as in
-                ``policy.sampling.sample``.
-            seeds: one integer seed per row (e.g. ``row_seed(seed, iteration, task, rollout, turn)``), or None.
-            tries: per row a ``TokenTrie`` (constrained row) or None.
-            top_k: 0 = off (keep 0 for exact importance ratios).
+    # ------------------------------------------------------------------ Generator
+    def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> list[Generation]:
+        """``Generator.generate``: one batched engine call for all requests.
 
         Returns:
-            B ``Generation`` s in prompt order: ``ids`` ``[L]``, ``logps`` ``[L]`` (natural log, temperature-
-            scaled, renormalised over the allowed ids for constrained rows), ``allowed`` per position
-            (constrained rows), ``stop`` ``"eos" | "newline" | "length"``.
+            One ``Generation`` per request, in request order: ``ids`` ``[L]``, ``logps`` ``[L]`` (natural log,
+            temperature-scaled, renormalised over the allowed ids for trie rows), ``allowed`` per
+            position (trie rows), ``stop`` ``"eos" | "newline" | "length"``.
 
         Raises:
-            ValueError: temperature ≤ 0, an empty prompt, max_new_tokens < 1, or mismatched seeds/tries lengths.
+            ValueError: an empty prompt.
         """
-        B = len(prompts)
-        if B == 0:
+        reqs = list(requests)
+        if not reqs:
             return []
-        if temperature <= 0:
-            raise ValueError("temperature must be > 0 (behaviour log-probs need a sampling distribution)")
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if any(not p for p in prompts):
-            raise ValueError("empty prompt: every row needs at least one token id")
-        for name, xs in (("seeds", seeds), ("tries", tries)):
-            if xs is not None and len(xs) != B:
-                raise ValueError(f"{len(xs)} {name} for {B} prompts")
+        for i, r in enumerate(reqs):
+            if not r.prompt_ids:
+                raise ValueError(f"request {i} has an empty prompt (a request needs at least one prompt id)")
         if self._asleep:
             self.wake()
-        from vllm import SamplingParams
+        from vllm import SamplingParams as VSamplingParams
         from vllm.inputs import TokensPrompt
 
-        eos = {int(i) for i in eos_ids}
-        nl = {int(i) for i in newline_ids} if stop_at_newline else set()
+        eos = {int(i) for i in self.fmt.eos_ids}
+        nl = {int(i) for i in self.fmt.newline_ids} if params.stop_at_newline else set()
         stops = sorted(eos | nl)
-        params = []
-        for r in range(B):
-            extra = None
-            if tries is not None and tries[r] is not None:
-                extra = {TRIE_KEY: {"seqs": tries[r].sequences(), "end": tries[r].end_id}}
-            params.append(SamplingParams(
-                n=1, temperature=float(temperature), top_p=1.0, top_k=int(top_k) if top_k > 0 else 0, min_p=0.0,
-                max_tokens=int(max_new_tokens), logprobs=0, stop_token_ids=stops, ignore_eos=False,
-                skip_special_tokens=False, detokenize=False, seed=None if seeds is None else int(seeds[r]),
+        vparams = []
+        for r in reqs:
+            extra = {TRIE_KEY: {"seqs": r.trie.sequences(), "end": r.trie.end_id}} if r.trie is not None else None
+            vparams.append(VSamplingParams(
+                n=1, temperature=float(params.temperature), top_p=1.0, top_k=int(params.top_k) or 0, min_p=0.0,
+                max_tokens=int(params.max_new_tokens), logprobs=0, stop_token_ids=stops, ignore_eos=False,
+                skip_special_tokens=False, detokenize=False, seed=None if r.seed is None else int(r.seed),
                 extra_args=extra))
-        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(p)) for p in prompts], params, use_tqdm=False)
-        gens = []
-        for r, o in enumerate(outs):
-            c = o.outputs[0]
-            ids = [int(t) for t in c.token_ids]
-            logps = [float(d[t].logprob) for t, d in zip(ids, c.logprobs or [])]
-            if len(logps) != len(ids):
-                raise RuntimeError(f"vLLM returned {len(logps)} log-probs for {len(ids)} tokens")
-            stop = "length"
-            if ids and ids[-1] in eos:
-                stop = "eos"
-            elif ids and ids[-1] in nl:
-                stop = "newline"
-            allowed = None
-            if tries is not None and tries[r] is not None:
-                allowed = [tries[r].allowed(ids[:i]) for i in range(len(ids))]
-            gens.append(Generation(ids=ids, logps=logps, allowed=allowed, stop=stop))
-        return gens
+        outs = self.llm.generate([TokensPrompt(prompt_token_ids=list(r.prompt_ids)) for r in reqs], vparams,
+                                 use_tqdm=False)
+        return [self._generation(o.outputs[0], r.trie, eos, nl) for o, r in zip(outs, reqs)]
 
-    # ------------------------------------------------------------------ weights and caches
-    def sync_weights(self, named_tensors: Iterable[tuple[str, torch.Tensor]]) -> float:
+    @staticmethod
+    def _generation(c: Any, trie: TokenTrie | None, eos: set[int], nl: set[int]) -> Generation:
+        ids = [int(t) for t in c.token_ids]
+        logps = [float(d[t].logprob) for t, d in zip(ids, c.logprobs or [])]
+        if len(logps) != len(ids):
+            raise RuntimeError(f"vLLM returned {len(logps)} log-probs for {len(ids)} tokens")
+        stop = "eos" if ids and ids[-1] in eos else "newline" if ids and ids[-1] in nl else "length"
+        allowed = [trie.allowed(ids[:i]) for i in range(len(ids))] if trie is not None else None
+        return Generation(ids=ids, logps=logps, allowed=allowed, stop=stop)
+
+    def score(self, prompt_ids: Sequence[int], continuations: Sequence[Sequence[int]],
+              cache_key: Hashable | None = None) -> list[list[float]]:
+        """``Generator.score``: a teacher-forced forward of the HF model (no cache kept)."""
+        from empo2.policy.scoring import continuation_logprobs
+
+        return continuation_logprobs(self.model, prompt_ids, continuations, ekv=None,
+                                     pad_id=int(self.fmt.tokenizer.pad_token_id or 0))
+
+    def retire(self, keys: Iterable[Hashable], keep: Iterable[bool] | bool = False) -> None:
+        """``Generator.retire``: nothing to do (the prefix cache keeps what fits)."""
+
+    def release(self, keys: Iterable[Hashable] | None = None) -> None:
+        """``Generator.release``: nothing to do (the prefix cache keeps what fits)."""
+
+    def set_cache_budget(self, max_bytes: int) -> None:
+        """``Generator.set_cache_budget``: the engine's cache size is fixed at start (``kv_cache_gib``)."""
+        if max_bytes < 0:
+            raise ValueError(f"kv_cache_max_bytes must be ≥ 0 (0 = no cap), got {max_bytes}")
+
+    def cache_stats(self) -> CacheStats:
+        """``Generator.cache_stats``: no per-episode caches (``CacheStats()``)."""
+        return CacheStats()
+
+    def sync_weights(self, named_tensors: Iterable[tuple[str, Any]]) -> None:
         """Load new weights into the engine in place, then drop the prefix cache.
 
         Args:
-            named_tensors: ``(name, tensor)`` pairs with Hugging Face parameter names (``model.layers.0…``,
-                as ``model.named_parameters()`` of the trainer's causal LM gives them); any dtype/device
-                (converted by vLLM's weight loaders).
-
-        Returns:
-            The seconds it took.
+            named_tensors: ``(name, tensor)`` pairs with Hugging Face names of the plain causal LM
+                (``model.layers.0.self_attn.q_proj.weight``…; ``policy_weights(model)`` gives them, LoRA
+                merged); any dtype/device (vLLM's weight loaders convert). The seconds it took are
+                ``self.sync_seconds``.
         """
         import time
 
@@ -280,20 +285,21 @@ class VLLMGenerator:
         it: Iterator[tuple[str, torch.Tensor]] = ((n, t.detach()) for n, t in named_tensors)
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": it})
         self.reset_cache()
-        return time.perf_counter() - t0
+        self.sync_seconds = time.perf_counter() - t0
 
     def reset_cache(self) -> None:
         """Drop every cached prefix (after a weight change the cached KV is stale)."""
         self.llm.reset_prefix_cache()
 
     def sleep(self) -> None:
-        """GPU with ``enable_sleep_mode``: free the KV cache and offload the weights until the next call."""
+        """GPU with ``enable_sleep_mode``: free the KV cache until the next call (no-op on CPU)."""
         if self.sleep_mode and not self._asleep:
             self.llm.sleep(level=1)
             self._asleep = True
 
     def wake(self) -> None:
-        """Undo ``sleep`` (called by ``generate`` and ``sync_weights`` as needed)."""
+        """Undo ``sleep`` (``generate`` and ``sync_weights`` call it as needed)."""
         if self._asleep:
             self.llm.wake_up()
             self._asleep = False
+
