@@ -22,7 +22,9 @@ Cases (``--cases``): ``sciworld`` = ``configs/quickstart.yaml``; ``webshop`` =
 memory path (hook, tips) runs (``--quick``: 4 turns); ``tiny`` = the built-in tiny env with the tiny random model
 (smoke).
 
-Run: ``python -m benchmarks.iteration [--quick|--tiny] [--cases ...] [--kv-ab]``.
+``--generator-ab`` runs every case again with ``rollout.generator=vllm`` (rollout and iteration ratios hf/vllm).
+
+Run: ``python -m benchmarks.iteration [--quick|--tiny] [--cases ...] [--kv-ab] [--generator-ab]``.
 """
 
 from __future__ import annotations
@@ -122,6 +124,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = add_common_args(argparse.ArgumentParser(prog="python -m benchmarks.iteration", description=__doc__.split("\n")[0]))
     p.add_argument("--cases", nargs="*", default=None, choices=sorted(CASES), help="cases to run")
     p.add_argument("--kv-ab", action="store_true", help="also run each case with rollout.kv_cache=false")
+    p.add_argument("--generator-ab", action="store_true",
+                   help="also run each case with rollout.generator=vllm (needs the '.[vllm]' extra)")
     p.add_argument("--_worker", default="", help=argparse.SUPPRESS)
     p.add_argument("--_out", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -136,11 +140,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     quick = QUICK if args.quick else {}
     run.config = {"cases": {c: {"config": CASES[c][0], "overrides": COMMON + CASES[c][1] + quick.get(c, [])}
                             for c in cases},
-                  "threads": args.threads, "kv_ab": args.kv_ab}
+                  "threads": args.threads, "kv_ab": args.kv_ab, "generator_ab": args.generator_ab}
     rows = []
     for c in cases:
         cfg, ovr = CASES[c][0], CASES[c][1] + quick.get(c, [])
         variants = [("", [])] + ([("kv off", ["rollout.kv_cache=false"])] if args.kv_ab else [])
+        variants += [("vllm", ["rollout.generator=vllm"])] if args.generator_ab else []
         for label, extra in variants:
             name = c + (f" ({label})" if label else "")
             r = run_case(name, cfg, ovr + extra, args.threads)
