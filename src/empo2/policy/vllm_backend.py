@@ -177,6 +177,9 @@ class VLLMGenerator:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, int(round(kv_cache_gib)))))
             # without OMP_NUM_THREADS vLLM drops this process's torch threads to 1 (the trainer's too)
             os.environ.setdefault("OMP_NUM_THREADS", str(n_threads))
+            # 'auto' binding reserves a core for a scheduler process we do not have (in process) and pins
+            # threads; the engine shares the trainer's cores instead
+            os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         kw: dict[str, Any] = dict(
             model=str(model_dir), dtype=dtype, seed=int(seed), max_model_len=int(max_model_len),
             enable_prefix_caching=True, enable_chunked_prefill=False, logprobs_mode="processed_logprobs",
