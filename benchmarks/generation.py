@@ -16,7 +16,14 @@ every row generates exactly ``new`` tokens; prompt ids are random, which does no
    history every turn vs ``sample_with_cache`` continuing each episode's cache (``policy.kvcache``).
    Skipped (N/A) when the installed empo2 has no ``sample_with_cache``.
 
-Run: ``python -m benchmarks.generation [--quick|--tiny] [--profile]``.
+4. **backends** (``--vllm``, needs the ``[vllm]`` extra) — the same requests through the two
+   ``rollout.generator`` backends behind ``policy.generator`` (``HFGenerator`` vs ``VLLMGenerator``, fp32,
+   T 1, log-probs on, EOS/newline stops off): (a) one batched call of ``vllm_batch`` prompts × ``vllm_prompt``
+   tokens; (b) multi-turn, ``episodes`` × ``kv_turns`` turns of an append-only chat with cache keys (HF's
+   per-episode KV caches vs vLLM's prefix cache); (c) constrained, every row restricted by a trie of 20
+   random admissible actions. Ratio = HF seconds / vLLM seconds.
+
+Run: ``python -m benchmarks.generation [--quick|--tiny] [--profile] [--vllm [--only-backends]]``.
 """
 
 from __future__ import annotations
@@ -83,7 +90,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = add_common_args(argparse.ArgumentParser(allow_abbrev=False, prog="python -m benchmarks.generation", description=__doc__.split("\n")[0]))
     p.add_argument("--batches", type=int, nargs="*", default=None, help="batch sizes of the sweep (default 1 8 32)")
     p.add_argument("--profile", action="store_true", help="torch.profiler over one batch-8 sample call")
+    p.add_argument("--vllm", action="store_true", help="also compare the hf and vllm generators (needs '.[vllm]')")
+    p.add_argument("--only-backends", action="store_true", help="with --vllm: skip measurements 1-3")
     args = p.parse_args(argv)
+    if args.vllm and args.only_backends:
+        run = Run("generation_backends", args)
+        run.results["backends"] = compare_backends(args, run)
+        return run.finish()
     batches = args.batches or pick(args, tiny=[1, 4], quick=[1, 8, 32], full=[1, 8, 32])
     prompt_len, new = pick(args, tiny=(16, 4), quick=(128, 16), full=(256, 32))
     episodes = pick(args, tiny=4, quick=8, full=8)
@@ -270,7 +283,74 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                   batching["cached_turn"]["ratio"], 4.0, unit="×"))
     if not kv["available"]:
         run.notes.append("KV-cache reuse not measured: empo2.policy.sampling has no sample_with_cache")
+    if args.vllm:
+        run.results["backends"] = compare_backends(args, run, policy)
     return run.finish()
+
+
+def compare_backends(args: argparse.Namespace, run: Run, policy: Any = None) -> dict[str, Any]:
+    """Measurement 4: ``HFGenerator`` vs ``VLLMGenerator`` on the same requests (see the module docstring)."""
+    from empo2.policy.chat import ChatFormat
+    from empo2.policy.generator import GenerationRequest, HFGenerator, SamplingParams
+    from empo2.policy.trie import TokenTrie
+    from empo2.policy.vllm_backend import VLLMGenerator
+
+    policy = policy or load_model(model_name(args))
+    model = policy.model.eval()
+    fmt = ChatFormat(policy.tokenizer)
+    vocab = len(policy.tokenizer)
+    B, P, new = pick(args, tiny=(4, 32, 4), quick=(16, 900, 20), full=(16, 900, 20))
+    E, turns, base, obs = pick(args, tiny=(2, 2, 16, 8), quick=(8, 4, 600, 48), full=(8, 4, 600, 48))
+    repeats = args.repeats or pick(args, tiny=1, quick=2, full=3)
+    t0 = time.perf_counter()
+    backends = {"hf": HFGenerator(model, fmt), "vllm": VLLMGenerator(model, fmt, dtype="float32", max_model_len=2048)}
+    init_s = time.perf_counter() - t0
+    params = SamplingParams(max_new_tokens=new, temperature=1.0, stop_at_newline=False)
+    rng = random.Random(1)
+    batch = [rand_ids(rng, P, vocab) for _ in range(B)]
+    chats = [rand_ids(rng, base, vocab) for _ in range(E)]
+    adds = [[rand_ids(rng, obs, vocab) for _ in range(E)] for _ in range(turns)]
+    end = min(fmt.eos_ids)
+    trie = TokenTrie([rand_ids(rng, rng.randint(2, 6), vocab) for _ in range(20)], end)
+
+    def batched(g: Any, r: int) -> tuple[float, int]:
+        t = time.perf_counter()
+        out = g.generate([GenerationRequest(p, seed=r * 1000 + i) for i, p in enumerate(batch)], params)
+        return time.perf_counter() - t, sum(len(o.ids) for o in out)
+
+    def multi_turn(g: Any, r: int) -> tuple[float, int]:
+        g.reset_cache()
+        hist = [list(c) for c in chats]
+        n, t = 0, time.perf_counter()
+        for k in range(turns):
+            out = g.generate([GenerationRequest(h, seed=r * 1000 + 10 * i + k, cache_key=f"r{r}-e{i}")
+                              for i, h in enumerate(hist)], params)
+            for i, o in enumerate(out):
+                hist[i] += o.ids + adds[k][i]
+                n += len(o.ids)
+        g.retire([f"r{r}-e{i}" for i in range(E)])
+        return time.perf_counter() - t, n
+
+    def constrained(g: Any, r: int) -> tuple[float, int]:
+        t = time.perf_counter()
+        out = g.generate([GenerationRequest(p[:P // 2], seed=r * 1000 + i, trie=trie) for i, p in enumerate(batch)],
+                         params)
+        return time.perf_counter() - t, sum(len(o.ids) for o in out)
+
+    res: dict[str, Any] = {"init_s": init_s, "sizes": {"batch": [B, P, new], "multi_turn": [E, turns, base, obs]}}
+    rows = []
+    for name, fn in (("batched", batched), ("multi_turn", multi_turn), ("constrained", constrained)):
+        per: dict[str, Any] = {}
+        for bname, g in backends.items():
+            fn(g, 99)  # warm-up
+            times, toks = zip(*(fn(g, r) for r in range(repeats)))
+            per[bname] = {"s": summary(list(times)), "tokens": toks[0]}
+        per["ratio"] = per["hf"]["s"]["median"] / per["vllm"]["s"]["median"]
+        res[name] = per
+        rows.append([name, per["hf"]["s"]["median"], per["vllm"]["s"]["median"], f"{per['ratio']:.2f}×"])
+    print_table(f"generators hf vs vllm ({args.threads} threads; vLLM engine start {init_s:.1f} s)",
+                ["case", "hf s", "vllm s", "hf / vllm"], rows)
+    return res
 
 
 if __name__ == "__main__":

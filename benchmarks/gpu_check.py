@@ -18,6 +18,9 @@ Peak: ``--peak-tflops``, else a table of dense bf16 peaks by GPU name (H100/H200
 ``--shape tiny`` (2 layers, hidden 64) runs the same path on a CPU in about a minute: the smoke test
 of this script (``tests/benchmarks``).
 
+``--generator-ab`` adds the GRPO iteration with ``rollout.generator=vllm`` (the engine starts from the same
+random-weight folder and gets the trainer's weights; ``generation`` ratio hf/vllm).
+
 Run: ``bash benchmarks/gpu_check.sh`` (GPU) or ``python -m benchmarks.gpu_check --shape tiny --device cpu``.
 Prints a table and writes ``benchmarks/results/gpu_check.json``.
 """
@@ -143,6 +146,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--dtype", default="float32", help="model.dtype of the weights (default fp32 master weights)")
     ap.add_argument("--peak-tflops", type=float, default=None)
     ap.add_argument("--out", default=str(REPO_ROOT / "benchmarks" / "results" / "gpu_check.json"))
+    ap.add_argument("--generator-ab", action="store_true",
+                    help="also run the GRPO iteration with rollout.generator=vllm (needs vllm installed)")
     ap.add_argument("overrides", nargs="*", help="extra key=value config overrides for both iterations")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
@@ -157,6 +162,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         cases = [one_iteration("grpo", model_dir, Path(tmp) / "runs", args.device, amp, args.dtype, sizes),
                  one_iteration("empo2", model_dir, Path(tmp) / "runs", args.device, amp, args.dtype,
                                sizes + ["empo2.p=1.0", "empo2.q=0.0"])]
+        if args.generator_ab:  # the same GRPO iteration with the vLLM engine (bf16 engine on cuda)
+            vdt = "bfloat16" if args.device.startswith("cuda") else "float32"
+            cases.append(one_iteration("grpo vllm", model_dir, Path(tmp) / "runs", args.device, amp, args.dtype,
+                                       sizes + ["rollout.generator=vllm", f"rollout.vllm.dtype={vdt}",
+                                                "rollout.vllm.gpu_memory_utilization=0.3"]))
     for c in cases:
         c["generation_tok_s"] = c["generated_tokens"] / c["generation_s"] if c["generation_s"] else None
         c["update_tok_s"] = c["update_tokens"] / c["update_s"] if c["update_s"] else None

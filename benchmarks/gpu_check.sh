@@ -7,6 +7,8 @@
 #   bash benchmarks/gpu_check.sh                      # cuda, bf16 autocast, fp32 master weights
 #   bash benchmarks/gpu_check.sh --dtype bfloat16     # bf16 weights too
 #   bash benchmarks/gpu_check.sh --shape tiny --device cpu   # the CPU smoke test of this script
+#   bash benchmarks/gpu_check.sh --generator-ab       # + the GRPO iteration with rollout.generator=vllm
+#     (pip install "vllm==0.32.0" "torch==2.13.0" "transformers<5.20" first; docs/scaling.md)
 #
 # Set-up on the GPU machine (once, with a CUDA build of torch; see the README):
 #   make setup TORCH_SPEC="torch==2.13.0" TORCH_INDEX="--index-url https://download.pytorch.org/whl/cu128"

@@ -27,8 +27,9 @@ with like; ``tiny`` = the built-in tiny env with the tiny random model (smoke).
 ``--prefix-ab`` also runs each case (by default only ``sciworld``, the quickstart batch) with ``trainer.share_prefix=false`` (every trajectory forwarded whole, the
 layout before the group-shared prefix): same seed, so the same rollouts and the same update, timed twice;
 ``train/shared_token_frac`` is the share of the update's trajectory tokens the shared prefix saves.
+``--generator-ab`` runs every case again with ``rollout.generator=vllm`` (rollout and iteration ratios hf/vllm).
 
-Run: ``python -m benchmarks.iteration [--quick|--tiny] [--cases ...] [--kv-ab] [--prefix-ab]``.
+Run: ``python -m benchmarks.iteration [--quick|--tiny] [--cases ...] [--kv-ab] [--prefix-ab] [--generator-ab]``.
 """
 
 from __future__ import annotations
@@ -138,6 +139,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--kv-ab", action="store_true", help="also run each case with rollout.kv_cache=false")
     p.add_argument("--prefix-ab", action="store_true",
                    help="also run each case with trainer.share_prefix=false (update before the group-shared prefix)")
+    p.add_argument("--generator-ab", action="store_true",
+                   help="also run each case with rollout.generator=vllm (needs the '.[vllm]' extra)")
     p.add_argument("--_worker", default="", help=argparse.SUPPRESS)
     p.add_argument("--_out", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -152,12 +155,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     quick = QUICK if args.quick else {}
     run.config = {"cases": {c: {"config": CASES[c][0], "overrides": COMMON + CASES[c][1] + quick.get(c, [])}
                             for c in cases},
-                  "threads": args.threads, "kv_ab": args.kv_ab, "prefix_ab": args.prefix_ab}
+                  "threads": args.threads, "kv_ab": args.kv_ab, "prefix_ab": args.prefix_ab,
+                  "generator_ab": args.generator_ab}
     rows = []
     for c in cases:
         cfg, ovr = CASES[c][0], CASES[c][1] + quick.get(c, [])
         variants = ([("", [])] + ([("kv off", ["rollout.kv_cache=false"])] if args.kv_ab else [])
                     + ([("prefix off", ["trainer.share_prefix=false"])] if args.prefix_ab or c in PREFIX_AB else []))
+        variants += [("vllm", ["rollout.generator=vllm"])] if args.generator_ab else []
         for label, extra in variants:
             name = c + (f" ({label})" if label else "")
             r = run_case(name, cfg, ovr + extra, args.threads)

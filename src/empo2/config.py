@@ -97,6 +97,21 @@ class ActionConfig:
 
 
 @dataclass
+class VLLMConfig:
+    """The vLLM rollout engine (``rollout.vllm``; used with ``rollout.generator: vllm``, docs/scaling.md)."""
+
+    dtype: Literal["float32", "bfloat16", "float16"] = doc(
+        "engine compute dtype: float32 keeps behaviour log-probs within ~4e-5 of an fp32 trainer's; bfloat16 is"
+        " faster and widens the sampler/trainer gap (watch rollout/mismatch_*, consider algo.mismatch.tis_cap)",
+        default="float32")
+    gpu_memory_utilization: float = doc(
+        "GPU only: share of device memory the engine may take for weights + KV cache (leave room for the"
+        " colocated trainer)", default=0.4)
+    kv_cache_gib: float = doc("CPU only: the engine's KV cache in GiB (VLLM_CPU_KVCACHE_SPACE)", default=2.0)
+    sleep: bool = doc("GPU only: free the engine's KV cache during the update (vLLM sleep mode)", default=False)
+
+
+@dataclass
 class RolloutConfig:
     """Rollout sizes and sampling (``rollout``)."""
 
@@ -113,9 +128,11 @@ class RolloutConfig:
         "cap on the bytes of all kept per-episode KV caches (live episodes first, then the finished ones kept"
         " for tip writing); episodes past it are re-prefilled each turn (0 = no cap). SmolLM2-135M fp32 uses"
         " 46 KiB per cached token, so 2 GiB ≈ 45k tokens; a 7B model needs far more", default=2 * 1024 ** 3)
-    generator: Literal["hf"] = doc(
-        "generation backend (policy/generator.py): 'hf' samples with this process's transformers model",
+    generator: Literal["hf", "vllm"] = doc(
+        "generation backend (policy/generator.py): 'hf' samples with this process's transformers model; 'vllm' with"
+        " an in-process vLLM engine that gets the trainer's weights after every update (pip install -e '.[vllm]')",
         default="hf")
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
 
 @dataclass
@@ -126,6 +143,23 @@ class LowProbMaskConfig:
     granularity: Literal["token", "sequence"] = doc(
         "'token' (paper) masks single tokens; 'sequence' (authors' code) masks a whole step's action", default="sequence")
     threshold_logp: float = doc("threshold as a natural-log probability (−5 ≈ p < 0.0067)", default=-5.0)
+
+
+@dataclass
+class MismatchConfig:
+    """Rollout–trainer mismatch: the sampler's behaviour log-probs vs the trainer's (``algo.mismatch``,
+    docs/algorithms.md "Rollout–trainer mismatch")."""
+
+    measure: Literal["auto", "on", "off"] = doc(
+        "score the rollout's action tokens with the trainer before the update and log rollout/mismatch_* (mean"
+        " |Δ log-prob|, KL, per turn); 'auto' = on when rollout.generator is not 'hf' (one extra no-grad forward)",
+        default="auto")
+    recompute: bool = doc(
+        "use the trainer's log-probs as the behaviour log-probs of the ratio (verl's recompute of old log-probs);"
+        " the sampler's stay for TIS", default=False)
+    tis_cap: float = doc(
+        "truncated importance sampling: weight each token's loss by min(π_trainer/π_sampler, cap), detached"
+        " (0 = off; 2 is the usual cap). Needs the trainer's log-probs, so it implies measuring", default=0.0)
 
 
 @dataclass
@@ -152,6 +186,7 @@ class AlgoConfig:
     aggregation: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = doc(
         "how token losses are aggregated", default="token-mean")
     low_prob_mask: LowProbMaskConfig = field(default_factory=LowProbMaskConfig)
+    mismatch: MismatchConfig = field(default_factory=MismatchConfig)
 
 
 @dataclass
@@ -378,6 +413,9 @@ RANGES: dict[str, Bound] = {
     "rollout.temperature": Bound(0.0, 10.0, lo_open=True),
     "rollout.top_k": Bound(0, 10_000_000),
     "rollout.generation_batch_size": Bound(0, 100_000),
+    "rollout.vllm.gpu_memory_utilization": Bound(0.0, 1.0, lo_open=True),
+    "rollout.vllm.kv_cache_gib": Bound(0.0, 1024.0, lo_open=True),
+    "algo.mismatch.tis_cap": Bound(0.0, 1e6),
     "rollout.kv_cache_max_bytes": Bound(0, 2 ** 50),
     "algo.std_eps": Bound(0.0, 1.0, lo_open=True),
     "algo.gigpo_omega": Bound(0.0, 100.0),
@@ -561,6 +599,21 @@ def validate(cfg: Config) -> None:
     if cfg.eval.every > cfg.trainer.iterations > 0:
         raise ConfigError(f"eval.every ({cfg.eval.every}) is above trainer.iterations ({cfg.trainer.iterations}), so "
                           "no evaluation would run during training; lower eval.every, or set 0 (before/after only)")
+    if cfg.algo.mismatch.tis_cap and cfg.algo.mismatch.tis_cap < 1:
+        raise ConfigError(f"algo.mismatch.tis_cap = {cfg.algo.mismatch.tis_cap} would shrink every on-policy token's "
+                          "weight; use a cap >= 1 (2 is usual) or 0 to turn TIS off")
+    if cfg.rollout.generator == "vllm":
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise ConfigError("rollout.generator=vllm needs vLLM, which is not installed: pip install -e '.[vllm]' "
+                              "(docs/scaling.md has the pins), or use rollout.generator=hf")
+        if cfg.trainer.strategy != "single":
+            raise ConfigError(f"rollout.generator=vllm runs one in-process engine; trainer.strategy="
+                              f"{cfg.trainer.strategy} is not supported with it yet (use trainer.strategy=single)")
+        if cfg.model.name_or_path == "tiny-random":
+            raise ConfigError("rollout.generator=vllm needs a model folder to start from; model.name_or_path="
+                              "tiny-random has none (and a head size vLLM lacks); use rollout.generator=hf")
     if not cfg.trainer.update:
         for key in ("algo.kl_coef", "algo.entropy_coef"):
             if _get(cfg, key) > 0:

@@ -207,6 +207,7 @@ class Generator(Protocol):
 
 GENERATORS: dict[str, str] = {
     "hf": "empo2.policy.generator:HFGenerator",
+    "vllm": "empo2.policy.vllm_backend:VLLMGenerator",
 }
 """``rollout.generator`` name → ``module:Class`` of the backend (imported on use)."""
 

@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -403,3 +403,42 @@ def save_weights(policy: LoadedPolicy, out: Path) -> None:
     _clear_quantizer(policy.model)
     policy.model.save_pretrained(out, safe_serialization=True)
     policy.tokenizer.save_pretrained(out)
+
+
+def policy_weights(model: Any) -> Iterator[tuple[str, torch.Tensor]]:
+    """The policy's weights under the plain causal LM's Hugging Face names, LoRA merged.
+
+    A plain model yields ``named_parameters()``. A peft LoRA model yields, for every adapted layer,
+    ``W + ΔW`` (``get_delta_weight`` of its active adapters) under the base layer's name, and every
+    other base parameter under its own name (the ``base_model.model.`` prefix, ``.base_layer`` and the
+    ``lora_*`` tensors dropped), so an engine that knows only the base architecture gets the
+    weights the trainer samples with.
+
+    Args:
+        model: a Hugging Face causal LM or a peft model around one.
+
+    Returns:
+        An iterator of ``(name, tensor)`` (detached; merged tensors are new, others are the parameters).
+    """
+    if not hasattr(model, "get_base_model"):
+        for n, p in model.named_parameters():
+            yield n, p.detach()
+        return
+    base = model.get_base_model()
+    merged: set[str] = set()
+    with torch.no_grad():
+        for name, mod in base.named_modules():
+            if hasattr(mod, "get_delta_weight") and hasattr(mod, "get_base_layer"):
+                layer = mod.get_base_layer()
+                w = layer.weight.detach().clone()
+                for a in getattr(mod, "active_adapters", []):
+                    if a in getattr(mod, "lora_A", {}):
+                        w += mod.get_delta_weight(a).to(w.dtype)
+                merged.add(name)
+                yield f"{name}.weight", w
+                if getattr(layer, "bias", None) is not None:
+                    yield f"{name}.bias", layer.bias.detach()
+    for n, p in base.named_parameters():
+        if "lora_" in n or any(n.startswith(m + ".base_layer.") for m in merged):
+            continue
+        yield n, p.detach()

@@ -26,17 +26,23 @@ class TokenTrie:
     def __init__(self, sequences: Iterable[list[int]], end_id: int):
         self.end_id = int(end_id)
         self.root: dict[int, dict] = {}
-        n = 0
+        self._seqs: list[list[int]] = []
         for seq in sequences:
             if not seq:
                 continue
+            self._seqs.append([int(t) for t in seq])
             node = self.root
             for t in list(seq) + [self.end_id]:
                 node = node.setdefault(int(t), {})
-            n += 1
+        n = len(self._seqs)
         if n == 0:
             raise ValueError("TokenTrie needs at least one non-empty admissible action")
         self.size = n
+
+    def sequences(self) -> list[list[int]]:
+        """The non-empty action sequences the trie was built from (without the end id), in input
+        order: ``TokenTrie(t.sequences(), t.end_id)`` is the same trie (the vLLM backend ships it so)."""
+        return [list(s) for s in self._seqs]
 
     @classmethod
     def from_actions(cls, actions: Sequence[str] | None, encode: Callable[[str], list[int]],

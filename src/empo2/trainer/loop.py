@@ -33,7 +33,7 @@ from empo2.configschema import ConfigError
 from empo2.distributed import combine_metrics, init_distributed, rank_device
 from empo2.envs.base import EnvError, EnvFamily, TaskSpec, UnknownTaskError
 from empo2.envs.registry import make_family
-from empo2.policy.loading import check_model_source, load_policy, save_weights
+from empo2.policy.loading import check_model_source, load_policy, policy_weights, save_weights
 from empo2.records import Trajectory
 from empo2.rollout.engine import EpisodeSpec
 from empo2.sysmem import release_free_memory
@@ -53,6 +53,7 @@ from empo2.trainer.metrics import (
 from empo2.trainer.progress import (
     Progress, checkpoint_note, eval_note, tips_note, trajectories_note, update_note)
 
+from empo2.trainer.mismatch import apply_mismatch, mismatch_wanted
 from empo2.trainer.setup import Setup, build_setup, resolve_tasks  # noqa: F401  (re-exported: the composition root)
 
 log = logging.getLogger(__name__)
@@ -358,18 +359,24 @@ class Trainer:
             metrics.update(self.method.after_rollout(trajs, it))
         step_adv, adv_stats = compute_step_advantages(trajs, c, self.setup.family.score_scale)
         seq_off = 0
-        samples = []
+        samples, offsets = [], []
         for i, (t, a) in enumerate(zip(trajs, step_adv)):
             if t.crashed or not a:
                 continue
             samples.append(build_sample(t, a, i, seq_off, c.model.max_context))
+            offsets.append(seq_off)
             seq_off += t.num_steps
+        if self.method.updates_policy and mismatch_wanted(c.algo.mismatch, c.rollout.generator):
+            t0 = time.perf_counter()  # rollout-trainer mismatch: measure, recompute, TIS (docs/algorithms.md)
+            metrics.update(apply_mismatch(self.learner, samples, offsets, c.algo.mismatch,
+                                          measure=c.algo.mismatch.measure != "off"))
+            timings["time/mismatch"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         if self.method.updates_policy:  # Learner.update skips the step when every advantage is 0
             with self.progress.phase(f"{label} update", unit="micro-batches") as ph:
                 train = self.learner.update(samples, iteration=it, on_step=ph.step)
                 ph.note(update_note(train))
-            self.setup.generator.sync_weights(self.setup.policy.model.named_parameters())  # HF: drops stale caches
+            self.setup.generator.sync_weights(policy_weights(self.setup.policy.model))  # HF: drops stale caches
         else:  # memory-only baseline: weights stay frozen
             train = {"train/skipped": 1.0}
         timings["time/update"] = time.perf_counter() - t0

@@ -90,6 +90,17 @@ class Setup:
         self.pool.close()
 
 
+def generator_options(cfg: Config) -> dict[str, Any]:
+    """The constructor options of the ``rollout.generator`` backend, from the config."""
+    opts: dict[str, Any] = {"kv_cache_max_bytes": cfg.rollout.kv_cache_max_bytes}
+    if cfg.rollout.generator == "vllm":
+        v = cfg.rollout.vllm
+        opts.update(dtype=v.dtype, max_model_len=cfg.model.max_context, seed=cfg.run.seed,
+                    gpu_memory_utilization=v.gpu_memory_utilization, kv_cache_gib=v.kv_cache_gib,
+                    enable_sleep_mode=v.sleep)
+    return opts
+
+
 def build_setup(cfg: Config, weights_dir: Path | None = None, pool_size: int | None = None,
                 progress: Progress | None = None, family: EnvFamily | None = None) -> Setup:
     """Resolve tasks (fails fast on a bad name), start one environment, load the model (a ``model``
@@ -119,8 +130,7 @@ def build_setup(cfg: Config, weights_dir: Path | None = None, pool_size: int | N
     policy.model.eval()
     fmt = ChatFormat(policy.tokenizer)
     try:
-        generator = make_generator(cfg.rollout.generator, policy.model, fmt,
-                                   kv_cache_max_bytes=cfg.rollout.kv_cache_max_bytes)
+        generator = make_generator(cfg.rollout.generator, policy.model, fmt, **generator_options(cfg))
     except BaseException:
         pool.close()
         raise
