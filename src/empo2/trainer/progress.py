@@ -289,10 +289,16 @@ def model_note(policy: Any, source: Any) -> str:
 
 
 def tips_note(metrics: dict[str, float]) -> str:
-    """``tips written 32, memory size 180`` from the EMPO² runtime's ``memory/`` metrics (absent ones left out)."""
-    return ", ".join(f"{label} {v}" for label, key in (("tips written", "memory/tips_written"),
-                                                       ("memory size", "memory/size"))
-                     if (v := _num(metrics, key, "{:.0f}")) is not None)
+    """``tips written 32, memory size 180, tip followed 0.31 (plain 0.12)`` from the EMPO² runtime's
+    ``memory/`` metrics (absent ones left out; the follow rates are ``memory/tip_follow_rate`` and its
+    plain-step baseline, docs/learning.md)."""
+    parts = [f"{label} {v}" for label, key in (("tips written", "memory/tips_written"), ("memory size", "memory/size"))
+             if (v := _num(metrics, key, "{:.0f}")) is not None]
+    follow, plain = _num(metrics, "memory/tip_follow_rate", "{:.2f}"), _num(metrics, "memory/tip_follow_rate_plain",
+                                                                            "{:.2f}")
+    if follow is not None or plain is not None:
+        parts.append(f"tip followed {follow or '-'} (plain {plain or '-'})")
+    return ", ".join(parts)
 
 
 def table_before_after(before: Any, after: Any, console: Any = None) -> None:
