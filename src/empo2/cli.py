@@ -303,6 +303,67 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_memory_import(args: argparse.Namespace) -> int:
+    """``empo2 memory import FILE.jsonl --run RUN``: checked rows into the run's memory, all or nothing
+    (row format: ``empo2.memory.transfer``)."""
+    from empo2.config import load_config
+    from empo2.configschema import ConfigError
+    from empo2.envs.registry import make_family
+    from empo2.memory.embedder import load_embedder
+    from empo2.memory.store import MEMORY_FILENAME, MemoryStore
+    from empo2.memory.transfer import import_entries, read_import_file
+
+    run = Path(args.run)
+    saved = run / "config.yaml"
+    if args.config is None and not saved.is_file():
+        raise ConfigError(f"--run {run} has no config.yaml; pass --config FILE, the config the run is (or will be) "
+                          "trained with, so the tips are embedded with its embedder")
+    if (run / "checkpoints").exists():
+        raise ConfigError(f"--run {run} has checkpoints: importing would change the memory they recorded and "
+                          "--resume would refuse it; import into a new run folder (then train with that "
+                          "run.name) or into a copy used with `empo2 eval --with-memory COPY`")
+    cfg = load_config(args.config or saved, args.overrides)
+    rows = read_import_file(Path(args.file), make_family(cfg.env))  # every row checked before any work
+    embedder = load_embedder(cfg.empo2.memory.embedder)
+    entries = import_entries(rows, embedder)
+    run.mkdir(parents=True, exist_ok=True)
+    with MemoryStore(run / MEMORY_FILENAME, dim=embedder.dim, embedder=embedder.name,
+                     capacity=cfg.empo2.memory.capacity) as store:
+        added = store.add(entries)  # one transaction: dedup + FIFO cap per bucket
+        snap = store.snapshot()
+    print(f"{len(rows)} rows of {args.file}: {added} entries added to {run / MEMORY_FILENAME} "
+          f"({snap['duplicates']} already there, {snap['evicted']} evicted by the cap of "
+          f"{cfg.empo2.memory.capacity} per bucket); it now holds {snap['entries']} entries in "
+          f"{len(snap['buckets'])} buckets")
+    return 0
+
+
+def cmd_memory_export(args: argparse.Namespace) -> int:
+    """``empo2 memory export RUN --out FILE.jsonl``: every stored entry as an import row."""
+    import json
+
+    from empo2.configschema import ConfigError
+    from empo2.memory.store import MEMORY_FILENAME, MemoryStore
+    from empo2.memory.transfer import export_rows
+
+    path = Path(args.run) / MEMORY_FILENAME
+    if not path.is_file():
+        raise ConfigError(f"{path} does not exist (was the run trained with empo2.p > 0?)")
+    out = Path(args.out)
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a folder; give a file path, e.g. --out {out / 'memory.jsonl'}")
+    with MemoryStore(path, readonly=True) as store:
+        entries = store.entries(None)
+    if args.task:
+        entries = [e for e in entries if args.task in e.bucket]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in export_rows(entries)), encoding="utf-8")
+    tmp.replace(out)
+    print(f"{len(entries)} entries of {path} → {out}")
+    return 0
+
+
 def cmd_config_keys(args: argparse.Namespace) -> int:
     from empo2.config import RANGES, Config
     from empo2.configschema import help_table
@@ -364,6 +425,20 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("--task", default=None, help="only buckets containing this text")
     ms.add_argument("--top", type=int, default=20, help="show the N best-scoring tips (0 = all)")
     ms.set_defaults(fn=cmd_memory_show)
+    mi = msub.add_parser("import", help="add tips from a JSON Lines file to a run's memory (all rows or none)",
+                         description="Rows: {\"text\", \"score\", \"bucket\" or \"task\"+\"variation\", optional "
+                                     "\"state\" (key text), \"entry\" (shown text)}; see docs/algorithms.md "
+                                     "'EMPO² memory at run time'. A bad row is named and nothing is written.")
+    mi.add_argument("file", help="JSON Lines file, one tip per line")
+    mi.add_argument("--run", required=True, help="run folder whose memory receives the tips (created if missing)")
+    mi.add_argument("--config", default=None, help="the run's config (default RUN/config.yaml): embedder, capacity")
+    mi.add_argument("overrides", nargs="*", help="key=value overrides of that config")
+    mi.set_defaults(fn=cmd_memory_import)
+    me = msub.add_parser("export", help="write a run's memory entries as JSON Lines (the import format)")
+    me.add_argument("run", help="run folder")
+    me.add_argument("--out", required=True, help="JSON Lines output file")
+    me.add_argument("--task", default=None, help="only buckets containing this text")
+    me.set_defaults(fn=cmd_memory_export)
 
     c = sub.add_parser("config", help="config helpers")
     csub = c.add_subparsers(dest="config_command", required=True)
@@ -416,12 +491,13 @@ def main(argv: list[str] | None = None) -> int:
     from empo2.envs.webshop.data import DataFileError
     from empo2.memory.embedder import EmbedderUnavailableError
     from empo2.memory.store import MemoryStoreError
+    from empo2.memory.transfer import MemoryImportError
     from empo2.retrospex.transitions import TrajectoryFileError
     from empo2.trainer.loop import EnvironmentFailedError
 
     user_errors: tuple[type[BaseException], ...] = (
         ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError, MemoryStoreError,
-        EmbedderUnavailableError, DataFileError, EnvError, OSError, TrajectoryFileError)
+        EmbedderUnavailableError, DataFileError, EnvError, OSError, TrajectoryFileError, MemoryImportError)
     _setup_logging(args.verbose)
     if omp.set_passive and computes:
         log.warning(omp.reason)

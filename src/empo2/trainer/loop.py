@@ -41,7 +41,7 @@ from empo2.rollout.pool import EnvPoolBase, make_pool
 from empo2.sysmem import release_free_memory
 from empo2.threads import thread_info
 from empo2.trainer.batch import build_sample
-from empo2.memory.store import MEMORY_FILENAME
+from empo2.memory.store import MEMORY_FILENAME, MemoryStore
 from empo2.trainer.checkpoint import (
     CheckpointError, CheckpointWriteError, check_disk_space, check_run_dir, check_weights, checkpoint_bytes,
     checkpoint_config, find_checkpoint, folder_bytes, kept_iterations, load_extra, load_optimizer_state, load_state,
@@ -290,7 +290,16 @@ class Trainer:
             raise
 
     def _holds_a_run(self) -> bool:
-        return any((self.run_dir / f).exists() for f in ("metrics.jsonl", "checkpoints", MEMORY_FILENAME))
+        """Metrics, checkpoints or a memory with entries of a training iteration are there; a memory
+        holding only imported entries (``empo2 memory import``, iteration −1) is a seed, not a run."""
+        if any((self.run_dir / f).exists() for f in ("metrics.jsonl", "checkpoints")):
+            return True
+        mem = self.run_dir / MEMORY_FILENAME
+        if not mem.exists():
+            return False
+        with MemoryStore(mem, readonly=True) as store:
+            span = store.iterations()
+        return span is not None and span[1] >= 0
 
     def _resume_point(self) -> tuple[Path | None, dict[str, Any]]:
         """The checkpoint ``--resume`` continues from and its state (sets ``start_iteration``); (None, {})
