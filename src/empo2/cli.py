@@ -72,8 +72,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from empo2.trainer.checkpoint import check_weights, checkpoint_config, load_state
-    from empo2.trainer.evaluate import check_eval_path, evaluate, write_eval
-    from empo2.trainer.loop import build_setup, fail_if_all_crashed
+    from empo2.trainer.evaluate import check_eval_path, eval_variations, evaluate, variations_note, write_eval
+    from empo2.trainer.loop import build_setup, fail_if_all_crashed, train_variations
     from empo2.trainer.progress import Progress, eval_note, make_console
     from empo2.config import Config
     from empo2.configschema import from_dict, parse_overrides, set_dotted
@@ -134,8 +134,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from empo2.records import Mode as _M
 
         with progress.phase(f"eval {split}", total=episodes * cfg.env.max_turns, bound=True) as ph:
+            # a run trained on env.variations is evaluated on those when its train split is asked for
+            variations = eval_variations(split, cfg.env.train_split, train_variations(cfg, setup.family),
+                                         bool(cfg.env.variations))
             res, trajs = evaluate(setup.engine, setup.family, setup.tasks, split, episodes, setup.settings(temperature),
-                              hook=hook, mode=mode or _M.PLAIN, on_turn=ph.advance, selector=selector)
+                              hook=hook, mode=mode or _M.PLAIN, on_turn=ph.advance, selector=selector,
+                              variations=variations)
             ph.note(eval_note(res))
         fail_if_all_crashed(trajs, f"the evaluation of {ckpt}", then="run the evaluation again")
     finally:
@@ -146,13 +150,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     t = Table(title=f"empo2 eval {ckpt} — split {split}, temperature {temperature}, "
                     f"{'with memory ' + args.with_memory if args.with_memory else 'no memory'}"
                     f"{', Retrospex critic ' + args.retrospex if args.retrospex else ''}")
-    for c in ("task", "episodes", "score [95% CI]", "success rate [95% CI]", "steps"):
+    for c in ("task / variation", "episodes", "score [95% CI]", "successes", "success rate [95% CI]", "steps"):
         t.add_column(c)
-    rows = list(res.per_task.items()) + [("ALL", res.overall)]
+    per_var = list(res.per_variation.items()) if len(res.per_variation) <= 30 else []
+    rows = per_var + list(res.per_task.items()) + [("ALL", res.overall)]
     for name, s in rows:
         t.add_row(name, str(s.episodes), f"{s.score:.1f} [{s.score_ci[0]:.1f}, {s.score_ci[1]:.1f}]",
-                  f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]", f"{s.steps:.1f}")
+                  f"{s.successes}/{s.episodes}", f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]",
+                  f"{s.steps:.1f}")
     console.print(t)
+    console.print(f"evaluated on {variations_note(res)}")
     console.print(f"mean score {res.overall.score:.1f} (authors' convention, a failure keeps its last non-negative "
                   f"score: {res.overall.score_last_nonneg:.1f})  success rate {res.overall.success_rate:.2f}  "
                   f"→ {out}")

@@ -47,7 +47,7 @@ from empo2.trainer.checkpoint import (
     checkpoint_config, find_checkpoint, folder_bytes, kept_iterations, load_extra, load_optimizer_state, load_state,
     remove_partial_writes, save_checkpoint, set_rng_state)
 from empo2.trainer.resume import check_memory_matches
-from empo2.trainer.evaluate import EvalResult, evaluate, read_eval, write_eval
+from empo2.trainer.evaluate import EvalResult, eval_variations, evaluate, read_eval, write_eval
 from empo2.trainer.learner import Learner
 from empo2.trainer.metrics import SCORE_TABLE_COLUMNS, NullSink, RunLogger, group_score_rows, rollout_metrics
 from empo2.trainer.progress import (
@@ -377,7 +377,9 @@ class Trainer:
         with self.progress.phase(f"eval {tag}", total=c.eval.episodes * c.env.max_turns, bound=True) as ph:
             res, trajs = evaluate(self.setup.engine, self.setup.family, self.setup.tasks, c.env.eval_split,
                                   c.eval.episodes, self.setup.settings(c.eval.temperature), iteration=iteration,
-                                  on_turn=ph.advance)
+                                  on_turn=ph.advance,
+                                  variations=eval_variations(c.env.eval_split, c.env.train_split,
+                                                             self.train_variations, bool(c.env.variations)))
             ph.note(eval_note(res))
         fail_if_all_crashed(trajs, f"evaluation '{tag}'")
         release_free_memory()
