@@ -93,8 +93,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from empo2.configschema import ConfigError
     from rich.table import Table
 
-    from empo2.trainer.evaluate import check_eval_path, evaluate, write_eval
-    from empo2.trainer.loop import build_setup, fail_if_all_crashed
+    from empo2.trainer.evaluate import check_eval_path, eval_variations, evaluate, variations_note, write_eval
+    from empo2.trainer.loop import build_setup, fail_if_all_crashed, train_variations
     from empo2.trainer.progress import Progress, eval_note, make_console
     from empo2.config import Config, load_config
     from empo2.trainer.setup import run_config
@@ -155,9 +155,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
         from empo2.records import Mode as _M
 
         with progress.phase(f"eval {split}", total=episodes * cfg.env.max_turns, bound=True) as ph:
+            # a run trained on env.variations is evaluated on those when its train split is asked for
+            variations = eval_variations(split, cfg.env.train_split, train_variations(cfg, setup.family),
+                                         bool(cfg.env.variations))
             res, trajs = evaluate(setup.engine, setup.family, setup.tasks, split, episodes, setup.settings(temperature),
                                   hook=hook, mode=mode or _M.PLAIN, on_turn=ph.advance, selector=selector,
-                                  iteration=seed_it)
+                                  iteration=seed_it, variations=variations)
             ph.note(eval_note(res))
         fail_if_all_crashed(trajs, f"the evaluation of {ckpt}", then="run the evaluation again")
     finally:
@@ -168,13 +171,16 @@ def cmd_eval(args: argparse.Namespace) -> int:
     t = Table(title=f"empo2 eval {ckpt} — split {split}, temperature {temperature}, "
                     f"{'with memory ' + args.with_memory if args.with_memory else 'no memory'}"
                     f"{', Retrospex critic ' + args.retrospex if args.retrospex else ''}")
-    for c in ("task", "episodes", "score [95% CI]", "success rate [95% CI]", "steps"):
+    for c in ("task / variation", "episodes", "score [95% CI]", "successes", "success rate [95% CI]", "steps"):
         t.add_column(c)
-    rows = list(res.per_task.items()) + [("ALL", res.overall)]
+    per_var = list(res.per_variation.items()) if len(res.per_variation) <= 30 else []
+    rows = per_var + list(res.per_task.items()) + [("ALL", res.overall)]
     for name, s in rows:
         t.add_row(name, str(s.episodes), f"{s.score:.1f} [{s.score_ci[0]:.1f}, {s.score_ci[1]:.1f}]",
-                  f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]", f"{s.steps:.1f}")
+                  f"{s.successes}/{s.episodes}", f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]",
+                  f"{s.steps:.1f}")
     console.print(t)
+    console.print(f"evaluated on {variations_note(res)}")
     same = ("the stream of the training-time evaluation of these weights (eval_after / eval_iterK), so the same "
             "settings give the same number" if seed_it == trained else "not the training-time evaluation's stream")
     console.print(f"sampling seed: run.seed={cfg.run.seed}, evaluation stream of iteration {seed_it}: {same} "
@@ -348,6 +354,67 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_memory_import(args: argparse.Namespace) -> int:
+    """``empo2 memory import FILE.jsonl --run RUN``: checked rows into the run's memory, all or nothing
+    (row format: ``empo2.memory.transfer``)."""
+    from empo2.config import load_config
+    from empo2.configschema import ConfigError
+    from empo2.envs.registry import make_family
+    from empo2.memory.embedder import load_embedder
+    from empo2.memory.store import MEMORY_FILENAME, MemoryStore
+    from empo2.memory.transfer import import_entries, read_import_file
+
+    run = Path(args.run)
+    saved = run / "config.yaml"
+    if args.config is None and not saved.is_file():
+        raise ConfigError(f"--run {run} has no config.yaml; pass --config FILE, the config the run is (or will be) "
+                          "trained with, so the tips are embedded with its embedder")
+    if (run / "checkpoints").exists():
+        raise ConfigError(f"--run {run} has checkpoints: importing would change the memory they recorded and "
+                          "--resume would refuse it; import into a new run folder (then train with that "
+                          "run.name) or into a copy used with `empo2 eval --with-memory COPY`")
+    cfg = load_config(args.config or saved, args.overrides)
+    rows = read_import_file(Path(args.file), make_family(cfg.env))  # every row checked before any work
+    embedder = load_embedder(cfg.empo2.memory.embedder)
+    entries = import_entries(rows, embedder)
+    run.mkdir(parents=True, exist_ok=True)
+    with MemoryStore(run / MEMORY_FILENAME, dim=embedder.dim, embedder=embedder.name,
+                     capacity=cfg.empo2.memory.capacity) as store:
+        added = store.add(entries)  # one transaction: dedup + FIFO cap per bucket
+        snap = store.snapshot()
+    print(f"{len(rows)} rows of {args.file}: {added} entries added to {run / MEMORY_FILENAME} "
+          f"({snap['duplicates']} already there, {snap['evicted']} evicted by the cap of "
+          f"{cfg.empo2.memory.capacity} per bucket); it now holds {snap['entries']} entries in "
+          f"{len(snap['buckets'])} buckets")
+    return 0
+
+
+def cmd_memory_export(args: argparse.Namespace) -> int:
+    """``empo2 memory export RUN --out FILE.jsonl``: every stored entry as an import row."""
+    import json
+
+    from empo2.configschema import ConfigError
+    from empo2.memory.store import MEMORY_FILENAME, MemoryStore
+    from empo2.memory.transfer import export_rows
+
+    path = Path(args.run) / MEMORY_FILENAME
+    if not path.is_file():
+        raise ConfigError(f"{path} does not exist (was the run trained with empo2.p > 0?)")
+    out = Path(args.out)
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a folder; give a file path, e.g. --out {out / 'memory.jsonl'}")
+    with MemoryStore(path, readonly=True) as store:
+        entries = store.entries(None)
+    if args.task:
+        entries = [e for e in entries if args.task in e.bucket]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in export_rows(entries)), encoding="utf-8")
+    tmp.replace(out)
+    print(f"{len(entries)} entries of {path} → {out}")
+    return 0
+
+
 def cmd_config_keys(args: argparse.Namespace) -> int:
     from empo2.config import RANGES, Config
     from empo2.configschema import help_table
@@ -424,6 +491,20 @@ def build_parser() -> argparse.ArgumentParser:
     ms.add_argument("--task", default=None, help="only buckets containing this text")
     ms.add_argument("--top", type=int, default=20, help="show the N best-scoring tips (0 = all)")
     ms.set_defaults(fn=cmd_memory_show)
+    mi = msub.add_parser("import", help="add tips from a JSON Lines file to a run's memory (all rows or none)",
+                         description="Rows: {\"text\", \"score\", \"bucket\" or \"task\"+\"variation\", optional "
+                                     "\"state\" (key text), \"entry\" (shown text)}; see docs/algorithms.md "
+                                     "'EMPO² memory at run time'. A bad row is named and nothing is written.")
+    mi.add_argument("file", help="JSON Lines file, one tip per line")
+    mi.add_argument("--run", required=True, help="run folder whose memory receives the tips (created if missing)")
+    mi.add_argument("--config", default=None, help="the run's config (default RUN/config.yaml): embedder, capacity")
+    mi.add_argument("overrides", nargs="*", help="key=value overrides of that config")
+    mi.set_defaults(fn=cmd_memory_import)
+    me = msub.add_parser("export", help="write a run's memory entries as JSON Lines (the import format)")
+    me.add_argument("run", help="run folder")
+    me.add_argument("--out", required=True, help="JSON Lines output file")
+    me.add_argument("--task", default=None, help="only buckets containing this text")
+    me.set_defaults(fn=cmd_memory_export)
 
     c = sub.add_parser("config", help="config helpers")
     csub = c.add_subparsers(dest="config_command", required=True)
@@ -480,12 +561,13 @@ def main(argv: list[str] | None = None) -> int:
     from empo2.envs.webshop.data import DataFileError
     from empo2.memory.embedder import EmbedderUnavailableError
     from empo2.memory.store import MemoryStoreError
+    from empo2.memory.transfer import MemoryImportError
     from empo2.trajfile import TrajectoryFileError
     from empo2.trainer.loop import EnvironmentFailedError
 
     user_errors: tuple[type[BaseException], ...] = (
         ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError, MemoryStoreError,
-        EmbedderUnavailableError, DataFileError, EnvError, OSError, TrajectoryFileError)
+        EmbedderUnavailableError, DataFileError, EnvError, OSError, TrajectoryFileError, MemoryImportError)
     _setup_logging(args.verbose, listing=args.command in _LISTING_COMMANDS)
     if omp.set_passive and computes:  # one line, logged when the model loads: after the inputs are checked
         from empo2.threads import defer_warning

@@ -242,3 +242,24 @@ def test_kl_and_clip_lines_have_gaps_where_no_step_was_taken(tmp_path):
     assert math.isnan(line.get_ydata()[2])  # matplotlib breaks the line there: 2 and 4 are not joined
     steps = next(p for p in DIAGNOSTIC_PANELS if p.key == "train/optimizer_steps")
     assert not any(math.isnan(v) for v in _xy(run, steps, steps.key, run.rows)[1])  # other panels unchanged
+
+
+def test_tip_follow_table_shows_the_rate_next_to_its_baseline():
+    """Issue #18 item 2: the report's tip-following table (absent without the metric, e.g. GRPO)."""
+    from pathlib import Path
+
+    from empo2.report.runs import RunData
+    from empo2.report.table import tip_follow_table
+
+    grpo = RunData(Path("g"), "grpo", rows=[{"iteration": 1, "rollout/score_mean": 3.0}])
+    assert tip_follow_table([grpo]) is None
+    empo2 = RunData(Path("e"), "empo2", rows=[
+        {"iteration": 1, "rollout/score_mean": 3.0, "memory/tip_follow_steps": 0.0,
+         "memory/tip_follow_steps_plain": 0.0},  # empty memory in iteration 1: no rate, counts 0
+        {"iteration": 2, "rollout/score_mean": 5.0, "memory/tip_follow_steps": 40.0, "memory/tip_follow_rate": 0.25,
+         "memory/tip_follow_steps_plain": 20.0, "memory/tip_follow_rate_plain": 0.10}])
+    table = tip_follow_table([grpo, empo2])
+    lines = table.splitlines()
+    assert len(lines) == 4 and "grpo" not in table
+    assert lines[2] == "| empo2 | 1 | — | 0 | — | 0 | — |"
+    assert lines[3] == "| empo2 | 2 | 0.25 | 40 | 0.10 | 20 | +0.15 |"

@@ -160,3 +160,52 @@ def test_entries_store_the_key_text_that_was_embedded(tmp_path, tiny_policy, cha
     finally:
         rt.close()
         pool.close()
+
+
+def test_plain_states_retrieve_hidden_tips_for_the_tip_follow_baseline(tmp_path, tiny_policy, chat_format):
+    """Issue #18 item 2: plain episodes retrieve tips for every state without showing them
+    (``info["hidden_tips"]``, one list per step, no TIP segment, not counted as retrieval hits);
+    memory-mode episodes show theirs; ``after_rollout`` logs both follow rates, equal to a recount."""
+    from empo2.memory.store import MemoryEntry
+    from empo2.memory.tipinfo import names_action
+
+    fam = TinyFamily()
+    with EnvPool(fam, 4) as pool:
+        eng = RolloutEngine(tiny_policy.model, chat_format, fam, pool)
+        # τ = −1: every entry of the bucket passes, so every state of both modes gets tips
+        rt = _runtime(tmp_path, tiny_policy, chat_format, eng, "empo2.memory.threshold=-1.0",
+                      "empo2.write_memory=never")
+        try:
+            bucket = TaskSpec("tiny", "fetch-key", 0).bucket
+            key = rt.embedder.encode(["seed"])[0]
+            rt.memory.add([MemoryEntry(bucket, key, "seed", tip, tip, 50.0, -1, -1)
+                           for tip in ("Next action: go east", "Next action: look around")])
+            specs = [EpisodeSpec(TaskSpec("tiny", "fetch-key", 0), 0, r, 0, Mode.PLAIN if r < 2 else Mode.ON_TIPS)
+                     for r in range(4)]
+            settings = RolloutSettings(temperature=1.0, max_new_tokens=4, max_turns=3, action_mode="constrained",
+                                       correction="none", seed=7)
+            trajs = eng.run(specs, settings, iteration=IT, hook=rt.step_hook())
+            queries = rt.c["queries"]
+            m = rt.after_rollout(trajs, IT)
+        finally:
+            rt.close()
+    plain = [t for t in trajs if t.mode is Mode.PLAIN]
+    tipped = [t for t in trajs if t.mode is Mode.ON_TIPS]
+    assert queries == sum(t.num_steps for t in tipped)  # plain queries are not retrieval statistics
+    for t in plain:
+        assert len(t.info["hidden_tips"]) == t.num_steps
+        assert all(len(h) == 2 for h in t.info["hidden_tips"])
+        assert all(not s.tips for s in t.steps)
+        assert not any(seg.kind is SegmentKind.TIP for seg in t.segments)  # never shown
+    for t in tipped:
+        assert "hidden_tips" not in t.info and all(len(s.tips) == 2 for s in t.steps)
+
+    def rate(pairs):
+        return sum(any(names_action(x, a) for x in tips) for a, tips in pairs) / len(pairs)
+
+    want_memory = rate([(s.action, s.tips) for t in tipped for s in t.steps])
+    want_plain = rate([(s.action, h) for t in plain for s, h in zip(t.steps, t.info["hidden_tips"])])
+    assert m["memory/tip_follow_steps"] == sum(t.num_steps for t in tipped)
+    assert m["memory/tip_follow_steps_plain"] == sum(t.num_steps for t in plain)
+    assert m["memory/tip_follow_rate"] == pytest.approx(want_memory)
+    assert m["memory/tip_follow_rate_plain"] == pytest.approx(want_plain)

@@ -10,7 +10,9 @@
 - ``retriever``: ``retrieve`` — cosine ≥ τ, best episode score first, at most k.
 - ``novelty``: ``NoveltyCounter`` (r_int = 1/n), ``intrinsic_from_retrieved`` (authors' 1/(k+1)).
 - ``text``: entry texts, the tip instruction, ``clean_tip``, ``key_text``.
-- ``tipinfo``: ``tip_informativeness`` — does a tip name the outcome, a task object, a scoring action.
+- ``tipinfo``: ``tip_informativeness`` — does a tip name the outcome, a task object, a scoring action;
+  ``tip_follow_shares`` — does the agent take an action a retrieved tip names (``memory/tip_follow_rate``).
+- ``transfer``: JSON Lines rows in and out of a run's memory (``empo2 memory import`` / ``export``).
 
 Importing this package does not import torch or sentence-transformers (``Embedder`` does, lazily).
 """

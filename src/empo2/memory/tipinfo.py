@@ -19,6 +19,17 @@ Words are compared by their Snowball (Porter2) stems after lower-casing (PyStemm
 irregular verbs mapped to their base first (went/gone → go, took → take, …). This is a heuristic
 measure for comparing runs and iterations, not a judgement of tip quality: it can miss
 paraphrases ("the creature" for *animal*) and count a word used in passing.
+
+**Tip following** (``names_action``, ``tip_follow_shares``; issue #18 item 2) uses the same rule to
+ask the opposite question of a *retrieved* tip: did the agent take an action the tip names? A tip
+text (a retrieved entry text, i.e. the tip plus, with per-step entries, "the specific action you
+took was …" and the score) *names* an action when every content word of the action (lower-cased,
+``STOPWORDS`` dropped, Snowball stems, irregular verbs mapped) occurs among the text's stems: a
+fuzzy token match, so ``"go to the kitchen"`` names ``go to kitchen`` and ``"focused on the red
+bulb"`` names ``focus on red bulb``; word order is ignored. An action with no content word
+(all stop words) is named by nothing. Counts are made on the same rule in memory-mode steps (the
+tips shown) and in plain steps (tips retrieved for the state but not shown), so the difference of
+the two shares, not either share alone, is the effect of showing tips.
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ from dataclasses import dataclass
 
 import Stemmer
 
-from empo2.records import Trajectory
+from empo2.records import Mode, Trajectory
 
 _WORD = re.compile(r"[a-z]+")
 _NUMBER = r"(-?\d+(?:\.\d+)?)"
@@ -157,3 +168,70 @@ def informativeness_shares(flags: list[TipInformativeness]) -> dict[str, float]:
     n = len(flags)
     return {f"memory/tip_informative_{k}": sum(getattr(f, k) for f in flags) / n
             for k in ("outcome", "object", "action", "any")}
+
+
+def names_action(text: str, action: str) -> bool:
+    """Does ``text`` name ``action``? Every content word of the action is among the text's stems.
+
+    Args:
+        text: a tip or a retrieved entry text.
+        action: the action taken (the text sent to the environment).
+
+    Returns:
+        True when the action has ≥ 1 content word (``STOPWORDS`` dropped) and each one's Snowball stem
+        (irregular verbs mapped first) occurs in ``text``; see the module docstring. Pure.
+    """
+    return _names_action(_stems(text), action)
+
+
+def tip_follow_counts(trajs: Iterable[Trajectory]) -> dict[str, int]:
+    """Steps with retrieved tips, and how many of them took an action a tip names, per mode group.
+
+    Args:
+        trajs: trajectories of one rollout. Memory-mode episodes (``Mode.ON_TIPS``/``OFF_TIPS``)
+            use each step's shown tips (``StepRecord.tips``); plain episodes use
+            ``info["hidden_tips"][i]``, the tips retrieved for step i's state but not shown (set by
+            ``Empo2Runtime.before_turn``; a plain episode without it counts nothing). Crashed
+            episodes are skipped.
+
+    Returns:
+        ``{"memory_steps", "memory_followed", "plain_steps", "plain_followed"}``: steps with ≥ 1
+        (shown or hidden) tip, and those of them whose ``action`` is named by at least one of the
+        tips (``names_action``).
+    """
+    out = {"memory_steps": 0, "memory_followed": 0, "plain_steps": 0, "plain_followed": 0}
+    for t in trajs:
+        if t.crashed:
+            continue
+        group = "plain" if t.mode is Mode.PLAIN else "memory"
+        hidden = t.info.get("hidden_tips", [])
+        for i, s in enumerate(t.steps):
+            tips = s.tips if group == "memory" else (hidden[i] if i < len(hidden) else [])
+            if not tips:
+                continue
+            out[f"{group}_steps"] += 1
+            out[f"{group}_followed"] += int(any(names_action(tip, s.action) for tip in tips))
+    return out
+
+
+def tip_follow_shares(trajs: Iterable[Trajectory]) -> dict[str, float]:
+    """``memory/tip_follow_rate`` and its plain-step baseline, as metrics (issue #18 item 2).
+
+    Args:
+        trajs: trajectories of one rollout (see ``tip_follow_counts``).
+
+    Returns:
+        ``memory/tip_follow_steps`` and ``memory/tip_follow_steps_plain`` (the denominators: steps
+        with ≥ 1 shown, resp. hidden, tip) always; ``memory/tip_follow_rate`` (share of memory-mode
+        steps with tips whose action a shown tip names) and ``memory/tip_follow_rate_plain`` (the same
+        share in plain steps, for the tips retrieved for their state but not shown) in [0, 1], each
+        only when its denominator is > 0 (a share of nothing is undefined).
+    """
+    c = tip_follow_counts(trajs)
+    out = {"memory/tip_follow_steps": float(c["memory_steps"]),
+           "memory/tip_follow_steps_plain": float(c["plain_steps"])}
+    if c["memory_steps"]:
+        out["memory/tip_follow_rate"] = c["memory_followed"] / c["memory_steps"]
+    if c["plain_steps"]:
+        out["memory/tip_follow_rate_plain"] = c["plain_followed"] / c["plain_steps"]
+    return out

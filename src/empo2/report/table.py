@@ -208,6 +208,27 @@ def per_task_table(runs: list[RunData]) -> str | None:
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|", *lines])
 
 
+def tip_follow_table(runs: list[RunData]) -> str | None:
+    """Markdown table of ``memory/tip_follow_rate`` next to its plain-step baseline, per run and
+    iteration (docs/learning.md), or ``None`` if no run logged it (GRPO runs have no memory)."""
+    lines: list[str] = []
+    for run in runs:
+        for row in training_rows(run.rows):
+            n, n_plain = finite(row.get("memory/tip_follow_steps")), finite(row.get("memory/tip_follow_steps_plain"))
+            if n is None and n_plain is None:
+                continue
+            rate, plain = finite(row.get("memory/tip_follow_rate")), finite(row.get("memory/tip_follow_rate_plain"))
+            diff = DASH if rate is None or plain is None else f"{rate - plain:+.2f}"
+            lines.append("| " + " | ".join([md_escape(run.name), str(row.get("iteration", DASH)),
+                                             fmt_value_ci(rate, None, 2), f"{n or 0:.0f}",
+                                             fmt_value_ci(plain, None, 2), f"{n_plain or 0:.0f}", diff]) + " |")
+    if not lines:
+        return None
+    head = ["Run", "Iteration", "Tip followed (memory-mode steps)", "Steps with tips", "Baseline (plain steps)",
+            "Plain steps with tips", "Difference"]
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|", *lines])
+
+
 FIGURE_TITLES = {"learning_curves": "Learning curves", "diagnostics": "Training diagnostics"}
 
 
@@ -237,6 +258,12 @@ def markdown_report(runs: list[RunData], figures: list[Path], viewer: Path | Non
     tasks = per_task_table(runs)
     if tasks is not None:
         parts += ["## Final evaluation per task", "", tasks, ""]
+    follow = tip_follow_table(runs)
+    if follow is not None:
+        parts += ["## Tip following (EMPO²)", "",
+                  "Share of memory-mode steps whose action a shown tip names, next to the share of plain steps "
+                  "whose action the tips retrieved for their state (not shown) name; the difference is the effect "
+                  "of showing tips (docs/learning.md).", "", follow, ""]
     if viewer is not None:
         parts += ["## Trajectories", "",
                   f"Open [{viewer.name}]({viewer.relative_to(out).as_posix()}) in a browser (a static page, no "

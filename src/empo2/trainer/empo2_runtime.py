@@ -7,6 +7,8 @@ trainer after each rollout:
   text (``empo2.memory.key_text``: the chat so far without tips, plus the new observation), retrieve
   up to k tips of the episode's bucket (task + variation) for memory-augmented rollouts, and keep
   the state embedding; with ``intrinsic.count: retrieved`` set the authors' r_int = 1/(retrieved + 1).
+  Plain-mode states are queried as well and their tips kept unshown (``info["hidden_tips"]``), the
+  baseline of ``memory/tip_follow_rate`` (``memory.tipinfo.tip_follow_shares``).
 * ``after_wave`` / ``after_rollout``: with ``intrinsic.count: similar_states``, r_int = 1/n of every
   step (n = similar states seen before + 1; states of the same turn never count each other,
   ``assign_intrinsic``); the current policy writes one tip per finished episode (batched, no
@@ -40,7 +42,8 @@ from empo2.memory.backend import MemoryBackend
 from empo2.memory.novelty import intrinsic_from_retrieved
 from empo2.memory.store import MEMORY_FILENAME, build_entries
 from empo2.memory.text import TIP_INSTRUCTION, clean_tip, final_score_text, key_text
-from empo2.memory.tipinfo import TipInformativeness, informativeness_shares, tip_informativeness
+from empo2.memory.tipinfo import (TipInformativeness, informativeness_shares, tip_follow_shares,
+                                  tip_informativeness)
 from empo2.policy.generator import Generation, GenerationRequest, Generator, SamplingParams
 from empo2.policy.kvcache import kv_bytes_per_token
 from empo2.policy.sampling import chunk_rows, row_seed
@@ -130,14 +133,17 @@ class Empo2Runtime(Method):
         if not states:
             return
         embs = self.embedder.encode([self._state_text(st) for st in states])
-        tipped = [i for i, st in enumerate(states) if ROLLOUT_SHOWS_TIPS[st.spec.mode]]
-        found = self.memory.query([states[i].spec.task.bucket for i in tipped], embs[tipped], self.mcfg.threshold,
-                                  self.mcfg.top_k, compare=self.mcfg.compare, ties=self.mcfg.ties) if tipped else []
-        hits_of = dict(zip(tipped, found))
+        # plain states are queried too, and their tips kept unseen (``info["hidden_tips"]``): the baseline of
+        # memory/tip_follow_rate (``tipinfo.tip_follow_shares``); they are never shown nor counted as hits
+        found = self.memory.query([st.spec.task.bucket for st in states], embs, self.mcfg.threshold,
+                                  self.mcfg.top_k, compare=self.mcfg.compare, ties=self.mcfg.ties)
+        hits_of = dict(enumerate(found))
         for i, (st, e) in enumerate(zip(states, embs)):
             st.tips = []
             n_retrieved = 0
-            if ROLLOUT_SHOWS_TIPS[st.spec.mode]:
+            if not ROLLOUT_SHOWS_TIPS[st.spec.mode]:
+                st.info.setdefault("hidden_tips", []).append([h.text for h in hits_of[i]])
+            else:
                 hits = hits_of[i]
                 st.tips = [h.text for h in hits]
                 n_retrieved = len(hits)
@@ -319,6 +325,7 @@ class Empo2Runtime(Method):
         q = self.c["queries"]
         m["memory/retrieval_hit_rate"] = self.c["hits"] / q if q else 0.0
         m["memory/tips_per_step"] = self.c["tips_shown"] / q if q else 0.0
+        m.update(tip_follow_shares(trajs))  # memory/tip_follow_rate{,_plain}: actions named by retrieved tips
         r_int = [s.intrinsic for t in trajs for s in t.steps] if self.icfg.enabled else []
         m["memory/intrinsic_mean"] = float(np.mean(r_int)) if r_int else 0.0
         truncated = [x for t in trajs for x in t.info.get("tips_truncated", [])]

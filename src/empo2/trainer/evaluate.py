@@ -5,6 +5,16 @@ the failure rate), success rate and mean steps, each with a 95% confidence inter
 for means, Wilson for rates), per task and overall. ``score_last_nonneg`` is the mean under the
 SwiftSage/Retrospex convention instead: a failed episode scores the last non-negative score it
 reached before failing (``last_nonnegative_score``), which is higher than counting it as 0.
+
+What is evaluated (issue #18 item 5): the episodes spread round-robin over the tasks and their
+split's variations; ``variations`` restricts them per task (a run trained with ``env.variations``
+is evaluated on the train split's variations it trained on, ``eval_variations``), and the result
+records which (``EvalResult.variations``). Per-variation summaries and success counts are kept.
+Episode ``k`` of an evaluation is fixed by (task, variation, sampling seed): every episode entry
+carries ``id`` = k and ``seed`` = the generator parts of its sampling (``[settings.seed, 10_000_000 +
+iteration, k, 0]``, the turn added per turn), so two evaluations with the same tasks, variations,
+episode count and seed sample their episodes alike and are compared pair by pair
+(``paired_difference``): the method, not the episode draw, makes the difference.
 """
 
 from __future__ import annotations
@@ -37,6 +47,8 @@ class EvalSummary:
     crashed: int = 0
     score_last_nonneg: float = float("nan")
     """Mean score with each failure replaced by its last non-negative score (the authors' convention)."""
+    successes: int = 0
+    """Finished episodes that succeeded (the numerator of ``success_rate``)."""
 
 
 @dataclass
@@ -48,6 +60,12 @@ class EvalResult:
     overall: EvalSummary
     per_task: dict[str, EvalSummary] = field(default_factory=dict)
     episodes: list[dict[str, Any]] = field(default_factory=list)
+    variations: dict[str, list[int]] = field(default_factory=dict)
+    """Per task, the variations the episodes were spread over (the split's, or those a run trained on)."""
+    restricted: bool = False
+    """The variations were restricted (``env.variations`` of a run evaluated on its train split)."""
+    per_variation: dict[str, EvalSummary] = field(default_factory=dict)
+    """Summary per ``"task/variation"``."""
     retrospex: dict[str, Any] | None = None
     """Rescoring settings and decision counts when the actions came from Retrospex (else None)."""
 
@@ -85,14 +103,47 @@ def summarise(trajs: list[Trajectory], level: float = 0.95) -> EvalSummary:
     p, plo, phi = proportion_ci(succ, n, level)
     return EvalSummary(n, m, (lo, hi), p, (plo, phi), sm, (slo, shi),
                        sum(t.final_score < 0 for t in ok) / n, len(trajs) - n,
-                       sum(last_nonnegative_score(t) for t in ok) / n)
+                       sum(last_nonnegative_score(t) for t in ok) / n, int(succ))
+
+
+def eval_variations(split: str, train_split: str, train_variations: dict[str, list[int]],
+                    restrict: bool) -> dict[str, list[int]] | None:
+    """The variations to evaluate per task: a run's trained ones when it evaluates its train split.
+
+    Args:
+        split: the split to evaluate (``train`` / ``dev`` / ``test``).
+        train_split: the run's ``env.train_split``.
+        train_variations: per task, the train variations the run samples (``loop.train_variations``:
+            the train split restricted to ``env.variations``).
+        restrict: ``env.variations`` is set (non-empty).
+
+    Returns:
+        ``train_variations`` when ``split == train_split`` and ``restrict``; else None (every
+        variation of ``split``: ``env.variations`` restricts training only).
+    """
+    return {t: list(v) for t, v in train_variations.items()} if restrict and split == train_split else None
 
 
 def eval_episodes(family: EnvFamily, tasks: list[str], split: str, episodes: int,
-                  variations: list[int] | None = None) -> list[EpisodeSpec]:
-    """Spread ``episodes`` over the tasks and their ``split`` variations, round-robin, deterministic."""
+                  variations: list[int] | dict[str, list[int]] | None = None) -> list[EpisodeSpec]:
+    """Spread ``episodes`` over the tasks and their ``split`` variations, round-robin, deterministic.
+
+    Args:
+        variations: restrict the variations: one list for every task, or a list per task name
+            (a task missing from the dict keeps all of its ``split`` variations); None = all.
+
+    Raises:
+        ValueError: a restriction that leaves a task without variations.
+    """
+    def of(t: str) -> list[int]:
+        vs = variations.get(t) if isinstance(variations, dict) else variations
+        vs = family.variations(t, split) if vs is None else list(vs)
+        if not vs:
+            raise ValueError(f"no {split} variation of {t!r} to evaluate on (restriction {variations})")
+        return vs
+
     pairs: list[tuple[str, int]] = []
-    per_task = [[(t, v) for v in (variations or family.variations(t, split))] for t in tasks]
+    per_task = [[(t, v) for v in of(t)] for t in tasks]
     i = 0
     while len(pairs) < episodes and any(per_task):
         for lst in per_task:
@@ -107,34 +158,106 @@ def eval_episodes(family: EnvFamily, tasks: list[str], split: str, episodes: int
 def evaluate(engine: RolloutEngine, family: EnvFamily, tasks: list[str], split: str, episodes: int,
              settings: RolloutSettings, hook: StepHook | None = None, iteration: int = 0,
              mode: Mode = Mode.PLAIN, on_turn: Any = None,
-             selector: ActionSelector | None = None) -> tuple[EvalResult, list[Trajectory]]:
+             selector: ActionSelector | None = None,
+             variations: dict[str, list[int]] | None = None) -> tuple[EvalResult, list[Trajectory]]:
     """Run evaluation episodes and summarise them (``settings.temperature`` should be 0.4).
 
+    ``variations`` restricts the variations per task (``eval_variations``: a run's trained ones on
+    its train split); ``EvalResult.variations`` records the ones used. Each episode entry has ``id``
+    (its index k) and ``seed`` (module docstring), the pairing key of ``paired_difference``.
     With a ``selector`` (Retrospex rescoring) the actions come from it, and ``EvalResult.retrospex``
     records what its ``report(trajectories)`` returns (settings and decision counts); each episode
     entry then lists its per-step ``decisions`` (``info["retrospex"]``).
+
+    Raises:
+        ValueError: ``variations`` leaves a task without variations.
     """
-    specs = eval_episodes(family, tasks, split, episodes)
+    specs = eval_episodes(family, tasks, split, episodes, variations)
     for s in specs:
         s.mode = mode
-    trajs = engine.run(specs, settings, iteration=10_000_000 + iteration, hook=hook, on_turn=on_turn,
+    it = 10_000_000 + iteration
+    trajs = engine.run(specs, settings, iteration=it, hook=hook, on_turn=on_turn,
                        selector=selector)
     per: dict[str, list[Trajectory]] = {}
+    per_var: dict[str, list[Trajectory]] = {}
     for t in trajs:
         per.setdefault(t.task.task, []).append(t)
+        per_var.setdefault(f"{t.task.task}/{t.task.variation}", []).append(t)
+    used = {t: (list(variations[t]) if variations and t in variations else family.variations(t, split)) for t in tasks}
     res = EvalResult(split=split, temperature=settings.temperature, overall=summarise(trajs),
                      per_task={k: summarise(v) for k, v in per.items()},
-                     episodes=[{"task": t.task.task, "variation": t.task.variation, "score": t.final_score,
+                     episodes=[{"id": t.task_index, "task": t.task.task, "variation": t.task.variation,
+                                "seed": [settings.seed, it, t.task_index, t.rollout], "score": t.final_score,
                                 "score_last_nonnegative": last_nonnegative_score(t),
                                 "success": t.success, "steps": t.num_steps, "crashed": t.crashed,
                                 "tips_shown": sum(len(s.tips) for s in t.steps),
-                                "actions": [s.action for s in t.steps]} for t in trajs])
+                                "actions": [s.action for s in t.steps]} for t in trajs],
+                     variations=used, restricted=variations is not None,
+                     per_variation={k: summarise(v) for k, v in sorted(per_var.items(),
+                                                                       key=lambda kv: _var_order(kv[0]))})
     if selector is not None:
         report = getattr(selector, "report", None)
         res.retrospex = report(trajs) if callable(report) else {}
         for ep, t in zip(res.episodes, trajs):  # per step: candidates, p, q, λ, scores, chosen
             ep["decisions"] = t.info.get("retrospex", [])
     return res, trajs
+
+
+def _var_order(key: str) -> tuple[str, int]:
+    task, _, var = key.rpartition("/")
+    return task, int(var)
+
+
+def variations_note(res: EvalResult) -> str:
+    """``"variations 0, 1, 2, 3 of find-animal (the ones the run trained on)"`` — what was evaluated."""
+    parts = [f"{', '.join(map(str, v)) if len(v) <= 12 else f'{len(v)} variations'} of {t}"
+             for t, v in res.variations.items()]
+    what = "the ones the run trained on" if res.restricted else f"every '{res.split}' variation"
+    return f"variations {'; '.join(parts)} ({what})"
+
+
+def paired_difference(a: EvalResult, b: EvalResult, level: float = 0.95) -> dict[str, Any]:
+    """Episode-by-episode difference of two evaluations of the same episodes (``a`` − ``b``).
+
+    Episodes are paired by ``id``; a pair must agree on task, variation and ``seed`` (the same
+    episode draw), and pairs where either episode crashed are left out.
+
+    Args:
+        a, b: evaluation results (e.g. ``read_eval`` of two methods' ``eval_test.json``).
+        level: confidence level of the intervals.
+
+    Returns:
+        ``{"pairs": n, "score_diff": mean of a − b (score 0..100, failures as 0), "score_diff_ci": its
+        Student-t interval over the n per-episode differences, "success_diff": difference of success
+        rates, "a_only": episodes only a solved, "b_only": only b solved, "same_actions": pairs whose
+        action lists are equal}``.
+
+    Raises:
+        ValueError: no common episode id, or an id whose task/variation/seed differ (not the same
+            episodes: evaluate both with the same tasks, variations, episode count and seed).
+    """
+    ea = {e["id"]: e for e in a.episodes if "id" in e}
+    eb = {e["id"]: e for e in b.episodes if "id" in e}
+    common = sorted(set(ea) & set(eb))
+    if not common:
+        raise ValueError("the two evaluations share no episode id (written before episode ids, or no episodes); "
+                         "re-run them with this empo2")
+    for k in common:
+        ka = (ea[k]["task"], ea[k]["variation"], ea[k].get("seed"))
+        kb = (eb[k]["task"], eb[k]["variation"], eb[k].get("seed"))
+        if ka != kb:
+            raise ValueError(f"episode {k} is {ka} in one evaluation and {kb} in the other: not the same episodes; "
+                             "evaluate both with the same tasks, variations, episode count and seed")
+    pairs = [(ea[k], eb[k]) for k in common if not ea[k]["crashed"] and not eb[k]["crashed"]]
+    if not pairs:
+        raise ValueError("every paired episode crashed in one of the two evaluations")
+    d = [max(x["score"], 0.0) - max(y["score"], 0.0) for x, y in pairs]
+    m, lo, hi = mean_ci(d, level)
+    return {"pairs": len(pairs), "score_diff": m, "score_diff_ci": (lo, hi),
+            "success_diff": sum(bool(x["success"]) - bool(y["success"]) for x, y in pairs) / len(pairs),
+            "a_only": sum(bool(x["success"]) and not y["success"] for x, y in pairs),
+            "b_only": sum(bool(y["success"]) and not x["success"] for x, y in pairs),
+            "same_actions": sum(x.get("actions") == y.get("actions") for x, y in pairs)}
 
 
 def write_eval(res: EvalResult, path: Path) -> None:
@@ -184,7 +307,9 @@ def read_eval(path: Path) -> EvalResult:
         d = json.loads(Path(path).read_text())
         return EvalResult(split=d["split"], temperature=d["temperature"], overall=_summary(d["overall"]),
                           per_task={k: _summary(v) for k, v in d.get("per_task", {}).items()},
-                          episodes=d.get("episodes", []))
+                          episodes=d.get("episodes", []), variations=d.get("variations", {}),
+                          restricted=bool(d.get("restricted", False)),
+                          per_variation={k: _summary(v) for k, v in d.get("per_variation", {}).items()})
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"{path} is not an evaluation file written by empo2 ({type(e).__name__}: {e}); "
                          "delete it or re-run the evaluation") from None

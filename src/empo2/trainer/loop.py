@@ -39,13 +39,13 @@ from empo2.rollout.engine import EpisodeSpec
 from empo2.sysmem import release_free_memory
 from empo2.threads import thread_info
 from empo2.trainer.batch import build_sample
-from empo2.memory.store import MEMORY_FILENAME
+from empo2.memory.store import MEMORY_FILENAME, MemoryStore
 from empo2.trainer.checkpoint import (
     CheckpointError, CheckpointWriteError, check_disk_space, check_run_dir, check_weights, checkpoint_bytes,
     checkpoint_config, find_checkpoint, folder_bytes, kept_iterations, load_extra, load_optimizer_state, load_state,
     remove_partial_writes, save_checkpoint, set_rng_state)
 from empo2.trainer.resume import check_memory_matches
-from empo2.trainer.evaluate import EvalResult, evaluate, read_eval, write_eval
+from empo2.trainer.evaluate import EvalResult, eval_variations, evaluate, read_eval, write_eval
 from empo2.trainer.learner import Learner
 from empo2.trainer.method import Method, make_method
 from empo2.trainer.metrics import (
@@ -234,7 +234,16 @@ class Trainer:
             raise
 
     def _holds_a_run(self) -> bool:
-        return any((self.run_dir / f).exists() for f in ("metrics.jsonl", "checkpoints", MEMORY_FILENAME))
+        """Metrics, checkpoints or a memory with entries of a training iteration are there; a memory
+        holding only imported entries (``empo2 memory import``, iteration −1) is a seed, not a run."""
+        if any((self.run_dir / f).exists() for f in ("metrics.jsonl", "checkpoints")):
+            return True
+        mem = self.run_dir / MEMORY_FILENAME
+        if not mem.exists():
+            return False
+        with MemoryStore(mem, readonly=True) as store:
+            span = store.iterations()
+        return span is not None and span[1] >= 0
 
     def _resume_point(self) -> tuple[Path | None, dict[str, Any]]:
         """The checkpoint ``--resume`` continues from and its state (sets ``start_iteration``); (None, {})
@@ -310,7 +319,9 @@ class Trainer:
         with self.progress.phase(f"eval {tag}", total=c.eval.episodes * c.env.max_turns, bound=True) as ph:
             res, trajs = evaluate(self.setup.engine, self.setup.family, self.setup.tasks, c.env.eval_split,
                                   c.eval.episodes, self.setup.settings(c.eval.temperature), iteration=iteration,
-                                  on_turn=ph.advance)
+                                  on_turn=ph.advance,
+                                  variations=eval_variations(c.env.eval_split, c.env.train_split,
+                                                             self.train_variations, bool(c.env.variations)))
             ph.note(eval_note(res))
         fail_if_all_crashed(trajs, f"evaluation '{tag}'")
         release_free_memory()

@@ -310,6 +310,10 @@ def tips_note(metrics: dict[str, float], during_rollout: float | None = None) ->
     text = ", ".join(parts)
     if during_rollout:
         text += f"; tips sampled during the rollout took {fmt_duration(during_rollout)} more"
+    follow, plain = _num(metrics, "memory/tip_follow_rate", "{:.2f}"), _num(metrics, "memory/tip_follow_rate_plain",
+                                                                            "{:.2f}")
+    if follow is not None or plain is not None:
+        text += f"{'; ' if text else ''}tip followed {follow or '-'} (plain {plain or '-'})"
     return text
 
 
