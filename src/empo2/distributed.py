@@ -50,6 +50,10 @@ FAILED_KEY = "empo2/failed"
 BARRIER_POLL_S = 0.05
 """How often a rank waiting at ``DistContext.barrier`` looks at the store (seconds)."""
 
+_BARRIERS = 0
+"""Store barriers this process has entered (their keys are ``empo2/barrier/<n>``; unique within a
+process group, whichever ``DistContext`` enters them)."""
+
 
 @dataclass
 class DistContext:
@@ -72,7 +76,6 @@ class DistContext:
     initialized_here: bool = False
     timeout_s: float = 1800.0
     failed: bool = False
-    _barriers: int = 0
 
     @property
     def distributed(self) -> bool:
@@ -144,15 +147,17 @@ class DistContext:
         if store is None:
             dist.barrier()
             return
-        self._barriers += 1
-        key = f"empo2/barrier/{self._barriers}"
+        global _BARRIERS
+        _BARRIERS += 1  # per process, not per context: every rank passes the same barriers in the same order
+        n = _BARRIERS
+        key = f"empo2/barrier/{n}"
         store.add(key, 1)
         deadline = time.monotonic() + self.timeout_s
         while store.add(key, 0) < self.world:
             if store.check([FAILED_KEY]):
                 raise RankFailedError(store.get(FAILED_KEY).decode(errors="replace"))
             if time.monotonic() > deadline:
-                raise RankFailedError(f"rank {self.rank}: the other ranks did not reach barrier {self._barriers} "
+                raise RankFailedError(f"rank {self.rank}: the other ranks did not reach barrier {n} "
                                       f"within {self.timeout_s:.0f} s")
             time.sleep(BARRIER_POLL_S)
 

@@ -152,3 +152,16 @@ def test_a_config_error_is_not_preceded_by_the_busy_machine_warning(tmp_path, mo
         threads.announce()
         threads.announce()
     assert caplog.text.count("machine busy at start (test)") == 1
+
+
+def test_piped_cli_turns_library_progress_bars_off():
+    import os
+    import subprocess
+    import sys
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {k: v for k, v in os.environ.items() if k != "TQDM_DISABLE"}
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    code = "import empo2.cli, tqdm.auto as t, io; b = t.tqdm(range(3), file=io.StringIO()); print(b.disable)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr  # stderr is a pipe here, as in `empo2 train ... | tee log`
