@@ -21,7 +21,8 @@ every row generates exactly ``new`` tokens; prompt ids are random, which does no
    T 1, log-probs on, EOS/newline stops off): (a) one batched call of ``vllm_batch`` prompts × ``vllm_prompt``
    tokens; (b) multi-turn, ``episodes`` × ``kv_turns`` turns of an append-only chat with cache keys (HF's
    per-episode KV caches vs vLLM's prefix cache); (c) constrained, every row restricted by a trie of 20
-   random admissible actions. Ratio = HF seconds / vLLM seconds.
+   random admissible actions. Ratio = HF seconds / vLLM seconds. Every timed call of (a) and (c)
+   starts with an empty prefix cache (``reset_cache``), so vLLM prefills as much as HF does.
 
 Run: ``python -m benchmarks.generation [--quick|--tiny] [--profile] [--vllm [--only-backends]]``.
 """
@@ -314,6 +315,7 @@ def compare_backends(args: argparse.Namespace, run: Run, policy: Any = None) -> 
     trie = TokenTrie([rand_ids(rng, rng.randint(2, 6), vocab) for _ in range(20)], end)
 
     def batched(g: Any, r: int) -> tuple[float, int]:
+        g.reset_cache()  # a repeat must not hit vLLM's prefix cache of the previous one
         t = time.perf_counter()
         out = g.generate([GenerationRequest(p, seed=r * 1000 + i) for i, p in enumerate(batch)], params)
         return time.perf_counter() - t, sum(len(o.ids) for o in out)
@@ -332,6 +334,7 @@ def compare_backends(args: argparse.Namespace, run: Run, policy: Any = None) -> 
         return time.perf_counter() - t, n
 
     def constrained(g: Any, r: int) -> tuple[float, int]:
+        g.reset_cache()
         t = time.perf_counter()
         out = g.generate([GenerationRequest(p[:P // 2], seed=r * 1000 + i, trie=trie) for i, p in enumerate(batch)],
                          params)

@@ -96,13 +96,15 @@ def test_sync_weights_changes_the_next_rollout(engine):
     params = SamplingParams(max_new_tokens=8, temperature=T)
     reqs = [GenerationRequest(p, seed=3 + i) for i, p in enumerate(prompts)]
     before = gen.generate(reqs, params)
-    w = dict(model.named_parameters())["model.layers.0.mlp.down_proj.weight"]
-    saved = w.detach().clone()
+    named = dict(model.named_parameters())
+    w, emb = named["model.layers.0.mlp.down_proj.weight"], named["model.embed_tokens.weight"]  # emb: tied head
+    saved, saved_emb = w.detach().clone(), emb.detach().clone()
     from empo2.policy.loading import policy_weights
 
     try:
         with torch.no_grad():
             w.mul_(3.0)
+            emb.add_(0.02 * torch.randn(emb.shape, generator=torch.Generator().manual_seed(0)))
         again = gen.generate(reqs, params)  # not synced yet: the engine still samples the old weights
         assert [g.logps for g in again] == [g.logps for g in before]
         gen.sync_weights(policy_weights(model))
@@ -114,6 +116,7 @@ def test_sync_weights_changes_the_next_rollout(engine):
     finally:
         with torch.no_grad():
             w.copy_(saved)
+            emb.copy_(saved_emb)
         gen.sync_weights(policy_weights(model))
 
 
