@@ -1,28 +1,47 @@
-"""Does it learn? Base, GRPO, EMPO², GiGPO (and memory-only) side by side, several seeds, one command.
+"""Does it learn? Base, GRPO, GiGPO and EMPO² variants side by side, several seeds, resumable, one command.
 
-``make learn`` = ``python -m benchmarks.learn``. Every method trains from the same config
-(``configs/learn_sciworld.yaml`` unless ``--config``) with the same task, the same batch shape and
-the same number of iterations — so the same environment-step budget — for each seed; it differs
-only by the method's overrides (``METHODS``). After training, each run's final policy is evaluated
-without memory at temperature 0.4 (spec §8) on held-out **test** variations and on the **train**
-variations it trained on. ``base`` is the untrained model through the same evaluation.
+``make learn`` = ``python -m benchmarks.learn``. Every arm trains from the same config
+(``configs/learn_sciworld.yaml`` unless ``--config``) with the same task (``--task``, default the
+config's 7-1), the same batch shape and the same number of iterations — so the same environment-step
+budget — for each seed; it differs only by the arm's overrides (``ARMS``). After training, each run's
+final policy is evaluated without memory at temperature 0.4 (spec §8) on held-out **test**
+variations and on the **train** variations it trained on (the ``env.variations`` ones when set:
+``empo2 eval --split train``). Evaluations of one seed use the same episodes in every arm (same
+task, variation and sampling seed per episode id), so arms are compared pair by pair
+(``trainer.evaluate.paired_difference``) as well as by their means.
+
+Arms (``ARMS``): ``base`` (no training), ``grpo``, ``gigpo``, ``empo2`` (p = 0.5, self-written tips),
+``empo2_novelty`` (+ the novelty reward in the advantage), ``empo2_q0`` (q = 0: every memory rollout
+trained with its tips, i.e. no off-policy distillation), ``memory_only`` (frozen weights), ``empo2_oracle``
+(the memory seeded from ``--memory-import FILE.jsonl`` before training, e.g. oracle tips); and the
+``init_*`` arms, the same starting from the warm-up checkpoint ``--init CKPT`` (e.g. a tip-reading
+``empo2 sft`` policy): ``init_base``, ``init_grpo``, ``init_empo2``, ``init_empo2_oracle``.
+
+Resumable per arm and seed: each finished (arm, seed) writes ``runs/<arm>-s<seed>/result.json`` (its
+evaluations, metrics rows and the settings it ran with); a later call with the same ``--out`` keeps
+and skips it (``--redo`` trains it again), and trains an unfinished one again from scratch. A
+finished run whose settings differ from this call's (config file, overrides, eval episodes, init,
+memory file) is refused, not mixed in. ``learn_partial.json`` and ``learn.md`` are rewritten after
+every (arm, seed), so an interrupted benchmark leaves its table so far.
 
 Outputs (``--out``, default ``benchmarks/results/learn``):
 
-- ``runs/<method>-s<seed>/`` — ordinary run folders (``metrics.jsonl``, ``trajectories/``,
-  ``eval_test.json``, ``eval_train.json``); checkpoints are deleted after evaluation unless
-  ``--keep-checkpoints`` (a full-fine-tuning checkpoint of the 135M model is 1.6 GB).
-- ``learn.json`` (``benchmarks/results/learn.json`` schema of every benchmark, ``results`` holding
-  every number: per run, per method, per iteration).
+- ``runs/<arm>-s<seed>/`` — ordinary run folders (``metrics.jsonl``, ``trajectories/``,
+  ``eval_test.json``, ``eval_train.json``, ``result.json``); checkpoints are deleted after evaluation
+  unless ``--keep-checkpoints`` (a full-fine-tuning checkpoint of the 135M model is 1.6 GB).
+- ``learn.json`` (the ``benchmarks/results`` schema, ``results`` holding every number: per run,
+  per arm, per iteration, paired differences against ``grpo``).
 - ``learn_curves.png`` — per-iteration training score and success (mean over seeds, band = min..max
   over seeds) and the final evaluation.
-- ``learn.md`` — the comparison table (mean over seeds; 95% CIs pooled over seeds × episodes and
-  over seed means) and ``report/report.md`` from ``empo2 report`` over every run.
+- ``learn.md`` — the comparison table (mean over seeds; 95% CIs over seed means and over seeds ×
+  episodes; paired difference to GRPO) and ``report/report.md`` from ``empo2 report`` over every run.
 
-Sizes: default = the ≤ 2 h evidence run on 2 idle cores; ``--quick`` (alias ``--tiny``) = a smoke test
-(tiny env, tiny random model, hashing embedder; numbers meaningless) that CI runs.
+Sizes: default = the evidence run on 2 idle cores (≈ 25 min per trained arm and seed); ``--quick``
+(alias ``--tiny``) = a smoke test (tiny env, tiny random model, hashing embedder; numbers meaningless)
+that CI runs.
 
-Run: ``python -m benchmarks.learn [--quick] [--methods grpo empo2] [--seeds 0 1 2] [--iterations K]``.
+Run: ``python -m benchmarks.learn [--quick] [--arms grpo empo2] [--seeds 0 1 2] [--task 7-1]
+[--init CKPT] [--memory-import FILE.jsonl] [--iterations K] [key=value ...]``.
 """
 
 from __future__ import annotations
@@ -39,17 +58,29 @@ from typing import Any
 
 from benchmarks.common import REPO_ROOT, RESULTS_DIR, Run, add_common_args, fmt, print_table
 
-METHODS: dict[str, list[str]] = {
+EMPO2 = ["empo2.p=0.5"]
+ARMS: dict[str, list[str]] = {
     "base": ["trainer.iterations=0"],
     "grpo": ["empo2.p=0.0"],
-    "empo2": ["empo2.p=0.5"],
     "gigpo": ["empo2.p=0.0", "algo.advantage=gigpo", "algo.norm_std=false"],
+    "empo2": EMPO2,
+    "empo2_novelty": [*EMPO2, "empo2.intrinsic.enabled=true", "empo2.intrinsic.in_advantage=true"],
+    "empo2_q0": [*EMPO2, "empo2.q=0.0"],
     "memory_only": ["empo2.p=1.0", "empo2.q=0.0", "trainer.update=false"],
+    "empo2_oracle": EMPO2,
 }
-"""method → overrides on top of the shared config. EMPO² settings other than ``p`` (memory, tips, q,
-granularity) live in the config file, so GRPO is exactly EMPO² with p = 0."""
+"""arm → overrides on top of the shared config. EMPO² settings other than those named here (memory,
+tips, q, granularity) live in the config file, so GRPO is exactly EMPO² with p = 0. The ``init_<arm>``
+arms add ``model.name_or_path=<--init>`` to ``<arm>``."""
+for _a in ("base", "grpo", "empo2", "empo2_oracle"):
+    ARMS[f"init_{_a}"] = ARMS[_a]
+METHODS = ARMS  # the former name
 
-DEFAULT_METHODS = ["base", "grpo", "empo2", "gigpo"]
+ORACLE_ARMS = {"empo2_oracle", "init_empo2_oracle"}
+"""Arms whose run folder receives ``--memory-import FILE`` (``empo2 memory import``) before training."""
+DEFAULT_ARMS = ["base", "grpo", "gigpo", "empo2", "empo2_novelty", "empo2_q0"]
+"""Arms run when ``--arms`` is not given; with ``--init`` the ``init_*`` arms are added, with
+``--memory-import`` the oracle-seeded ones."""
 DEFAULT_CONFIG = "configs/learn_sciworld.yaml"
 QUICK = ["model.name_or_path=tiny-random", "env.name=tiny", "env.tasks=[fetch-key]", "env.max_turns=3",
          "env.num_workers=4", "env.variations=[]", "rollout.tasks_per_iteration=2", "rollout.group_size=2",
@@ -70,20 +101,62 @@ def _cli(*args: str, log: Path) -> float:
     return time.perf_counter() - t0
 
 
-def run_one(method: str, seed: int, cfg: str, extra: list[str], out: Path, eval_episodes: int,
-            keep_checkpoints: bool) -> dict[str, Any]:
-    """Train one (method, seed) run and evaluate its final policy on the test and train variations."""
-    name = f"{method}-s{seed}"
+def _digest(path: str | Path | None) -> str | None:
+    """SHA-256 of a file's bytes (None for no file), to tell whether a finished run used the same input."""
+    import hashlib
+
+    return None if path is None else hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def run_spec(arm: str, seed: int, cfg: str, extra: list[str], eval_episodes: int, init: str | None,
+             memory_import: str | None) -> dict[str, Any]:
+    """What a (arm, seed) run depends on: a finished run is reused only when this is unchanged (the
+    torch thread count is left out: a benchmark may be continued on another machine)."""
+    kept = [o for o in extra if not o.startswith("trainer.threads=")]
+    return {"arm": arm, "seed": seed, "config": cfg, "config_sha256": _digest(cfg), "overrides": kept,
+            "arm_overrides": ARMS[arm], "eval_episodes": eval_episodes,
+            "init": init if arm.startswith("init_") else None,
+            "memory_import_sha256": _digest(memory_import) if arm in ORACLE_ARMS else None}
+
+
+def finished_run(run_dir: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
+    """The result of a finished run in ``run_dir`` with the same ``spec``, or None when there is none.
+
+    Raises:
+        SystemExit: the run finished with other settings (its ``result.json`` ``spec`` differs): the
+            message names the differing keys and the fixes (``--redo``, another ``--out``).
+    """
+    path = run_dir / "result.json"
+    if not path.is_file():
+        return None
+    r = json.loads(path.read_text())
+    if r.get("spec") != spec:
+        diff = sorted(k for k in set(spec) | set(r.get("spec", {})) if spec.get(k) != r.get("spec", {}).get(k))
+        raise SystemExit(f"error: {run_dir} finished with other settings ({', '.join(diff)} differ); pass --redo to "
+                         "train it again with these, or use another --out")
+    return r
+
+
+def run_one(arm: str, seed: int, cfg: str, extra: list[str], out: Path, eval_episodes: int,
+            keep_checkpoints: bool, init: str | None = None, memory_import: str | None = None) -> dict[str, Any]:
+    """Train one (arm, seed) run, evaluate its final policy on the test and train variations, and write
+    ``result.json`` (what ``finished_run`` reads back). An unfinished run folder is started afresh."""
+    name = f"{arm}-s{seed}"
     run_dir = out / "runs" / name
     log = out / "logs" / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     if run_dir.exists():
         shutil.rmtree(run_dir)
+    arm_over = list(ARMS[arm]) + ([f"model.name_or_path={init}"] if arm.startswith("init_") else [])
     overrides = [f"run.name={name}", f"run.dir={out / 'runs'}", f"run.seed={seed}", "run.progress=false",
                  "eval.before_after=false", "trainer.tensorboard=false", "trainer.keep_checkpoints=1",
-                 *extra, *METHODS[method]]
-    trains = "trainer.iterations=0" not in METHODS[method]
-    times = {"train_s": _cli("train", "--config", cfg, *overrides, log=log) if trains else 0.0}
+                 *extra, *arm_over]
+    times: dict[str, float] = {}
+    if arm in ORACLE_ARMS:  # the seeded memory: imported entries (iteration -1) are kept by the run
+        times["import_s"] = _cli("memory", "import", str(memory_import), *overrides, "--run", str(run_dir),
+                                 "--config", cfg, log=log)
+    trains = "trainer.iterations=0" not in ARMS[arm]
+    times["train_s"] = _cli("train", "--config", cfg, *overrides, log=log) if trains else 0.0
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = run_dir / "checkpoints" / "last"
     # base (trainer.iterations = 0) writes no checkpoint: evaluate the config's untrained model instead
@@ -108,7 +181,12 @@ def run_one(method: str, seed: int, cfg: str, extra: list[str], out: Path, eval_
     mpath = run_dir / "metrics.jsonl"
     rows = [json.loads(ln) for ln in mpath.read_text().splitlines() if ln.strip()] if mpath.is_file() else []
     rows = [r for r in rows if "rollout/score_mean" in r]
-    return {"method": method, "seed": seed, "run": str(run_dir), "times": times, "eval": ev, "metrics": rows}
+    result = {"method": arm, "seed": seed, "run": str(run_dir), "times": times, "eval": ev, "metrics": rows,
+              "spec": run_spec(arm, seed, cfg, extra, eval_episodes, init, memory_import)}
+    tmp = run_dir / "result.json.tmp"
+    tmp.write_text(json.dumps(result, allow_nan=True))
+    tmp.replace(run_dir / "result.json")  # written last: its presence means the run is finished
+    return result
 
 
 def _episodes(ev: dict[str, Any]) -> list[dict[str, Any]]:
@@ -137,9 +215,13 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
             pm, plo, phi = proportion_ci(succ, len(eps)) if eps else (math.nan,) * 3
             seed_m, seed_lo, seed_hi = mean_ci(per_seed) if per_seed else (math.nan,) * 3
             seed_lo, seed_hi = max(seed_lo, 0.0), min(seed_hi, 100.0)
+            succ_seed = [float(r["eval"][split]["overall"]["success_rate"]) for r in rs]
+            ss_m, ss_lo, ss_hi = mean_ci(succ_seed) if succ_seed else (math.nan,) * 3
             m[split] = {"episodes": len(eps), "score": sm, "score_ci": [slo, shi], "success": pm,
-                        "success_ci": [plo, phi], "score_per_seed": per_seed, "score_seed_mean": seed_m,
-                        "score_seed_ci": [seed_lo, seed_hi]}
+                        "success_ci": [plo, phi], "successes": succ, "score_per_seed": per_seed,
+                        "score_seed_mean": seed_m, "score_seed_ci": [seed_lo, seed_hi],
+                        "success_per_seed": succ_seed, "success_seed_ci": [max(ss_lo, 0.0), min(ss_hi, 1.0)],
+                        "variations": runs_variations(rs, split)}
         its = sorted({int(row["iteration"]) for r in rs for row in r["metrics"]})
         curve = []
         for it in its:
@@ -156,7 +238,47 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         m["env_steps_total"] = sum(c["env_steps"] for c in curve)
         m["train_s_mean"] = sum(r["times"]["train_s"] for r in rs) / len(rs)
         out[method] = m
+    for method, m in out.items():
+        m["vs_grpo"] = {split: paired_vs(runs, method, "grpo", split) for split in ("test", "train")}
     return out
+
+
+def runs_variations(rs: list[dict[str, Any]], split: str) -> dict[str, Any]:
+    """The variations the runs' ``split`` evaluation used (``EvalResult.variations``; the first run's)."""
+    ev = rs[0]["eval"][split] if rs else {}
+    return {"variations": ev.get("variations", {}), "restricted": bool(ev.get("restricted", False))}
+
+
+def paired_vs(runs: list[dict[str, Any]], a: str, b: str, split: str) -> dict[str, Any] | None:
+    """Arm ``a`` − arm ``b`` on the same episodes: per seed ``paired_difference``, then pooled over every
+    paired episode of every seed both ran (score 0..100, 95% Student-t CI). None when they share no
+    seed (or ``a`` is ``b``).
+
+    Raises:
+        ValueError: the two arms' evaluations of one seed are not the same episodes.
+    """
+    from empo2.algo.stats import mean_ci
+    from empo2.trainer.evaluate import EvalResult, paired_difference, summarise
+
+    if a == b:
+        return None
+    by = {(r["method"], r["seed"]): r for r in runs}
+    seeds = sorted({s for (m, s) in by if m == a} & {s for (m, s) in by if m == b})
+    if not seeds:
+        return None
+    diffs: list[float] = []
+    a_only = b_only = 0
+    for seed in seeds:
+        ea = EvalResult(split, 0.0, summarise([]), episodes=by[(a, seed)]["eval"][split]["episodes"])
+        eb = EvalResult(split, 0.0, summarise([]), episodes=by[(b, seed)]["eval"][split]["episodes"])
+        d = paired_difference(ea, eb)  # checks task/variation/seed per episode id
+        a_only, b_only = a_only + d["a_only"], b_only + d["b_only"]
+        pa = {e["id"]: e for e in ea.episodes}
+        diffs += [max(pa[e["id"]]["score"], 0.0) - max(e["score"], 0.0) for e in eb.episodes
+                  if e["id"] in pa and not e["crashed"] and not pa[e["id"]]["crashed"]]
+    mm, lo, hi = mean_ci(diffs)
+    return {"seeds": seeds, "pairs": len(diffs), "score_diff": mm, "score_diff_ci": [lo, hi],
+            "a_only_successes": a_only, "b_only_successes": b_only}
 
 
 def plot(agg: dict[str, Any], path: Path) -> None:
@@ -202,32 +324,85 @@ def _ci(lo_hi: list[float]) -> str:
     return "–" if (math.isnan(lo) or math.isnan(hi)) else f"[{lo:.1f}, {hi:.1f}]"
 
 
+def _pm(d: dict[str, Any] | None) -> str:
+    if not d:
+        return "–"
+    lo, hi = d["score_diff_ci"]
+    ci = "" if (math.isnan(lo) or math.isnan(hi)) else f" [{lo:+.1f}, {hi:+.1f}]"
+    return f"{d['score_diff']:+.1f}{ci}, {d['a_only_successes']}/{d['b_only_successes']}"
+
+
 def markdown(agg: dict[str, Any], meta: dict[str, Any]) -> str:
-    """The comparison table as Markdown."""
+    """The comparison table as Markdown (seed CIs; the paired difference to GRPO on the same episodes)."""
+    tv = next(iter(agg.values()))["train"]["variations"] if agg else {}
+    which = ("the ones the runs trained on (env.variations)" if tv.get("restricted") else
+             "every train variation (env.variations not set)")
     lines = [f"# make learn — {meta['config']} ({meta['mode']})", "",
-             f"Task(s) {meta['tasks']}; seeds {meta['seeds']}; {meta['eval_episodes']} eval episodes per split "
-             f"per seed; wall time {meta['elapsed_min']:.1f} min.", "",
-             "| method | test score | 95% CI (episodes) | 95% CI (seed means) | test success | train-var score | "
-             "train-var success | best train-rollout score | env steps / seed |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             f"Task(s) {meta['tasks']}; seeds {meta['seeds']}; {meta['iterations']} iterations of "
+             f"{meta['batch'][0]} tasks × {meta['batch'][1]} rollouts × ≤ {meta['max_turns']} turns; "
+             f"{meta['eval_episodes']} eval episodes per split per seed (T 0.4, no memory); train-variation "
+             f"evaluation on {which}; wall time {meta['elapsed_min']:.1f} min (this call).", "",
+             "Scores 0..100 (a failure counts 0). CIs 95%: *seeds* = Student t over the per-seed means; *eps* = "
+             "over seeds × episodes. *Δ GRPO* = paired difference to GRPO on the same episodes (same task, "
+             "variation and sampling seed), pooled over seeds, with the successes only this arm / only GRPO had.", "",
+             "| arm | seeds | test score | CI seeds | CI eps | test successes | success % CI seeds | Δ GRPO test | "
+             "train-var score | CI seeds | train-var success | Δ GRPO train-var | env steps / seed |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for method, m in agg.items():
         t, tr = m["test"], m["train"]
-        best = max((p["score_mean"] for p in m["curve"]), default=None)
         lines.append(
-            f"| {method} | {t['score']:.1f} | {_ci(t['score_ci'])} | {_ci(t['score_seed_ci'])} | "
-            f"{100 * t['success']:.0f}% {_ci([100 * x for x in t['success_ci']])} | {tr['score']:.1f} "
-            f"{_ci(tr['score_ci'])} | {100 * tr['success']:.0f}% | {fmt(best)} | {m['env_steps_total']:.0f} |")
+            f"| {method} | {len(m['seeds'])} | {t['score']:.1f} | {_ci(t['score_seed_ci'])} | {_ci(t['score_ci'])} | "
+            f"{t['successes']}/{t['episodes']} | {_ci([100 * x for x in t['success_seed_ci']])} | "
+            f"{_pm(m['vs_grpo']['test'])} | {tr['score']:.1f} | {_ci(tr['score_seed_ci'])} | "
+            f"{tr['successes']}/{tr['episodes']} | {_pm(m['vs_grpo']['train'])} | {m['env_steps_total']:.0f} |")
     return "\n".join(lines) + "\n"
+
+
+def _arms(args: argparse.Namespace) -> list[str]:
+    """The arms to run, checked against ``--init`` / ``--memory-import`` before any work."""
+    arms = args.arms or args.methods or (DEFAULT_ARMS + (["init_base", "init_grpo", "init_empo2"] if args.init else [])
+                                         + (["empo2_oracle"] if args.memory_import else [])
+                                         + (["init_empo2_oracle"] if args.init and args.memory_import else []))
+    need_init = [a for a in arms if a.startswith("init_")]
+    if need_init and not args.init:
+        raise SystemExit(f"error: arm(s) {need_init} start from a warm-up checkpoint; pass --init CKPT "
+                         "(e.g. runs/<sft run>/checkpoints/last)")
+    need_mem = [a for a in arms if a in ORACLE_ARMS]
+    if need_mem and not args.memory_import:
+        raise SystemExit(f"error: arm(s) {need_mem} start from a seeded memory; pass --memory-import FILE.jsonl "
+                         "(rows of `empo2 memory import`)")
+    if args.init and not Path(args.init).is_dir():
+        raise SystemExit(f"error: --init {args.init} is not a folder (give a checkpoint, e.g. runs/<run>/checkpoints/last)")
+    if args.memory_import and not Path(args.memory_import).is_file():
+        raise SystemExit(f"error: --memory-import {args.memory_import} does not exist")
+    return arms
+
+
+def write_partial(runs: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> dict[str, Any]:
+    """Aggregate the runs so far and rewrite ``learn_partial.json`` and ``learn.md`` (after every run)."""
+    agg = aggregate(runs)
+    (out / "learn.md").write_text(markdown(agg, meta))
+    tmp = out / "learn_partial.json.tmp"
+    tmp.write_text(json.dumps({"config": meta, "methods": agg}, indent=1))
+    tmp.replace(out / "learn_partial.json")
+    return agg
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(allow_abbrev=False, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_args(p)
     p.add_argument("--config", default=DEFAULT_CONFIG, help="shared training config (default %(default)s)")
-    p.add_argument("--methods", nargs="+", default=None, choices=list(METHODS), help="default: base grpo empo2 gigpo")
+    p.add_argument("--arms", nargs="+", default=None, choices=list(ARMS),
+                   help=f"default: {' '.join(DEFAULT_ARMS)} (+ init_* with --init, + *_oracle with --memory-import)")
+    p.add_argument("--methods", nargs="+", default=None, choices=list(ARMS), help=argparse.SUPPRESS)  # former name
     p.add_argument("--seeds", nargs="+", type=int, default=None, help="default: 0 1 2 (--quick: 0 1)")
+    p.add_argument("--task", default=None, help="task name or id (default: the config's, 7-1)")
+    p.add_argument("--init", default=None, metavar="CKPT", help="warm-up checkpoint the init_* arms start from")
+    p.add_argument("--memory-import", default=None, metavar="FILE",
+                   help="JSON Lines tips the *_oracle arms' memory is seeded with (`empo2 memory import`)")
     p.add_argument("--iterations", type=int, default=None, help="override trainer.iterations")
     p.add_argument("--eval-episodes", type=int, default=None, help="episodes per eval split per seed")
+    p.add_argument("--redo", action="store_true", help="train finished (arm, seed) runs again instead of skipping them")
     p.add_argument("--keep-checkpoints", action="store_true")
     p.add_argument("overrides", nargs="*", help="extra key=value overrides for every run")
     args = p.parse_args(argv)
@@ -236,33 +411,54 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.out == RESULTS_DIR:
         args.out = RESULTS_DIR / "learn"
     out = Path(args.out).resolve()
+    arms = _arms(args)
+    init = str(Path(args.init).resolve()) if args.init else None
+    mem = str(Path(args.memory_import).resolve()) if args.memory_import else None
     out.mkdir(parents=True, exist_ok=True)
-    methods = args.methods or DEFAULT_METHODS
     seeds = args.seeds if args.seeds is not None else ([0, 1] if quick else [0, 1, 2])
-    extra = (QUICK if quick else []) + [f"trainer.threads={args.threads}"] + list(args.overrides)
+    extra = ((QUICK if quick else []) + [f"trainer.threads={args.threads}"]
+             + ([f"env.tasks=[{args.task}]"] if args.task else []) + list(args.overrides))
     if args.iterations is not None:
         extra.append(f"trainer.iterations={args.iterations}")
     eval_episodes = args.eval_episodes or (2 if quick else 20)
     cfg = str((REPO_ROOT / args.config).resolve()) if not Path(args.config).is_absolute() else args.config
-    bench = Run("learn", args, peak_n=1024)
-    t0 = time.perf_counter()
-    runs = []
-    total = len(methods) * len(seeds)
-    for k, (seed, method) in enumerate((s, m) for s in seeds for m in methods):
-        print(f"[learn] {k + 1}/{total}: {method} seed {seed} …", flush=True)
-        r = run_one(method, seed, cfg, extra, out, eval_episodes, args.keep_checkpoints)
-        runs.append(r)
-        e = r["eval"]["test"]["overall"]
-        print(f"[learn] {method} seed {seed}: test score {e['score']:.1f}, success {100 * e['success_rate']:.0f}% "
-              f"({r['times']['train_s']:.0f} s train, {time.perf_counter() - t0:.0f} s so far)", flush=True)
-    agg = aggregate(runs)
     from empo2.config import load_config
 
-    c = load_config(cfg, extra)
+    c = load_config(cfg, extra)  # a bad override fails here, before any run
+    bench = Run("learn", args, peak_n=1024)
+    t0 = time.perf_counter()
     meta = {"config": args.config, "mode": "quick" if quick else "full", "tasks": c.env.tasks, "seeds": seeds,
-            "eval_episodes": eval_episodes, "elapsed_min": (time.perf_counter() - t0) / 60.0,
-            "iterations": c.trainer.iterations, "batch": [c.rollout.tasks_per_iteration, c.rollout.group_size],
-            "max_turns": c.env.max_turns, "lr": c.trainer.lr, "overrides": extra}
+            "arms": arms, "eval_episodes": eval_episodes, "elapsed_min": 0.0, "iterations": c.trainer.iterations,
+            "batch": [c.rollout.tasks_per_iteration, c.rollout.group_size], "max_turns": c.env.max_turns,
+            "variations": list(c.env.variations), "lr": c.trainer.lr, "overrides": extra, "init": init,
+            "memory_import": mem}
+    runs = []
+    order = [(s, m) for s in seeds for m in arms]
+    total = len(order)
+    # every finished run is checked before any training: one made with other settings stops the call here
+    done = {} if args.redo else {(s, m): finished_run(out / "runs" / f"{m}-s{s}",
+                                                      run_spec(m, s, cfg, extra, eval_episodes, init, mem))
+                                 for s, m in order}
+    skipped = 0
+    for k, (seed, arm) in enumerate(order):
+        run_dir = out / "runs" / f"{arm}-s{seed}"
+        r = done.get((seed, arm))
+        if r is not None:
+            skipped += 1
+            print(f"[learn] {k + 1}/{total}: {arm} seed {seed}: finished before, kept ({run_dir / 'result.json'})",
+                  flush=True)
+        else:
+            print(f"[learn] {k + 1}/{total}: {arm} seed {seed} …", flush=True)
+            r = run_one(arm, seed, cfg, extra, out, eval_episodes, args.keep_checkpoints, init, mem)
+            e = r["eval"]["test"]["overall"]
+            print(f"[learn] {arm} seed {seed}: test score {e['score']:.1f}, success {100 * e['success_rate']:.0f}% "
+                  f"({r['times']['train_s']:.0f} s train, {time.perf_counter() - t0:.0f} s so far)", flush=True)
+        runs.append(r)
+        meta["elapsed_min"] = (time.perf_counter() - t0) / 60.0
+        write_partial(runs, meta, out)  # an interrupted benchmark keeps its table so far
+    agg = aggregate(runs)
+    meta["elapsed_min"] = (time.perf_counter() - t0) / 60.0
+    meta["skipped_finished"] = skipped
     plot(agg, out / "learn_curves.png")
     md = markdown(agg, meta)
     (out / "learn.md").write_text(md)
@@ -272,16 +468,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         bench.notes.append(f"empo2 report failed: {rep.stderr.strip()[-300:]}")
     rows = []
     for method, m in agg.items():
-        rows.append([method, f"{m['test']['score']:.1f} {_ci(m['test']['score_ci'])}",
-                     f"{100 * m['test']['success']:.0f}%", f"{m['train']['score']:.1f} {_ci(m['train']['score_ci'])}",
+        rows.append([method, str(len(m["seeds"])), f"{m['test']['score']:.1f} {_ci(m['test']['score_seed_ci'])}",
+                     f"{m['test']['successes']}/{m['test']['episodes']}",
+                     f"{m['train']['score']:.1f} {_ci(m['train']['score_seed_ci'])}", _pm(m["vs_grpo"]["test"]),
                      f"{m['env_steps_total']:.0f}", f"{m['train_s_mean']:.0f}"])
-    print_table("make learn: final policy, T=0.4, no memory (mean over seeds; 95% CI over seeds × episodes)",
-                ["method", "test score", "test success", "train-var score", "env steps/seed", "train s/seed"], rows)
+    print_table("make learn: final policy, T=0.4, no memory (mean over seeds; 95% CI over seed means)",
+                ["arm", "seeds", "test score", "test successes", "train-var score", "Δ GRPO test (paired)",
+                 "env steps/seed", "train s/seed"], rows)
     bench.config = meta
     bench.results = {"methods": agg, "runs": [{k: v for k, v in r.items() if k != "eval"} |
-                                              {"eval": {s: {"overall": r["eval"][s]["overall"]} for s in r["eval"]}}
+                                              {"eval": {s: {"overall": r["eval"][s]["overall"],
+                                                            "variations": r["eval"][s].get("variations", {})}
+                                                        for s in r["eval"]}}
                                               for r in runs]}
-    bench.notes.append(f"table: {out / 'learn.md'}; curves: {out / 'learn_curves.png'}; report: {out / 'report'}")
+    bench.notes.append(f"table: {out / 'learn.md'}; curves: {out / 'learn_curves.png'}; report: {out / 'report'}; "
+                       f"{skipped} finished run(s) kept from before")
     return bench.finish()
 
 

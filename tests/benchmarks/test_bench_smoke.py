@@ -155,20 +155,45 @@ def test_learn_quick_runs_every_stage(tmp_path):
     """``make learn LEARN_ARGS=--quick``: train, evaluate (test + train variations), aggregate, plot, report."""
     from benchmarks import learn
 
-    rec = learn.main(["--quick", "--threads", "1", "--seeds", "0", "--methods", "base", "grpo", "--out", str(tmp_path)])
+    from empo2.memory.store import MemoryStore
+
+    tips = tmp_path / "oracle.jsonl"
+    tips.write_text('{"task": "fetch-key", "variation": 0, "text": "Next action: go east", "score": 100}\n')
+    out = tmp_path / "out"
+    args = ["--quick", "--threads", "1", "--seeds", "0", "--arms", "base", "grpo", "empo2_oracle",
+            "--memory-import", str(tips), "--out", str(out), "env.variations=[0,1]"]
+    rec = learn.main(args)
     assert rec["benchmark"] == "learn" and rec["mode"] == "tiny"
     methods = rec["results"]["methods"]
-    assert set(methods) == {"base", "grpo"}
+    assert set(methods) == {"base", "grpo", "empo2_oracle"}
     assert methods["base"]["curve"] == [] and len(methods["grpo"]["curve"]) == 2
     for m in methods.values():
         assert m["test"]["episodes"] == 2 and m["train"]["episodes"] == 2
         assert 0.0 <= m["test"]["score"] <= 100.0
+        assert m["train"]["variations"] == {"variations": {"fetch-key": [0, 1]}, "restricted": True}
+    # paired on the same episodes: base and the oracle arm against GRPO, both splits
+    for arm in ("base", "empo2_oracle"):
+        assert methods[arm]["vs_grpo"]["test"]["pairs"] == 2 and methods[arm]["vs_grpo"]["train"]["pairs"] == 2
+    assert methods["grpo"]["vs_grpo"]["test"] is None
     assert methods["grpo"]["env_steps_total"] > 0
-    assert (tmp_path / "learn_curves.png").stat().st_size > 1000
-    table = (tmp_path / "learn.md").read_text()
-    assert "| base |" in table and "| grpo |" in table
-    assert (tmp_path / "report" / "report.md").is_file()
-    assert not (tmp_path / "runs" / "grpo-s0" / "checkpoints").exists()  # deleted after evaluation
+    # the oracle arm trained on its seeded memory: the imported tip (iteration -1) is still there
+    with MemoryStore(out / "runs" / "empo2_oracle-s0" / "memory.sqlite", readonly=True) as st:
+        assert any(e.iteration == -1 and e.tip == "Next action: go east" for e in st.entries())
+    assert (out / "learn_curves.png").stat().st_size > 1000
+    table = (out / "learn.md").read_text()
+    assert "| base |" in table and "| grpo |" in table and "| empo2_oracle |" in table
+    assert (out / "report" / "report.md").is_file() and (out / "learn_partial.json").is_file()
+    assert not (out / "runs" / "grpo-s0" / "checkpoints").exists()  # deleted after evaluation
+    # resumable: finished runs are kept and skipped; an unfinished one (no result.json) is trained again
+    (out / "runs" / "grpo-s0" / "result.json").unlink()
+    again = learn.main(args)
+    assert again["config"]["skipped_finished"] == 2
+    for k in ("score", "successes", "episodes", "score_per_seed"):  # (one seed: its seed CI is NaN, never equal)
+        assert again["results"]["methods"]["base"]["test"][k] == methods["base"]["test"][k]
+    assert again["results"]["methods"]["grpo"]["test"]["score"] == methods["grpo"]["test"]["score"]  # same seed
+    # a finished run made with other settings is refused, not mixed in
+    with pytest.raises(SystemExit, match="finished with other settings"):
+        learn.main([*args, "trainer.lr=2e-3"])
 
 
 def test_gpu_check_runs_on_cpu_with_the_tiny_shape(tmp_path):
