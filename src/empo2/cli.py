@@ -415,6 +415,20 @@ def cmd_memory_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_export(args: argparse.Namespace) -> int:
+    """``empo2 export CKPT --out DIR [--adapter] [--push-to-hub REPO]`` (empo2.policy.export)."""
+    from empo2.policy.export import check_export_target, check_hub_access, export_checkpoint, push_to_hub
+
+    check_export_target(Path(args.out))
+    token = check_hub_access(args.push_to_hub) if args.push_to_hub else None  # offline: fails in seconds
+    res = export_checkpoint(Path(args.checkpoint), Path(args.out), adapter=args.adapter)
+    kind = "LoRA adapter" if res.adapter else ("merged LoRA weights" if res.merged else "full weights")
+    print(f"exported {args.checkpoint} ({kind}) → {res.out}  (model card: {res.card})")
+    if token is not None:
+        print(f"pushed → {push_to_hub(res.out, args.push_to_hub, token)}")
+    return 0
+
+
 def cmd_config_keys(args: argparse.Namespace) -> int:
     from empo2.config import RANGES, Config
     from empo2.configschema import help_table
@@ -479,6 +493,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="choose actions by Retrospex rescoring with this critic folder")
     a.add_argument("overrides", nargs="*", help="key=value overrides (e.g. empo2.memory.embedder=hashing)")
     a.set_defaults(fn=cmd_adapt)
+
+    x = sub.add_parser("export", help="write a checkpoint as a Hugging Face model folder with a model card")
+    x.add_argument("checkpoint", metavar="CKPT", help="checkpoint folder, e.g. runs/<name>/checkpoints/last")
+    x.add_argument("--out", required=True, metavar="DIR", help="model folder to create (new or empty)")
+    x.add_argument("--adapter", action="store_true", help="LoRA runs: write the adapter instead of merged weights")
+    x.add_argument("--push-to-hub", default=None, metavar="REPO",
+                   help="also upload the folder to this hub repository (needs a token and a connection)")
+    x.set_defaults(fn=cmd_export)
 
     v = sub.add_parser("envs", help="list environments and tasks")
     v.add_argument("env", nargs="?", default=None)

@@ -307,7 +307,8 @@ class TrainerConfig:
                        "On a machine busy at start, `empo2` also sets OMP_WAIT_POLICY=PASSIVE (opt out: "
                        "EMPO2_OMP_AUTO=0 or set OMP_WAIT_POLICY); recorded as sys/torch_threads and "
                        "sys/omp_wait_passive in metrics.jsonl", default=0)
-    tensorboard: bool = doc("also write TensorBoard events if tensorboard is installed", default=True)
+    tensorboard: bool = doc("kept so older run configs load: false removes 'tensorboard' from run.trackers "
+                            "(use run.trackers instead)", default=True)
     strategy: Literal["single", "ddp", "fsdp"] = doc(
         "data parallelism: 'single' (one process), 'ddp' (DistributedDataParallel) or 'fsdp' (FSDP2, sharded "
         "weights and optimiser state); ddp/fsdp run one process per device under `torchrun --nproc_per_node K "
@@ -322,6 +323,12 @@ class RunConfig:
     dir: str = doc("parent folder of run folders", default="runs")
     seed: int = doc("master seed (per-rollout seeds derive from (iteration, task, rollout))", default=0)
     progress: bool = doc("show a live progress display", default=True)
+    trackers: list[Literal["jsonl", "tensorboard", "mlflow", "wandb", "trackio"]] = doc(
+        "experiment trackers that receive every metric row, the config as parameters and the evaluation "
+        "files as artifacts (docs/report.md, 'Trackers'): jsonl (<run>/metrics.jsonl, always written), "
+        "tensorboard (<run>/tb), mlflow (SQLite store <run>/mlflow; pip install -e '.[mlflow]'), wandb "
+        "(offline, <run>/wandb; '.[wandb]'), trackio (local; '.[trackio]')",
+        default_factory=lambda: ["jsonl", "tensorboard"])
 
 
 @dataclass
@@ -361,6 +368,12 @@ class Config:
     @property
     def run_dir(self) -> Path:
         return Path(self.run.dir) / self.run.name
+
+
+def run_trackers(cfg: Config) -> list[str]:
+    """The trackers a run logs to: ``run.trackers``, less ``tensorboard`` when the older key
+    ``trainer.tensorboard`` is false (``jsonl`` is always written by ``RunLogger``)."""
+    return [t for t in cfg.run.trackers if cfg.trainer.tensorboard or t != "tensorboard"]
 
 
 class Bound(NamedTuple):
@@ -575,6 +588,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"model.device {cfg.model.device!r} is not a device; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
     if not cfg.run.name or "/" in cfg.run.name or "\\" in cfg.run.name or cfg.run.name in (".", ".."):
         raise ConfigError(f"run.name must be a plain folder name (no '/'), got {cfg.run.name!r}")
+    if len(set(cfg.run.trackers)) != len(cfg.run.trackers):
+        raise ConfigError(f"run.trackers lists a tracker twice: {cfg.run.trackers}; name each once")
     if not cfg.run.dir.strip():
         raise ConfigError("run.dir is empty; give the parent folder of run folders, e.g. run.dir=runs")
     if cfg.algo.dual_clip and cfg.algo.dual_clip <= 1:

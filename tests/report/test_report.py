@@ -36,8 +36,11 @@ def test_figures_are_valid_pngs(built_report):
 
 def test_markdown_table_has_both_runs_with_their_algorithms(built_report):
     md = built_report.markdown.read_text()
-    table = md.split("\n\n")[2].splitlines()  # the comparison table (the per-task table comes later)
-    row = {line.split(" | ")[0].lstrip("| "): line for line in table}
+    # the comparison table (the per-task table comes later), below the config diff of the two runs
+    table = next(p for p in md.split("\n\n") if p.startswith("| Run | Algorithm")).splitlines()
+    assert md.index("differ in configuration") < md.index("| Run | Algorithm")
+    row = {re.sub(r" \*\*\[[A-Z]\]\*\*$", "", line.split(" | ")[0].lstrip("| ")): line for line in table}
+    assert "grpo-tiny **[A]** |" in row["grpo-tiny"] and "empo2-synth **[B]** |" in row["empo2-synth"]
     assert "| GRPO |" in row["grpo-tiny"] and "tiny: fetch-key" in row["grpo-tiny"]
     assert "| EMPO² |" in row["empo2-synth"]
     synth = row["empo2-synth"]
@@ -168,7 +171,7 @@ def test_runs_of_different_lengths_and_missing_keys(real_run, make_synthetic_run
     paths = build_report([real_run, short, long], tmp_path / "out")
     assert len(paths.figures) == 2
     md = paths.markdown.read_text()
-    assert "| short-gigpo | GiGPO |" in md and "| long | EMPO² |" in md
+    assert "| short-gigpo **[B]** | GiGPO |" in md and "| long **[C]** | EMPO² |" in md
 
 
 def test_cli_hook(built_report, real_run, tmp_path, capsys):

@@ -200,14 +200,14 @@ def test_json_ready_and_eval_json_have_no_bare_nan(tmp_path):
 
 
 def test_resume_drops_metrics_rows_after_the_checkpoint(tmp_path):
-    log = RunLogger(tmp_path, tensorboard=False)
+    log = RunLogger(tmp_path, trackers=())
     for it in (0, 1, 2, 3):
         log.log({"x": float(it)}, it)
     with (tmp_path / "metrics.jsonl").open("a") as f:
         f.write('{"iteration": 4, "x": ')  # a line torn by a kill
-    RunLogger(tmp_path, tensorboard=False, resume_after=2)
+    RunLogger(tmp_path, trackers=(), resume_after=2)
     assert [json.loads(x)["iteration"] for x in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
-    RunLogger(tmp_path, tensorboard=False, resume_after=-1)
+    RunLogger(tmp_path, trackers=(), resume_after=-1)
     assert (tmp_path / "metrics.jsonl").read_text() == ""
 
 

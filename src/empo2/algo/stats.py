@@ -162,3 +162,18 @@ def proportion_ci(successes: int, n: int, level: float = 0.95) -> tuple[float, f
     centre = (p + z * z / (2 * n)) / denom
     half = z / denom * math.sqrt(p * (1.0 - p) / n + z * z / (4.0 * n * n))
     return p, max(0.0, min(p, centre - half)), min(1.0, max(p, centre + half))
+
+
+def t_two_sided_p(t: float, df: float) -> float:
+    """Two-sided p-value of Student's t statistic ``t`` with ``df`` degrees of freedom: 2·P(T > |t|).
+
+    Raises:
+        ValueError: ``df <= 0`` or a non-finite ``t``.
+    """
+    if not df > 0 or not math.isfinite(t):
+        raise ValueError(f"need a finite t and df > 0, got {t}, {df}")
+    try:
+        from scipy.stats import t as student_t
+    except ImportError:
+        return min(1.0, 2.0 * _t_sf(abs(t), df))
+    return float(2.0 * student_t.sf(abs(t), df))

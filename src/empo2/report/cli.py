@@ -24,6 +24,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         return 2
     from rich.console import Console
 
+    if paths.seeds:
+        print(paths.seeds)  # plain Markdown: the config diff, the seed table and the paired differences
     console = Console()
     console.print(f"[bold]report[/] {paths.markdown}")
     console.print(f"[bold]viewer[/] {paths.viewer}")

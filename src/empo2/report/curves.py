@@ -205,3 +205,71 @@ def plot_all(runs: list[RunData], out: Path) -> list[Path]:
     written = [plot_figure(runs, LEARNING_PANELS, "Learning curves", out / "learning_curves.png"),
                plot_figure(runs, DIAGNOSTIC_PANELS, "Training diagnostics", out / "diagnostics.png")]
     return [p for p in written if p is not None]
+
+
+SEED_PANELS = (
+    ("Training score over seeds", "rollout/score_mean", False),
+    ("Held-out evaluation score over seeds", "score", True),
+)
+
+
+def _seed_band(runs: list[RunData], key: str, is_eval: bool) -> tuple[list[int], list[float], list[float], list[float]]:
+    """Per iteration: mean over the runs that logged ``key`` and its Student-t 95% interval (the
+    mean itself where only one run has the point)."""
+    from empo2.algo.stats import mean_ci
+
+    per: dict[int, list[float]] = {}
+    for run in runs:
+        rows = run.rows if is_eval else training_rows(run.rows)
+        keys = [f"eval/{env}/{key}" for env in eval_envs(run.rows)] if is_eval else [key]
+        for k in keys[:1]:
+            for it, y in zip(*series(rows, k)):
+                per.setdefault(it, []).append(y)
+    xs, ms, los, his = [], [], [], []
+    for it in sorted(per):
+        m, lo, hi = mean_ci(per[it])
+        xs.append(it)
+        ms.append(m)
+        los.append(m if math.isnan(lo) else lo)
+        his.append(m if math.isnan(hi) else hi)
+    return xs, ms, los, his
+
+
+def plot_seed_curves(methods: list, path: Path) -> Path | None:
+    """``seed_curves.png``: per method (``empo2.report.seeds.Method``), the mean over seeds of the
+    training score and of the held-out evaluation score against iteration, with a shaded Student-t
+    95% band over seeds. None (no file) unless some method has two or more runs with curves."""
+    if not any(len(m.runs) >= 2 for m in methods):
+        return None
+    bands = {(i, p): _seed_band(m.runs, key, is_eval)
+             for i, m in enumerate(methods) for p, (_, key, is_eval) in enumerate(SEED_PANELS)}
+    drawn = [p for p in range(len(SEED_PANELS)) if any(bands[(i, p)][0] for i in range(len(methods)))]
+    if not drawn:
+        return None
+    fig = Figure(figsize=(6.2 * len(drawn), 4.5), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    colors = run_colors(len(methods))
+    for j, p in enumerate(drawn):
+        ax = fig.add_subplot(1, len(drawn), j + 1)
+        title, _, is_eval = SEED_PANELS[p]
+        for i, color in enumerate(colors):
+            xs, ms, los, his = bands[(i, p)]
+            if not xs:
+                continue
+            ax.fill_between(xs, los, his, color=color, alpha=0.2, lw=0)
+            ax.plot(xs, ms, color=color, lw=1.8, ls="--" if is_eval else "-", marker="o", ms=4,
+                    mfc="white" if is_eval else color)
+        ax.set_title(title, fontsize=11)
+        ax.set_xlabel("iteration")
+        ax.set_ylabel("score (0–100)")
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(min(SCORE_LIM[0], lo), max(SCORE_LIM[1], hi))
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(True, alpha=0.3)
+    handles = [Line2D([], [], color=c, lw=2.5) for c in colors]
+    labels = [f"{m.label} ({len(m.runs)} seed{'s' if len(m.runs) != 1 else ''})" for m in methods]
+    fig.suptitle("Learning curves over seeds (mean, shaded: 95% CI over seeds)", fontsize=13, fontweight="bold")
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 6), frameon=False, fontsize=9)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path

@@ -76,6 +76,11 @@ class RunData:
         rows: ``metrics.jsonl`` rows merged per iteration (``read_metrics``), sorted by iteration.
         evals: evaluation files by tag (``"before"``, ``"iter2"``, ``"after"``) → parsed JSON.
         trajectory_files: ``(iteration index, path)`` of ``trajectories/iter-*.jsonl``, sorted.
+        other_evals: every other evaluation file of the run, by tag: ``eval_<tag>.json`` written by
+            ``empo2 eval`` next to the run or inside a checkpoint (``checkpoints/<ckpt>/eval_test.json``
+            → ``"test"``; a name taken twice gets the checkpoint folder as prefix: ``"iter-00005/test"``).
+        adapts: ``adapt.json`` files of ``empo2 adapt`` (``AdaptResult.to_json``) in the run folder or
+            one level below (``adapt-<tasks>/adapt.json``), by folder name (``"."`` for the run's own).
     """
 
     path: Path
@@ -84,6 +89,8 @@ class RunData:
     rows: list[dict[str, Any]] = field(default_factory=list)
     evals: dict[str, dict[str, Any]] = field(default_factory=dict)
     trajectory_files: list[tuple[int, Path]] = field(default_factory=list)
+    other_evals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    adapts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def algorithm(self) -> Algorithm:
@@ -136,6 +143,46 @@ def unique_names(paths: list[Path]) -> list[str]:
     return out
 
 
+def _read_json(f: Path) -> dict[str, Any] | None:
+    """Parsed JSON object of ``f``, or None for a file cut by a crash / not an object."""
+    try:
+        d = json.loads(f.read_text())
+    except (json.JSONDecodeError, OSError, UnicodeDecodeError):
+        return None
+    return d if isinstance(d, dict) else None
+
+
+def _other_evals(path: Path) -> dict[str, dict[str, Any]]:
+    """``eval_<tag>.json`` files other than before/after/iterK: in the run folder, then in checkpoints."""
+    out: dict[str, dict[str, Any]] = {}
+    files = sorted(path.glob("eval_*.json")) + sorted((path / "checkpoints").glob("*/eval_*.json"))
+    seen: set[Path] = set()
+    for f in files:
+        if _EVAL_FILE.match(f.name) and f.parent == path:
+            continue
+        real = f.resolve()
+        if real in seen:  # checkpoints/last is a symlink to one of the iter-* folders
+            continue
+        seen.add(real)
+        d = _read_json(f)
+        if d is None or "overall" not in d:
+            continue
+        tag = f.stem.removeprefix("eval_")
+        if tag in out:
+            tag = f"{real.parent.name}/{tag}"
+        out[tag] = d
+    return out
+
+
+def _adapts(path: Path) -> dict[str, dict[str, Any]]:
+    """``adapt.json`` of the run folder (key ``"."``) and of its sub-folders (key: the folder name)."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in [path / "adapt.json", *sorted(path.glob("*/adapt.json"))]:
+        if f.is_file() and (d := _read_json(f)) is not None and isinstance(d.get("trials"), list):
+            out["." if f.parent == path else f.parent.name] = d
+    return out
+
+
 def load_run(path: Path, name: str | None = None) -> RunData:
     """Load one run folder (missing pieces stay empty)."""
     path = Path(path)
@@ -153,7 +200,7 @@ def load_run(path: Path, name: str | None = None) -> RunData:
     trajs = sorted((int(m.group(1)), f) for f in (path / "trajectories").glob("iter-*.jsonl")
                    if (m := _ITER_FILE.match(f.name)))
     return RunData(path=path, name=name or path.name, config=config, rows=read_metrics(path),
-                   evals=evals, trajectory_files=trajs)
+                   evals=evals, trajectory_files=trajs, other_evals=_other_evals(path), adapts=_adapts(path))
 
 
 def load_runs(paths: list[Path]) -> list[RunData]:

@@ -179,10 +179,20 @@ COLUMNS = ["Run", "Algorithm", "Env: tasks", "Iterations", "Env steps", "Eval sc
            "Eval success [95% CI]", "Eval (episodes)", "Best train score", "Optimiser steps", "Train time"]
 
 
-def comparison_table(summaries: list[RunSummary]) -> str:
-    """The Markdown comparison table, one line per run."""
+def comparison_table(summaries: list[RunSummary], marks: dict[str, str] | None = None) -> str:
+    """The Markdown comparison table, one line per run.
+
+    Args:
+        summaries: the rows.
+        marks: run name → config-group letter (``empo2.report.seeds.group_methods``), appended to the
+            run's cell as ``[A]`` so rows of different configs stand out; None or {} marks nothing.
+    """
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "|".join("---" for _ in COLUMNS) + "|"]
-    lines += ["| " + " | ".join(_row_cells(s)) + " |" for s in summaries]
+    for s in summaries:
+        cells = _row_cells(s)
+        if marks and s.name in marks:
+            cells[0] += f" **[{marks[s.name]}]**"
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
@@ -229,7 +239,8 @@ def tip_follow_table(runs: list[RunData]) -> str | None:
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|", *lines])
 
 
-FIGURE_TITLES = {"learning_curves": "Learning curves", "diagnostics": "Training diagnostics"}
+FIGURE_TITLES = {"learning_curves": "Learning curves", "diagnostics": "Training diagnostics",
+                 "seed_curves": "Learning curves over seeds"}
 
 
 def markdown_report(runs: list[RunData], figures: list[Path], viewer: Path | None, out: Path) -> str:
@@ -241,9 +252,15 @@ def markdown_report(runs: list[RunData], figures: list[Path], viewer: Path | Non
         viewer: the trajectory viewer's path (inside ``out``), or ``None``.
         out: the report folder (links are made relative to it).
     """
+    from empo2.report.seeds import config_diff_markdown, group_methods, seeds_markdown
+
+    methods = group_methods(runs)
+    marks = {r.name: m.letter for m in methods for r in m.runs} if len(methods) > 1 else {}
+    diff = config_diff_markdown(methods)
     parts = ["# Run comparison", "",
              "Runs: " + ", ".join(f"`{md_escape(r.name)}` ({md_escape(str(r.path))})" for r in runs), "",
-             comparison_table([summarise_run(r) for r in runs]), "",
+             *([diff, ""] if diff else []),
+             comparison_table([summarise_run(r) for r in runs], marks), "",
              "Scores are on the 0–100 scale (a failed episode counts as 0); success rates are 0–1. "
              "Eval columns come from `eval_after.json`, else the latest `eval_iterK.json`, else "
              "`eval_before.json` (95% CI: Student t for the score, Wilson for the success rate); "
@@ -251,7 +268,12 @@ def markdown_report(runs: list[RunData], figures: list[Path], viewer: Path | Non
              "Best train score is the highest per-iteration mean of training rollouts. "
              "Optimiser steps: AdamW steps taken; 'stalled' counts iterations without any (every group's "
              "rollouts scored alike: GRPO had no advantage to learn from). "
-             "Train time sums `time/iteration` (evaluation excluded).", ""]
+             "Train time sums `time/iteration` (evaluation excluded)."
+             + (" **[A]**, **[B]**, …: the run's config group (runs of one group differ only in seed)." if marks
+                else ""), ""]
+    seeds = seeds_markdown(runs, with_diff=False)
+    if seeds is not None:
+        parts += [seeds, ""]
     for f in figures:
         title = FIGURE_TITLES.get(f.stem, f.stem.replace("_", " ").capitalize())
         parts += [f"## {title}", "", f"![{f.stem}]({f.relative_to(out).as_posix()})", ""]

@@ -65,7 +65,7 @@ def train_critic_folder(cfg: Config, transitions_path: Path, out: Path, env: str
                 f"{transitions_path}: neither episodes (with 'steps') nor transitions ({e})") from None
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    logger = RunLogger(out, tensorboard=False)
+    logger = RunLogger(out, trackers=())
 
     def epoch_cb(ep: int, row: dict[str, float]) -> None:
         logger.log(row, ep)

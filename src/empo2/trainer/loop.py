@@ -28,7 +28,7 @@ import yaml
 from empo2.algo.advantages import compute_advantages, dense_ids
 from empo2.algo.modes import ModeSampler
 from empo2.algo.returns import episode_return
-from empo2.config import Config, config_to_dict
+from empo2.config import Config, config_to_dict, run_trackers
 from empo2.configschema import ConfigError
 from empo2.distributed import combine_metrics, init_distributed, rank_device
 from empo2.envs.base import EnvError, EnvFamily, TaskSpec, UnknownTaskError
@@ -50,6 +50,7 @@ from empo2.trainer.learner import Learner
 from empo2.trainer.method import Method, make_method
 from empo2.trainer.metrics import (
     SCORE_TABLE_COLUMNS, MetricsSink, NullSink, RunLogger, group_score_rows, rollout_metrics)
+from empo2.trainer.trackers import check_trackers
 from empo2.trainer.progress import (
     Progress, checkpoint_note, eval_note, tips_note, trajectories_note, update_note)
 
@@ -146,6 +147,8 @@ class Trainer:
         self.start_iteration = 0
         self.checkpoint_error: str | None = None
         check_run_dir(self.run_dir)
+        if self.dist.is_main:
+            check_trackers(run_trackers(cfg))  # a missing tracker package fails before the model loads
         self._family = make_family(cfg.env)
         ckpt: Path | None = None
         state: dict[str, Any] = {}
@@ -193,7 +196,8 @@ class Trainer:
             self.iterations_without_step = 0
             self.modes = ModeSampler(cfg.empo2.p, cfg.empo2.q, cfg.empo2.mode_granularity, cfg.run.seed)
             rewind = (self.start_iteration or -1) if resume else None  # rows after the checkpoint go
-            self.logger: MetricsSink = (RunLogger(self.run_dir, cfg.trainer.tensorboard, resume_after=rewind)
+            self.logger: MetricsSink = (RunLogger(self.run_dir, run_trackers(cfg), resume_after=rewind,
+                                                  config=config_to_dict(cfg), run_name=cfg.run.name)
                            if self.dist.is_main else NullSink())
             self.thread_info = thread_info()
             log.info("torch threads %d, OMP_WAIT_POLICY=%s", int(self.thread_info["sys/torch_threads"]),
@@ -326,6 +330,7 @@ class Trainer:
         fail_if_all_crashed(trajs, f"evaluation '{tag}'")
         release_free_memory()
         write_eval(res, self.run_dir / f"eval_{tag}.json")
+        self.logger.log_artifact(self.run_dir / f"eval_{tag}.json")
         o = res.overall
         self.logger.log({f"eval/{c.env.name}/score": o.score, f"eval/{c.env.name}/success_rate": o.success_rate,
                          f"eval/{c.env.name}/steps": o.steps}, iteration)
@@ -484,6 +489,7 @@ class Trainer:
                 if c.trainer.iterations == 0 and out["before"] is not None:  # base-model baseline: "after" = "before"
                     out["after"] = out["before"]
                     write_eval(out["after"], self.run_dir / "eval_after.json")
+                    self.logger.log_artifact(self.run_dir / "eval_after.json")
             elif c.eval.before_after and (self.run_dir / "eval_before.json").is_file():
                 try:  # resumed: the final table keeps its "before" row
                     out["before"] = read_eval(self.run_dir / "eval_before.json")
@@ -501,6 +507,7 @@ class Trainer:
                         ph.note(checkpoint_note(self.checkpoint(it + 1, m), self.dist.is_main))
             if c.eval.before_after and c.trainer.iterations > 0:
                 out["after"] = self.run_eval("after", c.trainer.iterations)
+            self._log_figures()
         except BaseException as e:  # under torchrun the other ranks stop at their barrier instead of timing out
             self.dist.fail(e)
             raise
@@ -508,6 +515,22 @@ class Trainer:
             self.close()
         out["checkpoint_error"] = self.checkpoint_error
         return out
+
+    def _log_figures(self) -> None:
+        """Draw this run's report figures into ``<run>/figures/`` and store them with the trackers
+        that keep files (mlflow, wandb); nothing is drawn when none of them is on."""
+        if not any(t in ("mlflow", "wandb") for t in run_trackers(self.cfg)) or not self.dist.is_main:
+            return
+        from empo2.report.curves import plot_all
+        from empo2.report.runs import load_run
+
+        try:
+            figures = plot_all([load_run(self.run_dir)], self.run_dir / "figures")
+        except Exception as e:  # a figure is a convenience: never fail a finished run for it
+            log.warning("could not draw the run's figures for the trackers (%s: %s)", type(e).__name__, e)
+            return
+        for f in figures:
+            self.logger.log_artifact(f)
 
     def close(self) -> None:
         self.logger.close()

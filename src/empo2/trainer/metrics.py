@@ -1,4 +1,4 @@
-"""Metrics: pure functions over trajectories, and one logging interface (JSONL + TensorBoard).
+"""Metrics: pure functions over trajectories, and one logging interface (JSONL + trackers).
 
 Keys are namespaced: ``rollout/…`` (what the episodes did), ``train/…`` (the update),
 ``memory/…`` (EMPO²), ``eval/<env>/…``, ``time/…`` (seconds), ``sys/…`` (torch threads and whether
@@ -12,7 +12,8 @@ import logging
 import math
 from collections import Counter
 from pathlib import Path
-from typing import Any, Collection, Mapping, Protocol
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Protocol
 
 from empo2.records import Trajectory
 
@@ -129,6 +130,8 @@ class MetricsSink(Protocol):
 
     def log(self, metrics: dict[str, float], step: int) -> None: ...
 
+    def log_artifact(self, path: Path) -> list[str]: ...
+
     def close(self) -> None: ...
 
 
@@ -138,35 +141,51 @@ class NullSink:
     def log(self, metrics: dict[str, float], step: int) -> None:
         return None
 
+    def log_artifact(self, path: Path) -> list[str]:
+        return []
+
     def close(self) -> None:
         return None
 
 
 class RunLogger:
-    """Appends one JSON line per iteration to ``<run>/metrics.jsonl``; TensorBoard if installed.
+    """Appends one JSON line per iteration to ``<run>/metrics.jsonl`` and forwards it to the trackers.
+
+    ``metrics.jsonl`` is always written, first; each tracker of ``trackers``
+    (``empo2.trainer.trackers``: tensorboard, mlflow, wandb, trackio) then gets the same names and
+    step, None/NaN values left out. A tracker that raises during the run is dropped with one
+    warning; the JSONL file loses nothing.
 
     Args:
         run_dir: the run folder.
-        tensorboard: also write TensorBoard events (``<run>/tb``).
+        trackers: ``run.trackers`` names (``jsonl`` may be listed; it is always on).
         resume_after: when resuming, the last iteration whose rows stay (rows of later iterations,
             which the resumed run writes again, are removed first, so no iteration is logged twice;
             −1 removes every row); None for a new run.
+        config: the resolved config (nested dict), logged by each tracker as its parameters.
+        run_name: the run's name in the trackers (default: the folder name).
+
+    Raises:
+        TrackerError: a tracker's package is missing or it cannot start.
     """
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True, resume_after: int | None = None):
+    def __init__(self, run_dir: Path, trackers: Sequence[str] = ("tensorboard",), resume_after: int | None = None,
+                 config: dict[str, Any] | None = None, run_name: str | None = None):
+        from empo2.trainer.trackers import check_trackers, start_tracker
+
         self.path = Path(run_dir) / "metrics.jsonl"
+        names = check_trackers(list(trackers))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if resume_after is not None:
             self._drop_rows_after(resume_after)
-        self.tb = None
-        if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                purge = None if resume_after is None else resume_after + 1
-                self.tb = SummaryWriter(str(Path(run_dir) / "tb"), purge_step=purge)
-            except Exception:  # tensorboard not installed: JSONL only
-                self.tb = None
+        self.trackers: list[Any] = []
+        try:
+            for n in names:
+                self.trackers.append(start_tracker(n, Path(run_dir), run_name or Path(run_dir).name, config or {},
+                                                   resume_after))
+        except BaseException:
+            self.close()
+            raise
 
     def _drop_rows_after(self, iteration: int) -> None:
         """Rewrite ``metrics.jsonl`` (atomically) without the rows of iterations after ``iteration``."""
@@ -190,18 +209,43 @@ class RunLogger:
             log.info("resume: removed %d rows of metrics.jsonl written after iteration %d", dropped, iteration)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
+        """Append ``{"iteration": step, **metrics}`` to ``metrics.jsonl`` (non-finite → null), then
+        send the finite values to every tracker."""
         clean = {k: (float(v) if isinstance(v, (int, float)) and math.isfinite(float(v)) else None)
                  for k, v in metrics.items()}
         with self.path.open("a") as f:
             f.write(json.dumps({"iteration": step, **clean}) + "\n")
-        if self.tb is not None:
-            for k, v in clean.items():
-                if v is not None:
-                    self.tb.add_scalar(k, v, step)
+        finite_only = {k: v for k, v in clean.items() if v is not None}
+        self._each("log_metrics", finite_only, step)
+
+    def log_artifact(self, path: Path) -> list[str]:
+        """Store the file ``path`` (an evaluation table, a figure) with every tracker that keeps files.
+
+        Returns:
+            The names of the trackers that stored it.
+        """
+        return [t.name.value for t, stored in self._each("log_artifact", Path(path)) if stored]
+
+    def _each(self, method: str, *args: Any) -> list[tuple[Any, Any]]:
+        """Call ``method`` on every tracker; one that raises is dropped with one warning."""
+        out = []
+        for t in list(self.trackers):
+            try:
+                out.append((t, getattr(t, method)(*args)))
+            except Exception as e:
+                self.trackers.remove(t)
+                log.warning("tracker %s failed (%s: %s); it is switched off for the rest of the run, "
+                            "metrics.jsonl keeps every row", t.name.value, type(e).__name__, e)
+        return out
 
     def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
+        """Finish every tracker (a failure to finish is a warning)."""
+        for t in self.trackers:
+            try:
+                t.close()
+            except Exception as e:
+                log.warning("tracker %s did not close cleanly (%s: %s)", t.name.value, type(e).__name__, e)
+        self.trackers = []
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from empo2.config import Config, config_to_dict
+from empo2.config import Config, config_to_dict, run_trackers
 from empo2.configschema import ConfigError
 from empo2.envs.registry import make_family
 from empo2.policy.chat import ChatFormat
@@ -143,7 +143,7 @@ def run_sft(cfg: Config, progress: Any = None) -> SftResult:
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.sft.lr,
                             weight_decay=cfg.trainer.weight_decay)
     rng = np.random.default_rng([cfg.run.seed, 11])
-    logger = RunLogger(run, cfg.trainer.tensorboard)
+    logger = RunLogger(run, run_trackers(cfg), config=saved, run_name=cfg.run.name)
     (run / "config.yaml").write_text(_yaml(saved))
     history: list[dict[str, float]] = []
     steps_taken = 0

@@ -1,0 +1,158 @@
+"""Methods over seeds: grouping, the seed table, the paired test, the config diff (hand-derived values)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from empo2.cli import main
+from empo2.report.runs import load_runs
+from empo2.report.seeds import (comparable_config, config_diff, episode_scores, group_methods, paired_difference,
+                                run_evaluations, seed_rows)
+
+# per seed, the scores of the 4 evaluation episodes (two tasks × two variations) of method A;
+# method B scores DELTA more on each episode with every seed
+A_SCORES = [[0.0, 20.0, 40.0, 10.0], [10.0, 20.0, 30.0, 0.0], [20.0, 20.0, 50.0, 20.0]]
+DELTA = [10.0, 20.0, 30.0, 40.0]
+EPISODES = [("boil", 0), ("boil", 1), ("melt", 0), ("melt", 1)]
+T975 = {2: 4.302652729911275, 3: 3.182446305284263}  # Student t quantiles (tables)
+
+
+def _config(seed: int, p: float, name: str, max_turns: int = 5) -> dict:
+    return {"run": {"name": name, "dir": "/somewhere/runs", "seed": seed, "progress": False,
+                    "trackers": ["jsonl"]},
+            "model": {"name_or_path": "tiny-random"}, "env": {"name": "tiny", "tasks": ["boil", "melt"],
+                                                               "max_turns": max_turns},
+            "empo2": {"p": p}, "algo": {"advantage": "grpo"}, "eval": {"episodes": 4},
+            "trainer": {"iterations": 2, "lr": 1e-3, "threads": seed + 1}}
+
+
+def _eval_json(scores: list[float]) -> dict:
+    mean = sum(scores) / len(scores)
+    return {"split": "test", "temperature": 0.4,
+            "overall": {"episodes": len(scores), "score": mean, "score_ci": [0.0, 100.0],
+                        "success_rate": sum(s >= 100 for s in scores) / len(scores), "success_ci": [0.0, 1.0]},
+            "per_task": {}, "episodes": [{"task": t, "variation": v, "score": s, "success": s >= 100,
+                                          "steps": 3, "crashed": False} for (t, v), s in zip(EPISODES, scores)]}
+
+
+def _write_run(root: Path, name: str, seed: int, p: float, scores: list[float], max_turns: int = 5,
+               follow: float | None = None) -> Path:
+    run = root / name
+    run.mkdir(parents=True)
+    (run / "config.yaml").write_text(yaml.safe_dump(_config(seed, p, name, max_turns)))
+    rows = [{"iteration": 0, "eval/tiny/score": 5.0},
+            {"iteration": 1, "rollout/score_mean": 10.0 + seed, "memory/tip_informative_any": 0.5},
+            {"iteration": 2, "rollout/score_mean": 20.0 + seed, "memory/tip_informative_any": 0.7,
+             **({"memory/tip_follow_rate": follow} if follow is not None else {})},
+            {"iteration": 2, "eval/tiny/score": sum(scores) / len(scores)}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "eval_after.json").write_text(json.dumps(_eval_json(scores)))
+    ckpt = run / "checkpoints" / "iter-00002"
+    ckpt.mkdir(parents=True)
+    (ckpt / "eval_test.json").write_text(json.dumps(_eval_json([s / 2 for s in scores])))
+    (run / "checkpoints" / "last").symlink_to("iter-00002")
+    (run / "adapt-boil").mkdir()
+    (run / "adapt-boil" / "adapt.json").write_text(json.dumps(
+        {"tasks": ["boil"], "split": "test", "trials": [{"score": 10.0 + seed, "success_rate": 0.0},
+                                                         {"score": 12.0, "success_rate": 0.0},
+                                                         {"score": 30.0 + seed, "success_rate": 0.5}]}))
+    return run
+
+
+@pytest.fixture
+def two_methods(tmp_path) -> Path:
+    root = tmp_path / "runs"
+    for seed, scores in enumerate(A_SCORES):
+        _write_run(root, f"grpo-s{seed}", seed, 0.0, scores)
+        _write_run(root, f"empo2-s{seed}", seed, 0.5, [s + d for s, d in zip(scores, DELTA)], follow=0.25 * seed)
+    return root
+
+
+def test_runs_differing_only_in_seed_name_paths_threads_are_one_method(two_methods):
+    methods = group_methods(load_runs([two_methods]))
+    assert sorted(len(m.runs) for m in methods) == [3, 3]
+    by_alg = {m.label.split(" · ")[1]: m for m in methods}
+    assert sorted(by_alg) == ["EMPO²", "GRPO"]
+    assert sorted(by_alg["GRPO"].seeds) == [0, 1, 2]
+    assert "run.seed" not in comparable_config(_config(0, 0.0, "x")) and "trainer.threads" not in comparable_config(
+        _config(0, 0.0, "x"))
+    assert config_diff(methods) == [("empo2.p", [m.config["empo2.p"] for m in methods])]
+
+
+def test_every_evaluation_of_a_run_is_read(two_methods):
+    run = load_runs([two_methods / "grpo-s0"])[0]
+    ev = run_evaluations(run)
+    assert set(ev) == {"final", "eval test", "adapt adapt-boil trial 1", "adapt adapt-boil trial 3"}
+    assert ev["final"].score == pytest.approx(17.5)
+    assert ev["eval test"].score == pytest.approx(8.75)  # inside checkpoints/, read once despite `last`
+    assert ev["adapt adapt-boil trial 3"].score == 30.0
+    assert episode_scores(_eval_json([0.0, -100.0, 5.0, 5.0])) == {"boil:0#0": 0.0, "boil:1#0": 0.0,
+                                                                    "melt:0#0": 5.0, "melt:1#0": 5.0}
+
+
+def _ci(values: list[float], n_minus_1: int) -> tuple[float, float, float]:
+    m = sum(values) / len(values)
+    sd = math.sqrt(sum((v - m) ** 2 for v in values) / (len(values) - 1))
+    half = T975[n_minus_1] * sd / math.sqrt(len(values))
+    return m, m - half, m + half
+
+
+def test_seed_table_is_mean_and_t_interval_over_seeds(two_methods):
+    methods = group_methods(load_runs([two_methods]))
+    rows = {(r.method.label.split(" · ")[1], r.evaluation): r for r in seed_rows(methods)}
+    grpo = rows[("GRPO", "final")]
+    # per-seed means 17.5, 15, 27.5 → mean 20, s = √43.75, half = t(0.975, 2)·s/√3
+    m, lo, hi = _ci([17.5, 15.0, 27.5], 2)
+    assert (grpo.score.mean, grpo.score.lo, grpo.score.hi, grpo.score.n) == pytest.approx((20.0, lo, hi, 3))
+    assert m == 20.0 and lo == pytest.approx(3.5696, abs=1e-3)
+    empo2 = rows[("EMPO²", "final")]
+    assert empo2.score.mean == pytest.approx(45.0) and empo2.score.hi - empo2.score.lo == pytest.approx(hi - lo)
+    assert grpo.episodes_per_seed == 4
+    assert grpo.best_train.mean == pytest.approx(21.0)  # best per seed 20, 21, 22
+    assert grpo.tip_informative.mean == pytest.approx(0.6) and grpo.tip_follow is None
+    assert empo2.tip_follow.mean == pytest.approx(0.25)  # 0, 0.25, 0.5 (the last training row of each seed)
+    assert rows[("GRPO", "adapt adapt-boil trial 3")].score.mean == pytest.approx(31.0)
+
+
+def test_paired_difference_on_the_same_episodes(two_methods):
+    methods = group_methods(load_runs([two_methods]))
+    grpo, empo2 = sorted(methods, key=lambda m: m.config["empo2.p"])
+    d = paired_difference(grpo, empo2, "final")
+    # every episode's seed-mean differs by DELTA: mean 25, s = √(500/3), t = 25/(s/2), df 3
+    s = math.sqrt(sum((x - 25.0) ** 2 for x in DELTA) / 3)
+    assert (d.episodes, d.df) == (4, 3)
+    assert d.mean == pytest.approx(25.0)
+    assert (d.lo, d.hi) == pytest.approx((25.0 - T975[3] * s / 2, 25.0 + T975[3] * s / 2))
+    assert d.t == pytest.approx(25.0 / (s / 2))
+    assert d.p == pytest.approx(0.03047, abs=2e-4)  # two-sided P(|T_3| > 3.873)
+    assert paired_difference(grpo, grpo, "final").mean == 0.0
+
+
+def test_cli_prints_seed_table_paired_difference_and_config_diff(two_methods, tmp_path, capsys):
+    _write_run(two_methods, "grpo-long", 0, 0.0, A_SCORES[0], max_turns=10)
+    out = tmp_path / "report"
+    assert main(["report", str(two_methods), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "differ in configuration" in printed
+    assert "| env.max_turns (turns) |" in printed  # the headline key first, before empo2.p
+    assert printed.index("env.max_turns") < printed.index("| empo2.p (EMPO² p) |")
+    assert "Score [95% CI over seeds]" in printed and "20.0 [3.6, 36.4]" in printed and "45.0 [28.6, 61.4]" in printed
+    # report order is alphabetical: A = empo2-s*, B = grpo-long, C = grpo-s*; "C − A" is GRPO − EMPO²
+    assert "| C · GRPO − A · EMPO² | final | 4 | -25.0 [-45.5, -4.5] | -3.87 (3) | 0.030 |" in printed
+    md = (out / "report.md").read_text()
+    assert md.index("differ in configuration") < md.index("| Run | Algorithm")
+    assert "grpo-long **[B]**" in md and "grpo-s0 **[C]**" in md and "empo2-s2 **[A]**" in md
+    assert (out / "seed_curves.png").is_file() and (out / "seed_curves.png").stat().st_size > 10_000
+
+
+def test_a_single_run_has_no_seed_section(two_methods, tmp_path):
+    from empo2.report.table import markdown_report
+
+    runs = load_runs([two_methods / "grpo-s0"])
+    md = markdown_report(runs, [], None, tmp_path)
+    assert "Methods over seeds" not in md and "differ in configuration" not in md and "**[A]**" not in md
