@@ -397,6 +397,8 @@ RANGES: dict[str, Bound] = {
     "sft.epochs": Bound(1, 1000),
     "sft.lr": Bound(0.0, 1.0, lo_open=True),
     "sft.batch_episodes": Bound(1, 100_000),
+    "sft.tip_right": Bound(0.0, 1.0),
+    "sft.tip_wrong": Bound(0.0, 1.0),
     "retrospex.k": Bound(1, 1024),
     "retrospex.d": Bound(0.0, 1.0, lo_open=True),
     "retrospex.b": Bound(0.0, 1.0),
