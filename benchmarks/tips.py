@@ -21,9 +21,10 @@ resumes where it stopped; ``--redo STAGE`` recomputes one):
 
     Tip prompts: ``trajectory`` (the run's: the whole tip-free chat + final observation and score +
     ``memory.text.TIP_INSTRUCTION``, as ``trainer.empo2_runtime.Empo2Runtime.tip_prompts``);
-    ``summary`` (one user turn: the task, the numbered actions, the final observation and score, and a
-    one-sentence instruction, no system prompt); ``summary_fewshot`` (the same after one worked
-    example of another task as a user/assistant pair).
+    ``summary`` / ``summary_fewshot`` (``memory.text.summary_tip_messages``, the prompts of
+    ``empo2.tips.prompt``: one user turn with the task, the numbered actions, the final observation and
+    score and a one-sentence instruction, no system prompt; optionally after one worked example of
+    another task as a user/assistant pair).
 ``read``     the tip-following probe: at every state of the target task's gold paths (``--variations``
     train variations), the policy's sequence-level probability of each admissible action
     (teacher-forced log-prob of ``encode(action) + <end of turn>``, normalised over the admissible
@@ -65,14 +66,6 @@ GROUNDED_SHARE = 0.6
 PROBE_CHUNK = 16
 """Admissible actions scored per forward (K copies of the state's KV cache)."""
 
-SUMMARY_INSTRUCTION = ("Write ONE short sentence of advice for the next attempt at this task: say which action "
-                       "helped or which action to take, and how the attempt ended.")
-FEW_SHOT_EXAMPLE = (
-    "Task: Your task is to find a(n) plant. First, focus on the thing. Then, move it to the purple box in the "
-    "bathroom.\n\nActions taken:\n1. look around\n2. go to kitchen\n3. focus on apple\n\nFinal observation: "
-    "You focus on the apple.\n\nEventually you got the score 0/100.\n\n" + SUMMARY_INSTRUCTION,
-    "Going to the kitchen helped, but focusing on the apple failed: go to the greenhouse and focus on a plant "
-    "instead; score 0.")
 SHORT_SYSTEM = ("You are an agent in ScienceWorld, a text-based science simulator. Reply with exactly one action "
                 "on one line, e.g. 'go to kitchen', 'look around', 'focus on OBJ'.")
 CUE = "\n\nYour next action:"
@@ -144,12 +137,25 @@ def _stems(text: str) -> list[str]:
     return _stem_all([w for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 3 and w not in STOPWORDS])
 
 
+GENERIC_WORDS = ("task trajectory attempt episode score scored points reward goal environment action actions step "
+                 "steps complete completed completing success successful succeeded failed failure fail learned "
+                 "helped next final")
+"""Words about any episode (outcome, the instruction's own words): grounded wherever they appear."""
+
+
 def coherence(tip: str | None, episode_text: str) -> tuple[bool, float]:
-    """(coherent, grounded share) of a cleaned tip (module docstring; ``None`` = malformed → (False, 0))."""
+    """(coherent, grounded share) of a cleaned tip (module docstring; ``None`` = malformed → (False, 0)).
+
+    Args:
+        tip: the cleaned tip; episode_text: the episode's task, observations, actions, final observation and
+            score sentence. Words of ``GENERIC_WORDS`` and the task's instruction words count as grounded.
+    """
+    from empo2.memory.tipinfo import INSTRUCTION_WORDS
+
     if tip is None:
         return False, 0.0
     words = _stems(tip)
-    known = set(_stems(episode_text))
+    known = set(_stems(episode_text + " " + GENERIC_WORDS + " " + " ".join(sorted(INSTRUCTION_WORDS))))
     grounded = sum(w in known for w in words) / len(words) if words else 0.0
     inner_ends = len(re.findall(r"[.!?](?=\s+\S)", tip))
     one_sentence = inner_ends == 0 and len(tip.split()) <= MAX_COHERENT_WORDS
@@ -163,19 +169,10 @@ def _episode_text(r: dict[str, Any]) -> str:
     return " ".join(parts + [r.get("final_observation", ""), final_score_text(max(float(r["score"]), 0.0))])
 
 
-def _summary_user(r: dict[str, Any]) -> str:
-    from empo2.memory.text import final_score_text
-
-    acts = "\n".join(f"{i + 1}. {s['action']}" for i, s in enumerate(r["steps"]))
-    return (f"Task: {r['task_description'].strip()}\n\nActions taken:\n{acts}\n\nFinal observation: "
-            f"{r.get('final_observation', '').strip()}\n\n{final_score_text(max(float(r['score']), 0.0))}\n\n"
-            + SUMMARY_INSTRUCTION)
-
-
 def tip_prompt(kind: str, r: dict[str, Any], fmt: Any, family: Any, max_context: int, max_new: int) -> list[int]:
     """Token ids of the tip prompt of episode record ``r`` (module docstring: the three kinds)."""
     from empo2.agent.prompts import later_user_text
-    from empo2.memory.text import TIP_INSTRUCTION, final_score_text
+    from empo2.memory.text import TIP_INSTRUCTION, final_score_text, summary_tip_messages
     from empo2.trainer.demos import demo_trajectory
 
     if kind == "trajectory":
@@ -185,14 +182,14 @@ def tip_prompt(kind: str, r: dict[str, Any], fmt: Any, family: Any, max_context:
                + fmt.open("user") + fmt.encode(TIP_INSTRUCTION) + fmt.close("user") + fmt.open("assistant"))
         budget = max_context - max_new
         return ids[-budget:]
-    ids: list[int] = []
-    if kind == "summary_fewshot":
-        u, a = FEW_SHOT_EXAMPLE
-        ids += fmt.open("user") + fmt.encode(u) + fmt.close("user") + fmt.open("assistant") + fmt.encode(a) \
-            + fmt.close("assistant")
-    elif kind != "summary":
+    if kind not in ("summary", "summary_fewshot"):
         raise ValueError(f"unknown tip prompt {kind!r}; use trajectory, summary or summary_fewshot")
-    return ids + fmt.open("user") + fmt.encode(_summary_user(r)) + fmt.close("user") + fmt.open("assistant")
+    ids: list[int] = []  # as Empo2Runtime.tip_prompts with empo2.tips.prompt = kind
+    for role, text in summary_tip_messages(r.get("task_description", ""), [s["action"] for s in r["steps"]],
+                                           r.get("final_observation", ""), max(float(r["score"]), 0.0),
+                                           kind == "summary_fewshot"):
+        ids += fmt.open(role) + fmt.encode(text) + fmt.close(role)
+    return ids + fmt.open("assistant")
 
 
 def _record_traj(r: dict[str, Any], fmt: Any, family: Any) -> Any:
@@ -213,8 +210,6 @@ def write_settings(args: argparse.Namespace) -> list[tuple[str, float, int]]:
 
 
 def stage_write(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs: list[dict[str, Any]]) -> dict:
-    from empo2.memory.text import clean_tip
-    from empo2.memory.tipinfo import tip_informativeness
     from empo2.policy.kvcache import EpisodeKV
     from empo2.policy.sampling import row_generator, sample_with_cache
 
@@ -222,7 +217,6 @@ def stage_write(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs:
     res: dict[str, Any] = json.loads(path.read_text()) if path.exists() and "write" not in args.redo else {}
     fmt, model, family = setup.fmt, setup.policy.model, setup.family
     trajs = [_record_traj(r, fmt, family) for r in recs]
-    texts = [_episode_text(r) for r in recs]
     ekvs: dict[str, list[Any]] = {}
     for prompt, temp, max_new in write_settings(args):
         key = f"{prompt}/T{temp}/tok{max_new}"
@@ -239,32 +233,41 @@ def stage_write(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs:
                                           temperature=temp, eos_ids=fmt.eos_ids, newline_ids=fmt.newline_ids,
                                           stop_at_newline=True, generators=gens[b:b + 8],
                                           pad_id=int(fmt.tokenizer.pad_token_id or 0))
-        rows = []
-        for r, t, txt, g in zip(recs, trajs, texts, outs):
-            raw = fmt.decode(g.ids)
-            tip = clean_tip(raw)
-            coh, grounded = coherence(tip, txt)
-            inf = tip_informativeness(tip, t) if tip else None
-            rows.append({"id": r["id"], "score": r["score"], "tip": tip, "raw": raw, "coherent": coh,
-                         "grounded": grounded, "outcome": bool(inf and inf.outcome), "object": bool(inf and inf.object),
-                         "action": bool(inf and inf.action),
-                         "useful": bool(coh and inf and (inf.outcome or inf.action))})
-        n = len(rows)
-        agg = {k: sum(bool(x[k]) for x in rows) / n for k in ("coherent", "outcome", "object", "action", "useful")}
-        agg |= {"malformed": sum(x["tip"] is None for x in rows) / n, "grounded_mean": float(np.mean([x["grounded"] for x in rows])),
-                "n": n, "seconds": time.perf_counter() - t0}
-        res[key] = {"summary": agg, "tips": rows}
+        res[key] = {"tips": [{"id": r["id"], "score": r["score"], "raw": fmt.decode(g.ids)} for r, g in zip(recs, outs)],
+                    "seconds": time.perf_counter() - t0}
         _dump(path, res)
-        log.info("write %s: %s", key, {k: round(v, 2) for k, v in agg.items()})
+        log.info("write %s: %s", key, {k: round(v, 2) for k, v in score_tips(res[key]["tips"], recs, trajs).items()})
     for kvs in ekvs.values():
         for e in kvs:
             e.clear()
+    for v in res.values():  # scored from the saved raw tips, so the measure can change without resampling
+        v["summary"] = score_tips(v["tips"], recs, trajs)
+    _dump(path, res)
     cols = ["setting", "n", "malformed", "coherent", "grounded", "outcome", "object", "action", "useful"]
     print_table(f"tip writing ({args.label})", cols,
-                [[k, v["summary"]["n"], v["summary"]["malformed"], v["summary"]["coherent"],
-                  v["summary"]["grounded_mean"], v["summary"]["outcome"], v["summary"]["object"],
-                  v["summary"]["action"], v["summary"]["useful"]] for k, v in res.items()])
+                [[k] + [v["summary"][c] for c in ("n", "malformed", "coherent", "grounded_mean", "outcome", "object",
+                                                   "action", "useful")] for k, v in res.items()])
     return res
+
+
+def score_tips(rows: list[dict[str, Any]], recs: list[dict[str, Any]], trajs: list[Any]) -> dict[str, float]:
+    """Clean and score each row's ``raw`` tip in place (module docstring); returns the shares over rows."""
+    from empo2.memory.text import clean_tip
+    from empo2.memory.tipinfo import tip_informativeness
+
+    by_id = {r["id"]: (r, t) for r, t in zip(recs, trajs)}
+    for row in rows:
+        r, t = by_id[row["id"]]
+        tip = clean_tip(row["raw"])
+        coh, grounded = coherence(tip, _episode_text(r))
+        inf = tip_informativeness(tip, t) if tip else None
+        row.update(tip=tip, coherent=coh, grounded=grounded, outcome=bool(inf and inf.outcome),
+                   object=bool(inf and inf.object), action=bool(inf and inf.action),
+                   useful=bool(coh and inf and (inf.outcome or inf.action)))
+    n = len(rows)
+    agg = {k: sum(bool(x[k]) for x in rows) / n for k in ("coherent", "outcome", "object", "action", "useful")}
+    return agg | {"malformed": sum(x["tip"] is None for x in rows) / n,
+                  "grounded_mean": float(np.mean([x["grounded"] for x in rows])), "n": n}
 
 
 # ------------------------------------------------------------------------------------------ read
@@ -366,6 +369,7 @@ def stage_read(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs: 
             log.info("read state %d/%d %s: %s", si + 1, len(states), pname,
                      {f: round(row[f]["p_gold"], 3) for f in tip_forms[pname]})
     res["done"] = True
+    res["summary"] = read_summary(rows)
     _dump(path, res)
     return _read_table(args, res)
 
@@ -386,7 +390,6 @@ def read_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _read_table(args: argparse.Namespace, res: dict[str, Any]) -> dict[str, Any]:
     summ = read_summary(res.get("rows", []))
-    res["summary"] = summ
     print_table(f"tip reading probe ({args.label}): P(gold next action) over admissible actions",
                 ["prompt/tip", "states", "P(gold) ± 95%", "gold is argmax", "P(misleading-named)"],
                 [[k, v["n"], f"{v['p_gold'][0]:.3f} ± {v['p_gold'][1]:.3f}", v["argmax"],

@@ -168,6 +168,11 @@ class TipConfig:
 
     max_new_tokens: int = doc("tip length cap (tokens)", default=96)
     temperature: float = doc("tip sampling temperature", default=1.0)
+    prompt: Literal["trajectory", "summary", "summary_fewshot"] = doc(
+        "what the tip writer sees: 'trajectory' (paper: the whole trajectory, its ending and the tip instruction; "
+        "reuses the episode's KV cache), 'summary' (one short user turn: task, numbered actions, final observation, "
+        "score, a one-sentence instruction) or 'summary_fewshot' (the same after one worked example of another "
+        "task); measured at 135M in docs/learning.md 'Tips at 135M'", default="trajectory")
 
 
 @dataclass

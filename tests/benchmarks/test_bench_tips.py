@@ -26,16 +26,19 @@ def test_tips_benchmark_stages_and_resume(tmp_path):
     write = json.loads((tmp_path / "write-base.json").read_text())
     assert set(write) == {f"{p}/T{t}/tok{m}" for p, t, m in tips.write_settings(type("A", (), {"tiny": True}))}
     for v in write.values():
-        assert v["summary"]["n"] == 3 and 0.0 <= v["summary"]["coherent"] <= 1.0
+        assert v["summary"]["n"] == 3 and 0.0 <= v["summary"]["coherent"] <= 1.0 and len(v["tips"]) == 3
     read = json.loads((tmp_path / "read-base.json").read_text())
     assert read["done"] and read["rows"]
     for row in read["rows"]:
         assert 0.0 <= row["none"]["p_gold"] <= 1.0 and row["gold"] != row["misleading_action"]
     play = json.loads((tmp_path / "play-base.json").read_text())
     assert len(play["no_tips"]["episodes"]) == 2 and play["oracle_tips"]["tips_shown"] > 0
-    before = (tmp_path / "write-base.json").stat().st_mtime_ns
-    assert tips.main(argv) == 0  # resumed: nothing recomputed
-    assert (tmp_path / "write-base.json").stat().st_mtime_ns == before
+    before = [(tmp_path / f).stat().st_mtime_ns for f in ("trajectories.jsonl", "read-base.json", "play-base.json")]
+    assert tips.main(argv) == 0  # resumed: nothing sampled again (the write stage only rescores the saved tips)
+    assert [(tmp_path / f).stat().st_mtime_ns for f in ("trajectories.jsonl", "read-base.json", "play-base.json")] == before
+    again = json.loads((tmp_path / "write-base.json").read_text())
+    assert {k: (v["seconds"], [t["raw"] for t in v["tips"]]) for k, v in again.items()} == \
+        {k: (v["seconds"], [t["raw"] for t in v["tips"]]) for k, v in write.items()}
 
 
 def test_coherence_measure():
