@@ -63,7 +63,7 @@ MAX_COHERENT_WORDS = 60
 """A coherent tip is one sentence of at most this many words."""
 GROUNDED_SHARE = 0.6
 """A coherent tip has at least this share of its content words in the episode's own text."""
-PROBE_CHUNK = 16
+PROBE_CHUNK = 32
 """Admissible actions scored per forward (K copies of the state's KV cache)."""
 
 SHORT_SYSTEM = ("You are an agent in ScienceWorld, a text-based science simulator. Reply with exactly one action "
@@ -271,22 +271,27 @@ def score_tips(rows: list[dict[str, Any]], recs: list[dict[str, Any]], trajs: li
 
 
 # ------------------------------------------------------------------------------------------ read
-def probe_states(setup: Any, recs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every state of the gold records: the chat prefix (observations, actions), admissible actions, gold."""
+def probe_states(setup: Any, recs: list[dict[str, Any]], which: str = "all") -> list[dict[str, Any]]:
+    """States of the gold records: the chat prefix (observations, actions), admissible actions, gold.
+
+    ``which``: ``"all"`` states whose gold action is admissible, or ``"first_last"``: the first and the
+    last of them per record (on 7-1: the first move, and the final ``focus on <animal>``)."""
     from empo2.envs.base import TaskSpec
 
     env = setup.pool.get(0)
     out = []
     for r in recs:
-        if r["id"].startswith("gold-") is False:
+        if not r["id"].startswith("gold-"):
             continue
         env.reset(TaskSpec(setup.family.name, r["task"], int(r["variation"]), r.get("split", "train")))
+        mine = []
         for j, st in enumerate(r["steps"]):
             adm = sorted(set(a.lower() for a in env.admissible_actions()))
             gold = st["action"].strip().lower()
             if gold in adm:
-                out.append({"record": r, "turn": j, "admissible": adm, "gold": gold})
+                mine.append({"record": r, "turn": j, "admissible": adm, "gold": gold})
             env.step(st["action"])
+        out += mine if which == "all" or len(mine) < 3 else [mine[0], mine[-1]]
     return out
 
 
@@ -336,22 +341,23 @@ def stage_read(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs: 
     if res.get("done"):
         return _read_table(args, res)
     fmt, model = setup.fmt, setup.policy.model
-    states = probe_states(setup, recs)
+    states = probe_states(setup, recs, args.probe_states)
     full = setup.family.system_prompt()
     prompts = {"full": (full, False), "short": (SHORT_SYSTEM, False), "full+cue": (full, True)}
     tip_forms = {"full": ["none", "imperative", "narrative", "entry", "misleading"],
                  "short": ["none", "imperative"], "full+cue": ["none", "imperative"]}
+    prompts = {k: v for k, v in prompts.items() if k in args.probe_prompts}
     rows = res.get("rows", [])
-    done = {(x["state"], x["prompt"]) for x in rows}
-    rng = np.random.default_rng(0)
+    done = {(x["variation"], x["turn"], x["prompt"]) for x in rows}
     for si, s in enumerate(states):
         rec, adm, gold = s["record"], s["admissible"], s["gold"]
         wrong = [a for a in adm if a != gold]
+        rng = np.random.default_rng([int(rec["variation"]), s["turn"]])  # the same misleading tip for every policy
         mis = wrong[int(rng.integers(len(wrong)))] if wrong else gold
         tips = {"none": [], "imperative": [imperative_tip(gold)], "narrative": [_narrative(rec)],
                 "entry": [step_entry_text(_narrative(rec), gold, 100.0)], "misleading": [imperative_tip(mis)]}
         for pname, (system, cue) in prompts.items():
-            if (si, pname) in done:
+            if (rec["variation"], s["turn"], pname) in done:
                 continue
             ekv = EpisodeKV()
             row = {"state": si, "prompt": pname, "task": rec["task"], "variation": rec["variation"], "turn": s["turn"],
@@ -369,6 +375,8 @@ def stage_read(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs: 
             log.info("read state %d/%d %s: %s", si + 1, len(states), pname,
                      {f: round(row[f]["p_gold"], 3) for f in tip_forms[pname]})
     res["done"] = True
+    rows = [x for x in rows if (x["variation"], x["turn"]) in {(s["record"]["variation"], s["turn"]) for s in states}]
+    res["rows"] = rows
     res["summary"] = read_summary(rows)
     _dump(path, res)
     return _read_table(args, res)
@@ -457,6 +465,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--episodes", type=int, default=0, help="play: test episodes per arm (0 = skip play)")
     p.add_argument("--checkpoint", default=None, help="policy weights (default: the base model)")
     p.add_argument("--label", default="base", help="name of this policy in the result files")
+    p.add_argument("--probe-states", default="all", choices=["all", "first_last"],
+                   help="read: every gold state, or the first and last per gold path")
+    p.add_argument("--probe-prompts", nargs="+", default=["full", "short", "full+cue"],
+                   choices=["full", "short", "full+cue"], help="read: action prompts probed")
     p.add_argument("--redo", nargs="*", default=[], help="stages to recompute")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--tiny", action="store_true", help="smoke test: tiny env, random model")
