@@ -375,8 +375,6 @@ def stage_read(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs: 
             log.info("read state %d/%d %s: %s", si + 1, len(states), pname,
                      {f: round(row[f]["p_gold"], 3) for f in tip_forms[pname]})
     res["done"] = True
-    rows = [x for x in rows if (x["variation"], x["turn"]) in {(s["record"]["variation"], s["turn"]) for s in states}]
-    res["rows"] = rows
     res["summary"] = read_summary(rows)
     _dump(path, res)
     return _read_table(args, res)
