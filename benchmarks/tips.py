@@ -347,6 +347,7 @@ def stage_read(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs: 
     tip_forms = {"full": ["none", "imperative", "narrative", "entry", "misleading"],
                  "short": ["none", "imperative"], "full+cue": ["none", "imperative"]}
     prompts = {k: v for k, v in prompts.items() if k in args.probe_prompts}
+    tip_forms = {k: [f for f in v if f in args.probe_forms] for k, v in tip_forms.items()}
     rows = res.get("rows", [])
     done = {(x["variation"], x["turn"], x["prompt"]) for x in rows}
     for si, s in enumerate(states):
@@ -385,11 +386,15 @@ def read_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for pname in dict.fromkeys(r["prompt"] for r in rows):
         rs = [r for r in rows if r["prompt"] == pname]
-        for form in [k for k in ("none", "imperative", "narrative", "entry", "misleading") if k in rs[0]]:
-            d = {"n": len(rs), "p_gold": _ci([r[form]["p_gold"] for r in rs]),
-                 "argmax": float(np.mean([r[form]["gold_argmax"] for r in rs]))}
-            if form in ("misleading", "none") and rs[0][form]["p_named"] is not None:
-                d["p_named"] = _ci([r[form]["p_named"] for r in rs])
+        for form in ("none", "imperative", "narrative", "entry", "misleading"):
+            fs = [r for r in rs if form in r]
+            if not fs:
+                continue
+            d = {"n": len(fs), "p_gold": _ci([r[form]["p_gold"] for r in fs]),
+                 "argmax": float(np.mean([r[form]["gold_argmax"] for r in fs]))}
+            if form == "misleading":
+                d["p_named"] = _ci([r[form]["p_named"] for r in fs])
+                d["p_named_without_tip"] = _ci([r["none"]["p_named"] for r in fs])
             out[f"{pname}/{form}"] = d
     return out
 
@@ -467,11 +472,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="read: every gold state, or the first and last per gold path")
     p.add_argument("--probe-prompts", nargs="+", default=["full", "short", "full+cue"],
                    choices=["full", "short", "full+cue"], help="read: action prompts probed")
+    p.add_argument("--probe-forms", nargs="+", default=["none", "imperative", "narrative", "entry", "misleading"],
+                   choices=["none", "imperative", "narrative", "entry", "misleading"],
+                   help="read: tip forms probed ('none' is always included)")
     p.add_argument("--redo", nargs="*", default=[], help="stages to recompute")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--tiny", action="store_true", help="smoke test: tiny env, random model")
     p.add_argument("overrides", nargs="*", default=[], help=argparse.SUPPRESS)
     args, extra = p.parse_known_args(argv)
+    args.probe_forms = ["none"] + [f for f in args.probe_forms if f != "none"]
     args.overrides = extra
     stages = {"collect", "write", "read", "play"} if "all" in args.stages else set(args.stages)
     unknown = stages - {"collect", "write", "read", "play"}
