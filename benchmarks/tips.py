@@ -271,17 +271,19 @@ def score_tips(rows: list[dict[str, Any]], recs: list[dict[str, Any]], trajs: li
 
 
 # ------------------------------------------------------------------------------------------ read
-def probe_states(setup: Any, recs: list[dict[str, Any]], which: str = "all") -> list[dict[str, Any]]:
+def probe_states(setup: Any, recs: list[dict[str, Any]], which: str = "all",
+                 variations: list[int] | None = None) -> list[dict[str, Any]]:
     """States of the gold records: the chat prefix (observations, actions), admissible actions, gold.
 
     ``which``: ``"all"`` states whose gold action is admissible, or ``"first_last"``: the first and the
-    last of them per record (on 7-1: the first move, and the final ``focus on <animal>``)."""
+    last of them per record (on 7-1: the first move, and the final ``focus on <animal>``); only the gold
+    records of ``variations`` when given."""
     from empo2.envs.base import TaskSpec
 
     env = setup.pool.get(0)
     out = []
     for r in recs:
-        if not r["id"].startswith("gold-"):
+        if not r["id"].startswith("gold-") or (variations and int(r["variation"]) not in variations):
             continue
         env.reset(TaskSpec(setup.family.name, r["task"], int(r["variation"]), r.get("split", "train")))
         mine = []
@@ -341,7 +343,7 @@ def stage_read(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs: 
     if res.get("done"):
         return _read_table(args, res)
     fmt, model = setup.fmt, setup.policy.model
-    states = probe_states(setup, recs, args.probe_states)
+    states = probe_states(setup, recs, args.probe_states, args.probe_variations)
     full = setup.family.system_prompt()
     prompts = {"full": (full, False), "short": (SHORT_SYSTEM, False), "full+cue": (full, True)}
     tip_forms = {"full": ["none", "imperative", "narrative", "entry", "misleading"],
@@ -470,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--label", default="base", help="name of this policy in the result files")
     p.add_argument("--probe-states", default="all", choices=["all", "first_last"],
                    help="read: every gold state, or the first and last per gold path")
+    p.add_argument("--probe-variations", nargs="*", type=int, default=None,
+                   help="read: only the gold paths of these variations (default: all collected)")
     p.add_argument("--probe-prompts", nargs="+", default=["full", "short", "full+cue"],
                    choices=["full", "short", "full+cue"], help="read: action prompts probed")
     p.add_argument("--probe-forms", nargs="+", default=["none", "imperative", "narrative", "entry", "misleading"],
