@@ -217,6 +217,11 @@ class TipConfig:
 
     max_new_tokens: int = doc("tip length cap (tokens)", default=96)
     temperature: float = doc("tip sampling temperature", default=1.0)
+    prompt: Literal["trajectory", "summary", "summary_fewshot"] = doc(
+        "what the tip writer sees: 'trajectory' (paper: the whole trajectory, its ending and the tip instruction; "
+        "reuses the episode's KV cache), 'summary' (one short user turn: task, numbered actions, final observation, "
+        "score, a one-sentence instruction) or 'summary_fewshot' (the same after one worked example of another "
+        "task); measured at 135M in docs/learning.md 'Tips at 135M'", default="trajectory")
 
 
 @dataclass
@@ -469,6 +474,8 @@ RANGES: dict[str, Bound] = {
     "sft.epochs": Bound(1, 1000),
     "sft.lr": Bound(0.0, 1.0, lo_open=True),
     "sft.batch_episodes": Bound(1, 100_000),
+    "sft.tip_right": Bound(0.0, 1.0),
+    "sft.tip_wrong": Bound(0.0, 1.0),
     "retrospex.k": Bound(1, 1024),
     "retrospex.d": Bound(0.0, 1.0, lo_open=True),
     "retrospex.b": Bound(0.0, 1.0),

@@ -13,7 +13,9 @@ class SftConfig:
 
     data: list[str] = doc(
         "demonstration sources: 'gold' = the gold paths of env.tasks' train variations "
-        "(ScienceWorld's simulator; the tiny env's optimal path), and/or paths of trajectory JSONL files in our format (runs/<name>/trajectories/"
+        "(ScienceWorld's simulator; the tiny env's optimal path); 'gold_tips' = the same gold paths with a "
+        "'<tip>' block per step ('Next action: …', right with prob. sft.tip_right, misleading with "
+        "sft.tip_wrong; trainer/tipdemos.py), to teach a policy to read tips; and/or paths of trajectory JSONL files in our format (runs/<name>/trajectories/"
         "iter-K.jsonl, a previous sft_demos.jsonl, WebShop demonstrations)", default_factory=lambda: ["gold"])
     min_score: float = doc("keep JSONL episodes whose final score is >= this (0..100)", default=100.0)
     variations_per_task: int = doc(
@@ -22,6 +24,10 @@ class SftConfig:
     lr: float = doc("AdamW learning rate (weight decay, gradient clip and micro-batches come from trainer.*)",
                     default=5e-5)
     batch_episodes: int = doc("demonstrations per optimiser step", default=4)
+    tip_right: float = doc("gold_tips: probability that a step shows a right tip naming its gold action",
+                           default=0.6)
+    tip_wrong: float = doc("gold_tips: probability that a step shows a misleading tip (another action of the "
+                           "same gold path); the other steps show none; tip_right + tip_wrong <= 1", default=0.2)
 
     def __post_init__(self) -> None:
         if not self.data:
@@ -31,5 +37,8 @@ class SftConfig:
                 raise ConfigError(f"sft.{k} must be >= 1, got {getattr(self, k)}")
         if self.variations_per_task < 0:
             raise ConfigError(f"sft.variations_per_task must be >= 0, got {self.variations_per_task}")
+        if self.tip_right + self.tip_wrong > 1.0 + 1e-9:
+            raise ConfigError(f"sft.tip_right + sft.tip_wrong must be <= 1 (the rest of the steps show no tip), got "
+                              f"{self.tip_right} + {self.tip_wrong}")
         if not self.lr > 0:
             raise ConfigError(f"sft.lr must be > 0, got {self.lr}")

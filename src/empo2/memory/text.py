@@ -49,6 +49,53 @@ TIP_INSTRUCTION = (
 )
 """The instruction appended (as a new user message) to the finished trajectory to sample a tip (spec §4)."""
 
+SUMMARY_TIP_INSTRUCTION = (
+    "Write ONE short sentence of advice for the next attempt at this task: say which action helped or which "
+    "action to take, and how the attempt ended.")
+"""The instruction of the ``summary`` tip prompts (``empo2.tips.prompt``; docs/learning.md "Tips at 135M")."""
+
+SUMMARY_TIP_EXAMPLE = (
+    ("Your task is to find a(n) plant. First, focus on the thing. Then, move it to the purple box in the bathroom.",
+     ["look around", "go to kitchen", "focus on apple"], "You focus on the apple.", 0.0),
+    "Going to the kitchen helped, but focusing on the apple failed: go to the greenhouse and focus on a plant "
+    "instead; score 0.")
+"""The worked example of ``summary_fewshot``: (task, actions, final observation, score) and its tip. A task the
+ScienceWorld lifespan tasks are not (find-plant), so it names no object of theirs."""
+
+
+class TipPromptMode(str, Enum):
+    """What the tip writer is shown (``empo2.tips.prompt``)."""
+
+    TRAJECTORY = "trajectory"  # paper: the whole trajectory, its ending and TIP_INSTRUCTION
+    SUMMARY = "summary"  # one user turn: task, numbered actions, final observation, score, instruction
+    SUMMARY_FEWSHOT = "summary_fewshot"  # the same after SUMMARY_TIP_EXAMPLE as a user/assistant pair
+
+
+def summary_tip_user(task_description: str, actions: Sequence[str], final_observation: str, score: float) -> str:
+    """The user turn of a ``summary`` tip prompt: the task, the numbered actions, how it ended, the instruction.
+
+    Args:
+        task_description: the task text; actions: the executed actions in order; final_observation: the
+            observation after the last action; score: the episode score, 0..100 scale.
+    """
+    acts = "\n".join(f"{i + 1}. {a}" for i, a in enumerate(actions)) or "(none)"
+    return (f"Task: {task_description.strip()}\n\nActions taken:\n{acts}\n\nFinal observation: "
+            f"{final_observation.strip()}\n\n{final_score_text(score)}\n\n{SUMMARY_TIP_INSTRUCTION}")
+
+
+def summary_tip_messages(task_description: str, actions: Sequence[str], final_observation: str, score: float,
+                         few_shot: bool) -> list[tuple[str, str]]:
+    """``(role, content)`` turns of a ``summary`` / ``summary_fewshot`` tip prompt (no system message).
+
+    The assistant's tip follows the last user turn. ``few_shot`` puts ``SUMMARY_TIP_EXAMPLE`` first.
+    """
+    turns: list[tuple[str, str]] = []
+    if few_shot:
+        (task, acts, final, sc), tip = SUMMARY_TIP_EXAMPLE
+        turns += [("user", summary_tip_user(task, acts, final, sc)), ("assistant", tip)]
+    return turns + [("user", summary_tip_user(task_description, actions, final_observation, score))]
+
+
 MAX_TIP_WORDS = 100
 """Cap on the words of a cleaned tip (the instruction asks for fewer than 100)."""
 

@@ -30,6 +30,7 @@ from empo2.policy.sampling import Generation
 from empo2.records import StepRecord, Trajectory
 from empo2.trajfile import TrajectoryFileError, read_records
 from empo2.rollout.pool import EnvPool
+from empo2.trainer.tipdemos import SHOWN_TIPS_KEY, with_gold_tips
 
 log = logging.getLogger(__name__)
 
@@ -117,27 +118,32 @@ def record_from_jsonl(record: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def load_demos(sources: list[str], family: EnvFamily, tasks: list[str], gold_pairs: list[tuple[str, int]],
-               min_score: float, num_workers: int) -> list[dict[str, Any]]:
+               min_score: float, num_workers: int, tip_plan: tuple[int, float, float] = (0, 0.6, 0.2)
+               ) -> list[dict[str, Any]]:
     """All demonstrations named by ``sft.data``.
 
     Args:
-        sources: ``"gold"`` and/or JSONL paths.
+        sources: ``"gold"``, ``"gold_tips"`` (the gold paths with a tip block per step,
+            ``trainer.tipdemos``) and/or JSONL paths.
         family: the environment family; tasks: canonical task names (JSONL episodes of other tasks are kept
             too: the chat does not depend on the task list).
         gold_pairs: (task, train variation) pairs for ``gold``.
         min_score: JSONL episodes with a final score below this are dropped (crashed ones always).
         num_workers: environments playing gold paths at once.
+        tip_plan: ``(seed, right, wrong)`` of the ``gold_tips`` tips (``tipdemos.gold_tip_plan``).
 
     Raises:
         FileNotFoundError / TrajectoryFileError: a JSONL source is missing or malformed. ConfigError: ``gold``
         without gold paths, or no demonstration at all.
     """
     out: list[dict[str, Any]] = []
+    gold: list[dict[str, Any]] | None = None
     for src in sources:
-        if src == "gold":
-            got = gold_records(family, gold_pairs, num_workers)
-            log.info("gold paths: %d of %d (task, variation) pairs reached 100", len(got), len(gold_pairs))
-            out.extend(got)
+        if src in ("gold", "gold_tips"):
+            if gold is None:  # played once when both sources are given
+                gold = gold_records(family, gold_pairs, num_workers)
+                log.info("gold paths: %d of %d (task, variation) pairs reached 100", len(gold), len(gold_pairs))
+            out.extend(gold if src == "gold" else [with_gold_tips(r, *tip_plan) for r in gold])
             continue
         recs = read_records(Path(src))
         kept = [record_from_jsonl(r, f"{src} episode {i + 1}") for i, r in enumerate(recs)]
@@ -162,18 +168,25 @@ def demo_trajectory(record: dict[str, Any], fmt: ChatFormat, family: EnvFamily, 
         index: the trajectory's ``task_index`` (its id in the demonstration list).
 
     Returns:
-        a trajectory with one ``ACTION`` segment per step: ``encode(action) + [end-of-turn id]``.
+        a trajectory with one ``ACTION`` segment per step: ``encode(action) + [end-of-turn id]``. Records
+        marked ``tips_shown`` (``gold_tips``) put each step's ``tips`` in that step's user turn as a tip
+        block (a TIP segment, exactly as the rollout engine shows retrieved tips); other records are
+        tip-free.
     """
+    shown = bool(record.get(SHOWN_TIPS_KEY))
     end_id = min(fmt.eos_ids) if fmt.eos_ids else int(fmt.tokenizer.eos_token_id)
     chat = EpisodeChat(fmt, family.system_prompt(), family.few_shot() if few_shot else [])
     steps = record["steps"][:max_turns]
     recs = []
     for j, st in enumerate(steps):
         obs, act = str(st["observation"]), str(st["action"]).strip()
-        chat.add_user(first_user_text(record["task_description"], obs) if j == 0 else later_user_text(obs), j)
+        tips = [str(t) for t in st.get("tips") or []] if shown else []
+        chat.add_user(first_user_text(record["task_description"], obs) if j == 0 else later_user_text(obs), j,
+                      tips=tips)
         ids = fmt.encode(act) + [end_id]
         chat.add_action(Generation(ids=ids, logps=[0.0] * len(ids), stop="eos"), act, j)
         recs.append(StepRecord(index=j, observation=obs, raw_text=act, action=act, parsed_ok=True, corrected=False,
+                               tips=tips,
                                env_valid=bool(st.get("valid", True)), reward=float(st.get("reward", 0.0)),
                                score=float(st.get("score", 0.0))))
     task = TaskSpec(family.name, str(record["task"]), int(record.get("variation", 0)),

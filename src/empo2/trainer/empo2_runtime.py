@@ -41,7 +41,8 @@ from empo2.algo.modes import ROLLOUT_SHOWS_TIPS
 from empo2.memory.backend import MemoryBackend
 from empo2.memory.novelty import intrinsic_from_retrieved
 from empo2.memory.store import MEMORY_FILENAME, build_entries
-from empo2.memory.text import TIP_INSTRUCTION, clean_tip, final_score_text, key_text
+from empo2.memory.text import (TIP_INSTRUCTION, TipPromptMode, clean_tip, final_score_text, key_text,
+                               summary_tip_messages)
 from empo2.memory.tipinfo import (TipInformativeness, informativeness_shares, tip_follow_shares,
                                   tip_informativeness)
 from empo2.policy.generator import Generation, GenerationRequest, Generator, SamplingParams
@@ -157,8 +158,10 @@ class Empo2Runtime(Method):
                 st.intrinsic = intrinsic_from_retrieved(len(st.tips)) if ROLLOUT_SHOWS_TIPS[st.spec.mode] else 0.0
 
     def keep_episode_kv(self, st: EpisodeState) -> bool:
-        """``StepHook`` extension: keep a finished episode's KV cache when it will write a tip."""
-        return (not self.read_only and not st.crashed and bool(st.steps) and self._writes_mode(st.spec.mode))
+        """``StepHook`` extension: keep a finished episode's KV cache when it will write a tip from it
+        (``empo2.tips.prompt: trajectory``; the summary prompts share no prefix with the episode)."""
+        return (not self.read_only and not st.crashed and bool(st.steps) and self._writes_mode(st.spec.mode)
+                and TipPromptMode(self.cfg.empo2.tips.prompt) is TipPromptMode.TRAJECTORY)
 
     def after_wave(self, trajs: list[Trajectory]) -> None:
         """``StepHook`` extension, called by the engine when a wave of episodes has ended: sample the
@@ -206,10 +209,27 @@ class Empo2Runtime(Method):
         engine is reused and only this suffix is prefilled; the final observation is in no segment,
         so the update's packed sequences do not change.
 
+        With ``empo2.tips.prompt: summary`` / ``summary_fewshot`` the prompt is instead a short chat
+        without system message (``memory.text.summary_tip_messages``: the task, the executed actions,
+        the final observation and score, a one-sentence instruction; with an example of another task
+        first), measured to give more grounded tips at 135M (docs/learning.md "Tips at 135M").
+
         Cut from the left to ``model.max_context - tips.max_new_tokens`` ids if longer.
         """
         fmt = self.setup.fmt
         budget = self.cfg.model.max_context - self.cfg.empo2.tips.max_new_tokens
+        mode = TipPromptMode(self.cfg.empo2.tips.prompt)
+        if mode is not TipPromptMode.TRAJECTORY:
+            out = []
+            for t in trajs:
+                ids: list[int] = []
+                for role, text in summary_tip_messages(str(t.info.get("task_description", "")),
+                                                       [s.action for s in t.steps], t.final_observation,
+                                                       self.entry_score(t), mode is TipPromptMode.SUMMARY_FEWSHOT):
+                    ids += fmt.open(role) + fmt.encode(text) + fmt.close(role)
+                ids += fmt.open("assistant")
+                out.append(ids[-budget:] if len(ids) > budget else ids)
+            return out
         ask = fmt.open("user") + fmt.encode(TIP_INSTRUCTION) + fmt.close("user") + fmt.open("assistant")
         out = []
         for t in trajs:

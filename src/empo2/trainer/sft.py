@@ -117,7 +117,8 @@ def run_sft(cfg: Config, progress: Any = None) -> SftResult:
     family = make_family(cfg.env)
     tasks = [family.resolve_task(t) for t in cfg.env.tasks]
     pairs = variation_pairs(family, tasks, cfg.env.variations, cfg.sft.variations_per_task)
-    demos = load_demos(cfg.sft.data, family, tasks, pairs, cfg.sft.min_score, cfg.env.num_workers)
+    demos = load_demos(cfg.sft.data, family, tasks, pairs, cfg.sft.min_score, cfg.env.num_workers,
+                       tip_plan=(cfg.run.seed, cfg.sft.tip_right, cfg.sft.tip_wrong))
     run.mkdir(parents=True, exist_ok=True)
     saved = config_to_dict(cfg)
     with (run / DEMOS_FILE).open("w") as f:

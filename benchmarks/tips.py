@@ -1,0 +1,511 @@
+"""Tips at 135M: can the policy write a useful tip, and does it read one? (issue #18 items 1 and 3)
+
+Stages (each writes its JSON under ``--out`` and is skipped when that file exists, so the benchmark
+resumes where it stopped; ``--redo STAGE`` recomputes one):
+
+``collect``  a fixed set of finished episodes of the target task (``--task``, default 7-1): rollouts
+    of the base model at T 1.0 on the first ``--variations`` train variations, plus their gold paths
+    (score 100), so that outcomes vary. → ``trajectories.jsonl`` (our trajectory JSONL format).
+``write``    per setting (tip prompt × temperature × max tokens), one tip per episode, scored:
+
+    * informativeness (``memory.tipinfo.tip_informativeness``: outcome / task object / scoring action);
+    * **coherence**: the share of tips that (1) ``memory.text.clean_tip`` accepts, (2) are one sentence
+      of at most ``MAX_COHERENT_WORDS`` words, and (3) are *grounded*: at least ``GROUNDED_SHARE`` of
+      their content words (≥ 3 letters, not stop words) occur, as Snowball stems, in the episode's own
+      text (task, observations, actions, final observation, score sentence). A model log-prob is not
+      used: a peaked model scores its own babble highly. Grounding catches what issue #18 saw at T 1.0
+      ("November 11th, a date ahead of a new employee @ Product.Time…": almost no word is from the
+      episode); it cannot tell a wrong claim from a right one — informativeness does that.
+    * **useful** = coherent and naming the outcome or a scoring action (restating the task's object
+      alone is not counted).
+
+    Tip prompts: ``trajectory`` (the run's: the whole tip-free chat + final observation and score +
+    ``memory.text.TIP_INSTRUCTION``, as ``trainer.empo2_runtime.Empo2Runtime.tip_prompts``);
+    ``summary`` / ``summary_fewshot`` (``memory.text.summary_tip_messages``, the prompts of
+    ``empo2.tips.prompt``: one user turn with the task, the numbered actions, the final observation and
+    score and a one-sentence instruction, no system prompt; optionally after one worked example of
+    another task as a user/assistant pair).
+``read``     the tip-following probe: at every state of the target task's gold paths (``--variations``
+    train variations), the policy's sequence-level probability of each admissible action
+    (teacher-forced log-prob of ``encode(action) + <end of turn>``, normalised over the admissible
+    set), with no tip and with tips of several forms, under several action prompts. Reported: mean
+    P(gold next action) and the share of states where it is the argmax; for a misleading tip
+    ("Next action: <another admissible action>"), P(the named action) vs its P without tip.
+``play``     (with ``--episodes``) tip-free score on test variations, and the score when every step shows
+    an oracle tip ``"Next action: <next gold action>"`` (``trainer.tipdemos.oracle_next_action``:
+    tips naming the right steps; a diagnostic of reading only, no retrieval involved).
+
+Run ``python -m benchmarks.tips --out DIR [--checkpoint CKPT --label after]`` (stages ``all`` by
+default; ``--tiny`` is a smoke test with the tiny env and random model). Results: docs/learning.md
+"Tips at 135M".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import re
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from benchmarks.common import print_table, set_threads
+
+log = logging.getLogger(__name__)
+
+MAX_COHERENT_WORDS = 60
+"""A coherent tip is one sentence of at most this many words."""
+GROUNDED_SHARE = 0.6
+"""A coherent tip has at least this share of its content words in the episode's own text."""
+PROBE_CHUNK = 32
+"""Admissible actions scored per forward (K copies of the state's KV cache)."""
+
+SHORT_SYSTEM = ("You are an agent in ScienceWorld, a text-based science simulator. Reply with exactly one action "
+                "on one line, e.g. 'go to kitchen', 'look around', 'focus on OBJ'.")
+CUE = "\n\nYour next action:"
+
+
+# ----------------------------------------------------------------------------------------- setup
+def _config(args: argparse.Namespace) -> Any:
+    from empo2.config import load_config
+    from benchmarks.common import REPO_ROOT
+
+    if args.tiny:
+        over = ["model.name_or_path=tiny-random", "env.name=tiny", "env.tasks=[fetch-key]", "env.max_turns=4",
+                "env.num_workers=2", "action.mode=constrained", "action.max_new_tokens=6"]
+        return load_config(None, over + args.overrides)
+    over = [f"env.tasks=[{args.task}]", "env.num_workers=4", f"trainer.threads={args.threads}"]
+    return load_config(REPO_ROOT / "configs" / "quickstart.yaml", over + args.overrides)
+
+
+def _setup(cfg: Any, checkpoint: str | None) -> Any:
+    from empo2.trainer.loop import build_setup
+
+    return build_setup(cfg, weights_dir=Path(checkpoint).resolve() if checkpoint else None, pool_size=cfg.env.num_workers)
+
+
+def _dump(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=float))
+    tmp.replace(path)
+
+
+def _ci(xs: list[float]) -> list[float]:
+    """Mean and normal 95% half-width."""
+    a = np.asarray(xs, dtype=float)
+    if not len(a):
+        return [float("nan"), float("nan")]
+    hw = 1.96 * a.std(ddof=1) / math.sqrt(len(a)) if len(a) > 1 else float("nan")
+    return [float(a.mean()), float(hw)]
+
+
+# --------------------------------------------------------------------------------------- collect
+def stage_collect(args: argparse.Namespace, cfg: Any, setup: Any, out: Path) -> list[dict[str, Any]]:
+    """Base-model rollouts (T 1.0) + gold paths of the first ``--variations`` train variations."""
+    from empo2.envs.base import TaskSpec
+    from empo2.retrospex.collect import trajectory_record
+    from empo2.rollout.engine import EpisodeSpec
+    from empo2.trainer.demos import gold_records, variation_pairs
+
+    path = out / "trajectories.jsonl"
+    if path.exists() and "collect" not in args.redo:
+        return [json.loads(x) for x in path.read_text().splitlines()]
+    t0 = time.perf_counter()
+    pairs = variation_pairs(setup.family, setup.tasks, [], args.variations)
+    specs = [EpisodeSpec(TaskSpec(setup.family.name, t, v, "train"), task_index=i, rollout=r, group=i)
+             for i, (t, v) in enumerate(pairs) for r in range(args.rollouts)]
+    trajs = setup.engine.run(specs, setup.settings(1.0), iteration=40_000_000)
+    recs = [trajectory_record(t) for t in trajs if not t.crashed]
+    recs += gold_records(setup.family, pairs, num_workers=2)  # whole gold paths (3–7 turns on 7-1)
+    out.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    log.info("collect: %d episodes in %.0f s", len(recs), time.perf_counter() - t0)
+    return recs
+
+
+# ----------------------------------------------------------------------------------------- write
+def _stems(text: str) -> list[str]:
+    from empo2.memory.tipinfo import STOPWORDS, _stem_all
+
+    return _stem_all([w for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 3 and w not in STOPWORDS])
+
+
+GENERIC_WORDS = ("task trajectory attempt episode score scored points reward goal environment action actions step "
+                 "steps complete completed completing success successful succeeded failed failure fail learned "
+                 "helped next final")
+"""Words about any episode (outcome, the instruction's own words): grounded wherever they appear."""
+
+
+def coherence(tip: str | None, episode_text: str) -> tuple[bool, float]:
+    """(coherent, grounded share) of a cleaned tip (module docstring; ``None`` = malformed → (False, 0)).
+
+    Args:
+        tip: the cleaned tip; episode_text: the episode's task, observations, actions, final observation and
+            score sentence. Words of ``GENERIC_WORDS`` and the task's instruction words count as grounded.
+    """
+    from empo2.memory.tipinfo import INSTRUCTION_WORDS
+
+    if tip is None:
+        return False, 0.0
+    words = _stems(tip)
+    known = set(_stems(episode_text + " " + GENERIC_WORDS + " " + " ".join(sorted(INSTRUCTION_WORDS))))
+    grounded = sum(w in known for w in words) / len(words) if words else 0.0
+    inner_ends = len(re.findall(r"[.!?](?=\s+\S)", tip))
+    one_sentence = inner_ends == 0 and len(tip.split()) <= MAX_COHERENT_WORDS
+    return bool(one_sentence and grounded >= GROUNDED_SHARE), float(grounded)
+
+
+def _episode_text(r: dict[str, Any]) -> str:
+    from empo2.memory.text import final_score_text
+
+    parts = [r.get("task_description", "")] + [f"{s['observation']} {s['action']}" for s in r["steps"]]
+    return " ".join(parts + [r.get("final_observation", ""), final_score_text(max(float(r["score"]), 0.0))])
+
+
+def tip_prompt(kind: str, r: dict[str, Any], fmt: Any, family: Any, max_context: int, max_new: int) -> list[int]:
+    """Token ids of the tip prompt of episode record ``r`` (module docstring: the three kinds)."""
+    from empo2.agent.prompts import later_user_text
+    from empo2.memory.text import TIP_INSTRUCTION, final_score_text, summary_tip_messages
+    from empo2.trainer.demos import demo_trajectory
+
+    if kind == "trajectory":
+        t = demo_trajectory(r, fmt, family, False, len(r["steps"]))
+        ending = f"{later_user_text(r.get('final_observation', ''))}\n\n{final_score_text(max(float(r['score']), 0.0))}"
+        ids = (t.token_ids(with_tips=False) + fmt.open("user") + fmt.encode(ending) + fmt.close("user")
+               + fmt.open("user") + fmt.encode(TIP_INSTRUCTION) + fmt.close("user") + fmt.open("assistant"))
+        budget = max_context - max_new
+        return ids[-budget:]
+    if kind not in ("summary", "summary_fewshot"):
+        raise ValueError(f"unknown tip prompt {kind!r}; use trajectory, summary or summary_fewshot")
+    ids: list[int] = []  # as Empo2Runtime.tip_prompts with empo2.tips.prompt = kind
+    for role, text in summary_tip_messages(r.get("task_description", ""), [s["action"] for s in r["steps"]],
+                                           r.get("final_observation", ""), max(float(r["score"]), 0.0),
+                                           kind == "summary_fewshot"):
+        ids += fmt.open(role) + fmt.encode(text) + fmt.close(role)
+    return ids + fmt.open("assistant")
+
+
+def _record_traj(r: dict[str, Any], fmt: Any, family: Any) -> Any:
+    from empo2.trainer.demos import demo_trajectory
+
+    t = demo_trajectory(r, fmt, family, False, len(r["steps"]))
+    t.info["task_description"] = r.get("task_description", "")
+    t.success = bool(r.get("success"))
+    t.final_score = float(r.get("score", 0.0))
+    return t
+
+
+def write_settings(args: argparse.Namespace) -> list[tuple[str, float, int]]:
+    """(prompt, temperature, max tokens) of the sweep: prompt × temperature at 64 tokens, then 32 tokens."""
+    temps = [0.3, 1.0] if args.tiny else [0.3, 0.7, 1.0]
+    prompts = ["trajectory", "summary", "summary_fewshot"]
+    return [(p, t, 64) for p in prompts for t in temps] + [(p, 0.3, 32) for p in prompts]
+
+
+def stage_write(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs: list[dict[str, Any]]) -> dict:
+    from empo2.policy.kvcache import EpisodeKV
+    from empo2.policy.sampling import row_generator, sample_with_cache
+
+    path = out / f"write-{args.label}.json"
+    res: dict[str, Any] = json.loads(path.read_text()) if path.exists() and "write" not in args.redo else {}
+    fmt, model, family = setup.fmt, setup.policy.model, setup.family
+    trajs = [_record_traj(r, fmt, family) for r in recs]
+    ekvs: dict[str, list[Any]] = {}
+    for prompt, temp, max_new in write_settings(args):
+        key = f"{prompt}/T{temp}/tok{max_new}"
+        if key in res:
+            continue
+        t0 = time.perf_counter()
+        prompts = [tip_prompt(prompt, r, fmt, family, cfg.model.max_context, max_new) for r in recs]
+        kvs = ekvs.setdefault(prompt, [EpisodeKV() for _ in recs])
+        gens = [row_generator(cfg.run.seed, 7, i, int(temp * 10), max_new) for i in range(len(recs))]
+        outs: list[Any] = []
+        for b in range(0, len(recs), 8):  # rows per decode batch (bounded cache memory)
+            with torch.inference_mode():
+                outs += sample_with_cache(model, kvs[b:b + 8], prompts[b:b + 8], max_new_tokens=max_new,
+                                          temperature=temp, eos_ids=fmt.eos_ids, newline_ids=fmt.newline_ids,
+                                          stop_at_newline=True, generators=gens[b:b + 8],
+                                          pad_id=int(fmt.tokenizer.pad_token_id or 0))
+        res[key] = {"tips": [{"id": r["id"], "score": r["score"], "raw": fmt.decode(g.ids)} for r, g in zip(recs, outs)],
+                    "seconds": time.perf_counter() - t0}
+        _dump(path, res)
+        log.info("write %s: %s", key, {k: round(v, 2) for k, v in score_tips(res[key]["tips"], recs, trajs).items()})
+    for kvs in ekvs.values():
+        for e in kvs:
+            e.clear()
+    for v in res.values():  # scored from the saved raw tips, so the measure can change without resampling
+        v["summary"] = score_tips(v["tips"], recs, trajs)
+    _dump(path, res)
+    cols = ["setting", "n", "malformed", "coherent", "grounded", "outcome", "object", "action", "useful"]
+    print_table(f"tip writing ({args.label})", cols,
+                [[k] + [v["summary"][c] for c in ("n", "malformed", "coherent", "grounded_mean", "outcome", "object",
+                                                   "action", "useful")] for k, v in res.items()])
+    return res
+
+
+def score_tips(rows: list[dict[str, Any]], recs: list[dict[str, Any]], trajs: list[Any]) -> dict[str, float]:
+    """Clean and score each row's ``raw`` tip in place (module docstring); returns the shares over rows."""
+    from empo2.memory.text import clean_tip
+    from empo2.memory.tipinfo import tip_informativeness
+
+    by_id = {r["id"]: (r, t) for r, t in zip(recs, trajs)}
+    for row in rows:
+        r, t = by_id[row["id"]]
+        tip = clean_tip(row["raw"])
+        coh, grounded = coherence(tip, _episode_text(r))
+        inf = tip_informativeness(tip, t) if tip else None
+        row.update(tip=tip, coherent=coh, grounded=grounded, outcome=bool(inf and inf.outcome),
+                   object=bool(inf and inf.object), action=bool(inf and inf.action),
+                   useful=bool(coh and inf and (inf.outcome or inf.action)))
+    n = len(rows)
+    agg = {k: sum(bool(x[k]) for x in rows) / n for k in ("coherent", "outcome", "object", "action", "useful")}
+    return agg | {"malformed": sum(x["tip"] is None for x in rows) / n,
+                  "grounded_mean": float(np.mean([x["grounded"] for x in rows])), "n": n}
+
+
+# ------------------------------------------------------------------------------------------ read
+def probe_states(setup: Any, recs: list[dict[str, Any]], which: str = "all",
+                 variations: list[int] | None = None) -> list[dict[str, Any]]:
+    """States of the gold records: the chat prefix (observations, actions), admissible actions, gold.
+
+    ``which``: ``"all"`` states whose gold action is admissible, or ``"first_last"``: the first and the
+    last of them per record (on 7-1: the first move, and the final ``focus on <animal>``); only the gold
+    records of ``variations`` when given."""
+    from empo2.envs.base import TaskSpec
+
+    env = setup.pool.get(0)
+    out = []
+    for r in recs:
+        if not r["id"].startswith("gold-") or (variations and int(r["variation"]) not in variations):
+            continue
+        env.reset(TaskSpec(setup.family.name, r["task"], int(r["variation"]), r.get("split", "train")))
+        mine = []
+        for j, st in enumerate(r["steps"]):
+            adm = sorted(set(a.lower() for a in env.admissible_actions()))
+            gold = st["action"].strip().lower()
+            if gold in adm:
+                mine.append({"record": r, "turn": j, "admissible": adm, "gold": gold})
+            env.step(st["action"])
+        out += mine if which == "all" or len(mine) < 3 else [mine[0], mine[-1]]
+    return out
+
+
+def _state_chat(fmt: Any, system: str, rec: dict[str, Any], turn: int, tips: list[str], cue: bool) -> list[int]:
+    from empo2.agent.prompts import EpisodeChat, user_text
+    from empo2.policy.sampling import Generation
+
+    chat = EpisodeChat(fmt, system, [])
+    for j in range(turn + 1):
+        obs = rec["steps"][j]["observation"]
+        text = user_text(rec["task_description"], obs, j) + (CUE if cue and j == turn else "")
+        chat.add_user(text, j, tips=tips if j == turn else None)
+        if j < turn:
+            a = rec["steps"][j]["action"].strip()
+            ids = fmt.encode(a) + [min(fmt.eos_ids)]
+            chat.add_action(Generation(ids=ids, logps=[0.0] * len(ids), stop="eos"), a, j)
+    return chat.prompt_ids()
+
+
+def action_probs(model: Any, fmt: Any, prompt: list[int], actions: list[str], ekv: Any) -> np.ndarray:
+    """[A] sequence-level probabilities of ``actions`` (each ``encode(a) + end id``) given ``prompt``."""
+    from empo2.policy.scoring import continuation_logprobs
+
+    end = min(fmt.eos_ids)
+    conts = [fmt.encode(a) + [end] for a in actions]
+    lps: list[float] = []
+    for b in range(0, len(conts), PROBE_CHUNK):
+        lps += [sum(x) for x in continuation_logprobs(model, prompt, conts[b:b + PROBE_CHUNK], ekv=ekv,
+                                                       pad_id=int(fmt.tokenizer.pad_token_id or 0))]
+    a = np.asarray(lps)
+    p = np.exp(a - a.max())
+    return p / p.sum()
+
+
+def _narrative(rec: dict[str, Any]) -> str:
+    acts = [s["action"] for s in rec["steps"]]
+    return "You succeeded before: " + ", then ".join(acts) + "."
+
+
+def stage_read(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs: list[dict[str, Any]]) -> dict:
+    from empo2.memory.text import step_entry_text
+    from empo2.policy.kvcache import EpisodeKV
+    from empo2.trainer.tipdemos import imperative_tip
+
+    path = out / f"read-{args.label}.json"
+    res: dict[str, Any] = json.loads(path.read_text()) if path.exists() and "read" not in args.redo else {}
+    if res.get("done"):
+        return _read_table(args, res)
+    fmt, model = setup.fmt, setup.policy.model
+    states = probe_states(setup, recs, args.probe_states, args.probe_variations)
+    full = setup.family.system_prompt()
+    prompts = {"full": (full, False), "short": (SHORT_SYSTEM, False), "full+cue": (full, True)}
+    tip_forms = {"full": ["none", "imperative", "narrative", "entry", "misleading"],
+                 "short": ["none", "imperative"], "full+cue": ["none", "imperative"]}
+    prompts = {k: v for k, v in prompts.items() if k in args.probe_prompts}
+    tip_forms = {k: [f for f in v if f in args.probe_forms] for k, v in tip_forms.items()}
+    rows = res.get("rows", [])
+    done = {(x["variation"], x["turn"], x["prompt"]) for x in rows}
+    for si, s in enumerate(states):
+        rec, adm, gold = s["record"], s["admissible"], s["gold"]
+        wrong = [a for a in adm if a != gold]
+        rng = np.random.default_rng([int(rec["variation"]), s["turn"]])  # the same misleading tip for every policy
+        mis = wrong[int(rng.integers(len(wrong)))] if wrong else gold
+        tips = {"none": [], "imperative": [imperative_tip(gold)], "narrative": [_narrative(rec)],
+                "entry": [step_entry_text(_narrative(rec), gold, 100.0)], "misleading": [imperative_tip(mis)]}
+        for pname, (system, cue) in prompts.items():
+            if (rec["variation"], s["turn"], pname) in done:
+                continue
+            ekv = EpisodeKV()
+            row = {"state": si, "prompt": pname, "task": rec["task"], "variation": rec["variation"], "turn": s["turn"],
+                   "gold": gold, "misleading_action": mis, "n_admissible": len(adm)}
+            for form in tip_forms[pname]:
+                p = action_probs(model, fmt, _state_chat(fmt, system, rec, s["turn"], tips[form], cue), adm, ekv)
+                g = adm.index(gold)
+                row[form] = {"p_gold": float(p[g]), "gold_argmax": bool(int(p.argmax()) == g),
+                             "p_named": float(p[adm.index(mis)]) if form in ("misleading", "none") else None,
+                             "top": adm[int(p.argmax())]}
+            ekv.clear()
+            rows.append(row)
+            res["rows"] = rows
+            _dump(path, res)
+            log.info("read state %d/%d %s: %s", si + 1, len(states), pname,
+                     {f: round(row[f]["p_gold"], 3) for f in tip_forms[pname]})
+    res["done"] = True
+    res["summary"] = read_summary(rows)
+    _dump(path, res)
+    return _read_table(args, res)
+
+
+def read_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per (prompt, tip form): n states, mean P(gold) ± 95% half-width, argmax share; misleading: P(named)."""
+    out: dict[str, Any] = {}
+    for pname in dict.fromkeys(r["prompt"] for r in rows):
+        rs = [r for r in rows if r["prompt"] == pname]
+        for form in ("none", "imperative", "narrative", "entry", "misleading"):
+            fs = [r for r in rs if form in r]
+            if not fs:
+                continue
+            d = {"n": len(fs), "p_gold": _ci([r[form]["p_gold"] for r in fs]),
+                 "argmax": float(np.mean([r[form]["gold_argmax"] for r in fs]))}
+            if form == "misleading":
+                d["p_named"] = _ci([r[form]["p_named"] for r in fs])
+                d["p_named_without_tip"] = _ci([r["none"]["p_named"] for r in fs])
+            out[f"{pname}/{form}"] = d
+    return out
+
+
+def _read_table(args: argparse.Namespace, res: dict[str, Any]) -> dict[str, Any]:
+    summ = read_summary(res.get("rows", []))
+    print_table(f"tip reading probe ({args.label}): P(gold next action) over admissible actions",
+                ["prompt/tip", "states", "P(gold) ± 95%", "gold is argmax", "P(misleading-named)"],
+                [[k, v["n"], f"{v['p_gold'][0]:.3f} ± {v['p_gold'][1]:.3f}", v["argmax"],
+                  f"{v['p_named'][0]:.3f} ± {v['p_named'][1]:.3f}" if "p_named" in v else "–"] for k, v in summ.items()])
+    return res
+
+
+# ------------------------------------------------------------------------------------------ play
+class OracleTips:
+    """``StepHook`` showing ``"Next action: <next gold action>"`` at every step (diagnostic only)."""
+
+    def __init__(self, gold: dict[tuple[str, int], list[str]]):
+        self.gold = gold
+        self.shown = 0
+
+    def before_turn(self, states: list[Any]) -> None:
+        from empo2.trainer.tipdemos import imperative_tip, oracle_next_action
+
+        for st in states:
+            g = self.gold.get((st.spec.task.task, st.spec.task.variation), [])
+            nxt = oracle_next_action(g, [s.action for s in st.steps])
+            st.tips = [imperative_tip(nxt)] if nxt else []
+            self.shown += bool(st.tips)
+
+
+def stage_play(args: argparse.Namespace, cfg: Any, setup: Any, out: Path) -> dict:
+    from empo2.envs.base import TaskSpec
+    from empo2.records import Mode
+    from empo2.trainer.evaluate import eval_episodes, evaluate
+
+    path = out / f"play-{args.label}.json"
+    res: dict[str, Any] = json.loads(path.read_text()) if path.exists() and "play" not in args.redo else {}
+    settings = setup.settings(cfg.eval.temperature)
+    if "no_tips" not in res:
+        r, _ = evaluate(setup.engine, setup.family, setup.tasks, "test", args.episodes, settings)
+        res["no_tips"] = {"score": r.overall.score, "score_ci": r.overall.score_ci, "success": r.overall.success_rate,
+                          "episodes": r.episodes}
+        _dump(path, res)
+    if "oracle_tips" not in res:
+        specs = eval_episodes(setup.family, setup.tasks, "test", args.episodes)
+        env = setup.pool.get(0)
+        gold = {(s.task.task, s.task.variation): env.gold_path(TaskSpec(setup.family.name, s.task.task,
+                                                                        s.task.variation, "test")) for s in specs}
+        hook = OracleTips(gold)
+        r, _ = evaluate(setup.engine, setup.family, setup.tasks, "test", args.episodes, settings, hook=hook,
+                        mode=Mode.ON_TIPS)
+        res["oracle_tips"] = {"score": r.overall.score, "score_ci": r.overall.score_ci,
+                              "success": r.overall.success_rate, "episodes": r.episodes, "tips_shown": hook.shown}
+        _dump(path, res)
+    print_table(f"play on test variations ({args.label}, T {cfg.eval.temperature})",
+                ["arm", "episodes", "score [95% CI]", "success"],
+                [[k, len(v["episodes"]), f"{v['score']:.1f} [{v['score_ci'][0]:.1f}, {v['score_ci'][1]:.1f}]",
+                  v["success"]] for k, v in res.items()])
+    return res
+
+
+# ------------------------------------------------------------------------------------------- main
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("stages", nargs="*", default=["all"], help="collect write read play | all")
+    p.add_argument("--out", type=Path, required=True, help="results folder (resumable)")
+    p.add_argument("--task", default="7-1")
+    p.add_argument("--variations", type=int, default=4, help="train variations of collect/read")
+    p.add_argument("--rollouts", type=int, default=5, help="base rollouts per variation (collect)")
+    p.add_argument("--episodes", type=int, default=0, help="play: test episodes per arm (0 = skip play)")
+    p.add_argument("--checkpoint", default=None, help="policy weights (default: the base model)")
+    p.add_argument("--label", default="base", help="name of this policy in the result files")
+    p.add_argument("--probe-states", default="all", choices=["all", "first_last"],
+                   help="read: every gold state, or the first and last per gold path")
+    p.add_argument("--probe-variations", nargs="*", type=int, default=None,
+                   help="read: only the gold paths of these variations (default: all collected)")
+    p.add_argument("--probe-prompts", nargs="+", default=["full", "short", "full+cue"],
+                   choices=["full", "short", "full+cue"], help="read: action prompts probed")
+    p.add_argument("--probe-forms", nargs="+", default=["none", "imperative", "narrative", "entry", "misleading"],
+                   choices=["none", "imperative", "narrative", "entry", "misleading"],
+                   help="read: tip forms probed ('none' is always included)")
+    p.add_argument("--redo", nargs="*", default=[], help="stages to recompute")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--tiny", action="store_true", help="smoke test: tiny env, random model")
+    p.add_argument("overrides", nargs="*", default=[], help=argparse.SUPPRESS)
+    args, extra = p.parse_known_args(argv)
+    args.probe_forms = ["none"] + [f for f in args.probe_forms if f != "none"]
+    args.overrides = extra
+    stages = {"collect", "write", "read", "play"} if "all" in args.stages else set(args.stages)
+    unknown = stages - {"collect", "write", "read", "play"}
+    if unknown:
+        p.error(f"unknown stages {sorted(unknown)}; use collect write read play or all")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    set_threads(args.threads)
+    cfg = _config(args)
+    setup = _setup(cfg, args.checkpoint)
+    try:
+        recs = stage_collect(args, cfg, setup, args.out)
+        if "write" in stages:
+            stage_write(args, cfg, setup, args.out, recs)
+        if "read" in stages:
+            stage_read(args, cfg, setup, args.out, recs)
+        if "play" in stages and args.episodes > 0:
+            stage_play(args, cfg, setup, args.out)
+    finally:
+        setup.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

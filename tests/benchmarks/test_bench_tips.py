@@ -1,0 +1,49 @@
+"""``benchmarks.tips`` in ``--tiny`` mode: every stage writes its JSON, and a rerun resumes (skips)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from benchmarks import tips
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    n = torch.get_num_threads()
+    yield
+    torch.set_num_threads(n)
+
+
+def test_tips_benchmark_stages_and_resume(tmp_path):
+    argv = ["--tiny", "--out", str(tmp_path), "--variations", "1", "--rollouts", "2", "--episodes", "2",
+            "--threads", "1"]
+    assert tips.main(argv) == 0
+    recs = [json.loads(x) for x in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
+    assert len(recs) == 3 and recs[-1]["id"].startswith("gold-") and recs[-1]["success"]
+    write = json.loads((tmp_path / "write-base.json").read_text())
+    assert set(write) == {f"{p}/T{t}/tok{m}" for p, t, m in tips.write_settings(type("A", (), {"tiny": True}))}
+    for v in write.values():
+        assert v["summary"]["n"] == 3 and 0.0 <= v["summary"]["coherent"] <= 1.0 and len(v["tips"]) == 3
+    read = json.loads((tmp_path / "read-base.json").read_text())
+    assert read["done"] and read["rows"]
+    for row in read["rows"]:
+        assert 0.0 <= row["none"]["p_gold"] <= 1.0 and row["gold"] != row["misleading_action"]
+    play = json.loads((tmp_path / "play-base.json").read_text())
+    assert len(play["no_tips"]["episodes"]) == 2 and play["oracle_tips"]["tips_shown"] > 0
+    before = [(tmp_path / f).stat().st_mtime_ns for f in ("trajectories.jsonl", "read-base.json", "play-base.json")]
+    assert tips.main(argv) == 0  # resumed: nothing sampled again (the write stage only rescores the saved tips)
+    assert [(tmp_path / f).stat().st_mtime_ns for f in ("trajectories.jsonl", "read-base.json", "play-base.json")] == before
+    again = json.loads((tmp_path / "write-base.json").read_text())
+    assert {k: (v["seconds"], [t["raw"] for t in v["tips"]]) for k, v in again.items()} == \
+        {k: (v["seconds"], [t["raw"] for t in v["tips"]]) for k, v in write.items()}
+
+
+def test_coherence_measure():
+    ep = "Your task is to find the animal with the longest life span. You go to the kitchen. outside egg parrot"
+    assert tips.coherence("Go to the kitchen, then outside, and focus on the egg parrot.", ep)[0]
+    assert not tips.coherence("November 11th, a date ahead of a new employee at Product Time.", ep)[0]
+    assert not tips.coherence("Go to the kitchen. Then go outside to the parrot.", ep)[0]  # two sentences
+    assert tips.coherence(None, ep) == (False, 0.0)
