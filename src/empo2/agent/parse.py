@@ -20,7 +20,6 @@ grow-plant, ``examine X``).
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping, Sequence
 from enum import Enum

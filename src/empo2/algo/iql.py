@@ -19,7 +19,7 @@ The functions of the first group are pure tensor maths; ``iql_update`` runs the 
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -156,18 +156,19 @@ def iql_update(q: torch.nn.Module, q_target: torch.nn.Module, v: torch.nn.Module
     u = q_bar - v_s
     loss_v = expectile_loss(u, tau)
     opt_v.zero_grad(set_to_none=True)
-    loss_v.backward()
+    loss_v.backward()  # type: ignore[no-untyped-call]
     opt_v.step()
     y = q_targets(reward, done, v_next, gamma)
-    if twin_loss is TwinLoss.BOTH and hasattr(q, "each"):
-        heads = q.each(s, a)
-        loss_q = sum(q_loss(h, y) for h in heads) / len(heads)
+    each = getattr(q, "each", None)  # a twin critic's per-head values
+    if twin_loss is TwinLoss.BOTH and each is not None:
+        heads = each(s, a)
+        loss_q = cast(Tensor, sum(q_loss(h, y) for h in heads)) / len(heads)
         q_pred = torch.minimum(*heads) if len(heads) == 2 else heads[0]
     else:
         q_pred = q(s, a)
         loss_q = q_loss(q_pred, y)
     opt_q.zero_grad(set_to_none=True)
-    loss_q.backward()
+    loss_q.backward()  # type: ignore[no-untyped-call]
     opt_q.step()
     polyak_update(q_target, q, alpha)
     return {"loss_v": float(loss_v.detach()), "loss_q": float(loss_q.detach()), "q_mean": float(q_pred.detach().mean()),

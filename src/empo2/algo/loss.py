@@ -41,8 +41,9 @@ def _seq_index(seq_ids: Tensor) -> tuple[Tensor, int]:
     return s, (int(s.max()) + 1 if s.numel() else 0)
 
 
-def _seq_sums(values: Tensor, m: Tensor, seq_ids: Tensor) -> tuple[Tensor, Tensor]:
+def _seq_sums(values: Tensor, m: Tensor, seq_ids: Tensor | None) -> tuple[Tensor, Tensor]:
     """Per-sequence sums of masked values and trained-token counts, ``([S'], [S'])``."""
+    assert seq_ids is not None, "checked by _check_seq_ids"
     s, k = _seq_index(seq_ids)
     sums = values.new_zeros(k).index_add(0, s, values)
     n = values.new_zeros(k).index_add(0, s, m.to(values.dtype))

@@ -92,7 +92,7 @@ def compute_step_advantages(trajs: list[Trajectory], cfg: Config,
         norm_std=cfg.algo.norm_std, eps=cfg.algo.std_eps, singleton=cfg.algo.singleton,
         episode_stats=cfg.algo.episode_stats, gamma=cfg.algo.gigpo_gamma, omega=cfg.algo.gigpo_omega)
     k = 0
-    for j, i in enumerate(keep):
+    for i in keep:
         n = trajs[i].num_steps
         out[i] = [float(x) for x in adv[k:k + n]]
         k += n
