@@ -15,7 +15,7 @@ from empo2.configschema import ConfigError, doc, from_dict, load_yaml, parse_ove
 from empo2.envs.scienceworld.config import SciWorldConfig
 from empo2.envs.tiny.config import TinyConfig
 from empo2.envs.webshop.config import WebShopConfig
-from empo2.retrospex.config import RetrospexConfig
+from empo2.retrospex_config import RetrospexConfig
 from empo2.sft_config import SftConfig
 
 DEFAULT_MODEL = "smollm2-135m-instruct"

@@ -23,7 +23,8 @@ from empo2.memory.embedder import (
     TextEmbedder,
     load_embedder,
 )
-from empo2.memory.backend import LocalMemory, MemoryBackend, open_memory
+from empo2.memory.backend import LocalMemory, MemoryBackend
+from empo2.memory.open_backend import open_memory
 from empo2.memory.novelty import NoveltyCounter, intrinsic_from_retrieved
 from empo2.memory.retriever import Compare, Ties, rank_order, retrieve, search, select
 from empo2.memory.store import (

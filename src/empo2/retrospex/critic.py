@@ -37,7 +37,7 @@ import yaml
 from torch import Tensor, nn
 
 from empo2.algo.iql import TwinLoss, iql_update
-from empo2.retrospex.config import CriticConfig
+from empo2.retrospex_config import CriticConfig
 from empo2.retrospex.transitions import Transition, clean_text, critic_fields
 
 log = logging.getLogger(__name__)

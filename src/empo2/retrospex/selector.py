@@ -39,7 +39,7 @@ from empo2.policy.sampling import row_seed
 from empo2.policy.scoring import mean_logprob
 from empo2.policy.trie import TokenTrie
 from empo2.records import Trajectory, episode_id
-from empo2.retrospex.config import RetrospexConfig
+from empo2.retrospex_config import RetrospexConfig
 from empo2.retrospex.critic import Critic
 from empo2.retrospex.grounding import Embed, ground_candidates
 from empo2.retrospex.transitions import MISSING, OBS_PREFIX, START_OBS, split_look_inventory
