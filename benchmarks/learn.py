@@ -4,7 +4,7 @@
 (``configs/learn_sciworld.yaml`` unless ``--config``) with the same task, the same batch shape and
 the same number of iterations — so the same environment-step budget — for each seed; it differs
 only by the method's overrides (``METHODS``). After training, each run's final policy is evaluated
-without memory at temperature 0.4 (spec §8) on held-out **test** variations and on the **train**
+without memory at temperature 0.4 (docs/algorithms.md, Evaluation statistics) on held-out **test** variations and on the **train**
 variations it trained on. ``base`` is the untrained model through the same evaluation.
 
 Outputs (``--out``, default ``benchmarks/results/learn``):

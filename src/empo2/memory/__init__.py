@@ -1,4 +1,4 @@
-"""The tip memory of EMPO² (spec empo2 §4–5): store, embedder, retriever, novelty, texts.
+"""The tip memory of EMPO² (docs/algorithms.md, EMPO² memory at run time): store, embedder, retriever, novelty, texts.
 
 - ``store``: ``MemoryEntry``, ``EntryStore`` (per-query protocol), ``MemoryStore`` (SQLite file
   ``<run>/memory.sqlite`` + in-RAM index per bucket), ``build_entries``.

@@ -34,7 +34,7 @@ from empo2.memory.store import MEMORY_FILENAME, DEFAULT_CAPACITY, MemoryEntry, M
 
 @runtime_checkable
 class MemoryBackend(Protocol):
-    """The memory of a run, as the EMPO² runtime uses it (spec empo2 §4–5). Every method takes a
+    """The memory of a run, as the EMPO² runtime uses it (docs/algorithms.md, EMPO² memory at run time). Every method takes a
     whole batch; ``S`` is the number of states, ``D`` the embedding size."""
 
     def query(self, buckets: Sequence[str], embeddings: np.ndarray, threshold: float, top_k: int, *,

@@ -1,6 +1,6 @@
 """The tip memory: entries, the ``EntryStore`` protocol, and the SQLite-backed ``MemoryStore``.
 
-An entry (spec empo2 §4) is (bucket, key embedding, key text, tip, entry text, episode score,
+An entry (docs/algorithms.md, EMPO² memory at run time) is (bucket, key embedding, key text, tip, entry text, episode score,
 iteration, step, insertion seq). Buckets are task + variation (``TaskSpec.bucket``). Within a
 bucket the same entry text is stored once (exact-text dedup) and at most ``capacity`` entries are
 kept, the oldest evicted first (FIFO; authors: 1000 per variation).
@@ -102,7 +102,7 @@ class MemoryStoreError(RuntimeError):
 
 @dataclass(eq=False)
 class MemoryEntry:
-    """One memory entry (spec §4).
+    """One memory entry (docs/algorithms.md, EMPO² memory at run time).
 
     Attributes:
         bucket: task + variation, e.g. ``"scienceworld/power-component/3"`` (``TaskSpec.bucket``).
@@ -185,7 +185,7 @@ def build_entries(
     actions: Sequence[str],
     mode: EntryTextMode | str = EntryTextMode.PER_STEP,
 ) -> list[MemoryEntry]:
-    """The entries one finished episode writes (spec §4, scienceworld §4.3).
+    """The entries one finished episode writes (docs/algorithms.md, EMPO² memory at run time).
 
     Args:
         bucket: the episode's task + variation.
@@ -327,7 +327,7 @@ def _blob(key: np.ndarray) -> bytes:
 
 
 class MemoryStore:
-    """The tip memory, persisted in SQLite with an in-RAM search index per bucket (spec §4).
+    """The tip memory, persisted in SQLite with an in-RAM search index per bucket (docs/algorithms.md, EMPO² memory at run time).
 
     Args:
         path: the SQLite file (normally ``<run>/memory.sqlite``; created with its folder if
@@ -704,7 +704,7 @@ class MemoryStore:
 
     def query(self, bucket: str, embedding: np.ndarray, threshold: float, top_k: int, *,
               compare: Compare | str = Compare.GE, ties: Ties | str = Ties.NEWER_FIRST) -> list[Retrieved]:
-        """Retr(s_t; M) (spec §4): see ``empo2.memory.retriever`` for the rule.
+        """Retr(s_t; M) (docs/algorithms.md, EMPO² memory at run time): see ``empo2.memory.retriever`` for the rule.
 
         Args:
             bucket: task + variation.

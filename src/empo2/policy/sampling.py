@@ -2,7 +2,7 @@
 
 One call generates the next action of every live episode (``rollout/``). The behaviour
 log-prob of each sampled token is ``log softmax(logits / temperature)[token]`` — the same
-temperature scaling the loss uses (spec §7) — renormalised over the allowed tokens when a
+temperature scaling the loss uses (docs/algorithms.md, Policy loss) — renormalised over the allowed tokens when a
 ``TokenTrie`` constrains the row. Generated ids are returned as sampled, never re-tokenised.
 
 Two entry points with the same sampling semantics: ``sample`` prefills every prompt from scratch

@@ -1,4 +1,4 @@
-"""EMPO² pieces of the training loop: tips, memory writes, retrieval and novelty (spec §3–5).
+"""EMPO² pieces of the training loop: tips, memory writes, retrieval and novelty (docs/algorithms.md, Modes and EMPO² memory at run time).
 
 ``make_runtime`` builds the runtime with the memory backend the config names
 (``empo2.memory.backend``: in process, or a Ray actor shared by every rollout worker of the run).

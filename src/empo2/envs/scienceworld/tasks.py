@@ -7,8 +7,8 @@
   (the ``task-<n>-`` prefix is dropped, as ``scienceworld.utils.infer_task`` does). Matching
   ignores case, and ``_``/spaces count as ``-``.
 * ``agl_index`` is the position in the alphabetical name list, the ``task_num`` of agl-envs and
-  the EMPO² recipe (power-component = 25; spec §1.6).
-* Variation splits come from the simulator's ``get_variations_train/dev/test`` (spec §1.5). They
+  the EMPO² recipe (power-component = 25; docs/environments.md, ScienceWorld).
+* Variation splits come from the simulator's ``get_variations_train/dev/test`` (docs/environments.md, ScienceWorld). They
   need a JVM, so they are cached in ``variations.json`` next to this file; regenerate it with
   ``python -m empo2.envs.scienceworld.regenerate`` (about 30 s).
 * Gold-path lengths (agent turns and simulator ticks to completion, for a sample of variations
