@@ -3,14 +3,14 @@
 Read with Python's ``ast`` (nothing is imported): an edge ``a -> b`` is a statement in module ``a``
 that imports module ``b`` — ``import b``, ``from b import name``, or ``from pkg import b`` when ``b``
 is a submodule; importing ``pkg.mod`` also runs ``pkg/__init__.py``, so it adds the edge to ``pkg``
-too. Imports under ``if TYPE_CHECKING:`` never run and are left out. Statements at module level
-(including ``try``/``if`` blocks) run at import time; those inside a function or method run when it
-is called and are counted separately.
+too. Statements at module level (including ``try``/``if`` blocks) run at import time; those inside a
+function or method run when it is called, and those under ``if TYPE_CHECKING:`` only for a type
+checker: both are counted separately.
 
 Checked here:
 
 * no two-file circle (``a -> b`` and ``b -> a``) among module-level imports, nor one that a
-  function-level import closes;
+  function-level or ``TYPE_CHECKING`` import closes;
 * no cycle between the top-level parts of the package (``empo2.trainer``, ``empo2.config``,
   ``empo2.envs``, …; a module ``empo2/x.py`` is its own part) counting every import, function-level
   ones included.
@@ -44,26 +44,28 @@ def _is_type_checking(test: ast.expr) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
-def _import_nodes(tree: ast.Module) -> tuple[list[ast.stmt], list[ast.stmt]]:
-    """(module-level imports, function-level imports) of one file, ``TYPE_CHECKING`` blocks left out."""
+def _import_nodes(tree: ast.Module) -> tuple[list[ast.stmt], list[ast.stmt], list[ast.stmt]]:
+    """(module-level, function-level, ``TYPE_CHECKING``-only) import statements of one file."""
     top: list[ast.stmt] = []
     inner: list[ast.stmt] = []
+    typing_only: list[ast.stmt] = []
 
-    def walk(nodes: list[ast.stmt], in_function: bool) -> None:
+    def walk(nodes: list[ast.stmt], where: list[ast.stmt]) -> None:
         for n in nodes:
             if isinstance(n, (ast.Import, ast.ImportFrom)):
-                (inner if in_function else top).append(n)
-            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                walk(n.body, True)
+                where.append(n)
+            elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                walk(n.body, typing_only if where is typing_only else inner)
             elif isinstance(n, ast.If) and _is_type_checking(n.test):
-                walk(n.orelse, in_function)
+                walk(n.body, typing_only)
+                walk(n.orelse, where)
             else:
                 for field in ("body", "orelse", "finalbody", "handlers", "cases"):
                     sub = getattr(n, field, None)
                     if isinstance(sub, list):
-                        walk([s for s in sub if isinstance(s, ast.AST)], in_function)  # type: ignore[misc]
-    walk(tree.body, False)
-    return top, inner
+                        walk([s for s in sub if isinstance(s, ast.AST)], where)  # type: ignore[misc]
+    walk(tree.body, top)
+    return top, inner, typing_only
 
 
 def _targets(node: ast.stmt, module: str, is_pkg: bool, known: set[str]) -> set[str]:
@@ -101,8 +103,9 @@ def _targets(node: ast.stmt, module: str, is_pkg: bool, known: set[str]) -> set[
     return out
 
 
-def import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
-    """(module-level edges, function-level edges): module -> the package modules it imports."""
+def import_graph(typing_only: bool = False) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+    """(module-level edges, function-level edges): module -> the package modules it imports; with
+    ``typing_only`` the second graph holds the ``TYPE_CHECKING`` imports instead."""
     mods = _modules()
     known = set(mods)
     top: dict[str, set[str]] = defaultdict(set)
@@ -110,7 +113,9 @@ def import_graph() -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     for name, path in mods.items():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         is_pkg = path.name == "__init__.py"
-        t, f = _import_nodes(tree)
+        t, f, tc = _import_nodes(tree)
+        if typing_only:
+            f = tc
         for n in t:
             top[name] |= _targets(n, name, is_pkg, known)
         for n in f:
@@ -195,6 +200,9 @@ def test_no_two_file_circles():
     assert not two_file_circles(top, top), "module-level import circles (move the shared part to a third module)"
     closed = two_file_circles(top, inner) | two_file_circles(inner, inner)
     assert not closed, f"function-level imports closing a circle: {sorted(closed)}"
+    _, typing = import_graph(typing_only=True)
+    closed = two_file_circles(_union(top, inner), typing) | two_file_circles(typing, typing)
+    assert not closed, f"TYPE_CHECKING imports closing a circle (move the shared types): {sorted(closed)}"
 
 
 def test_no_package_cycles():
@@ -214,6 +222,11 @@ if __name__ == "__main__":
         print(f"{label}: {len(pairs)}")
         for p in sorted(pairs):
             print("   ", " <-> ".join(p))
+    _, typing = import_graph(typing_only=True)
+    pairs = two_file_circles(both, typing) | two_file_circles(typing, both) | two_file_circles(typing, typing)
+    print(f"two-file circles closed by a TYPE_CHECKING import: {len(pairs)}")
+    for p in sorted(pairs):
+        print("   ", " <-> ".join(p))
     for label, edges in (("package cycles, module-level", top), ("package cycles, all imports", both)):
         cyc = package_cycles(edges)
         print(f"{label}: {len(cyc)}")

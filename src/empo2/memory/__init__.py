@@ -26,7 +26,7 @@ from empo2.memory.embedder import (
 from empo2.memory.backend import LocalMemory, MemoryBackend
 from empo2.memory.open_backend import open_memory
 from empo2.memory.novelty import NoveltyCounter, intrinsic_from_retrieved
-from empo2.memory.retriever import Compare, Ties, rank_order, retrieve, search, select
+from empo2.memory.retriever import Compare, Ties, rank_order, search, select
 from empo2.memory.store import (
     MEMORY_FILENAME,
     SCHEMA_VERSION,
@@ -37,6 +37,7 @@ from empo2.memory.store import (
     Retrieved,
     build_entries,
     open_run_memory,
+    retrieve,
 )
 from empo2.memory.text import (
     TIP_INSTRUCTION,

@@ -18,13 +18,7 @@ far less when most keys pass τ (as with full-history keys, docs/algorithms.md, 
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING
-
 import numpy as np
-
-if TYPE_CHECKING:
-    from empo2.memory.store import EntryStore, Retrieved
-
 
 class Compare(str, Enum):
     """How the similarity threshold τ is applied."""
@@ -137,32 +131,3 @@ def search(
     sims = keys @ query
     chosen = select(sims, order, threshold, top_k, compare)
     return chosen, sims[chosen]
-
-
-def retrieve(
-    store: EntryStore,
-    bucket: str,
-    state_embedding: np.ndarray,
-    threshold: float,
-    top_k: int,
-    compare: Compare | str = Compare.GE,
-    ties: Ties | str = Ties.NEWER_FIRST,
-) -> list[Retrieved]:
-    """Retr(s_t; M) (docs/algorithms.md, EMPO² memory at run time) on any ``EntryStore``.
-
-    Args:
-        store: the memory.
-        bucket: task + variation (``TaskSpec.bucket``).
-        state_embedding: float32 ``[D]``, L2-normalised embedding of the state's key text.
-        threshold: τ (authors: 0.5).
-        top_k: k (authors: 10).
-        compare: ``"ge"`` (default) or ``"gt"`` (authors).
-        ties: ``"newer_first"`` (default) or ``"older_first"`` (authors).
-
-    Returns:
-        At most k ``Retrieved`` (entry + cosine), best first; ``[]`` for an unknown bucket.
-
-    Raises:
-        ValueError: the embedding's shape does not match the store's D.
-    """
-    return store.query(bucket, state_embedding, threshold, top_k, compare=compare, ties=ties)

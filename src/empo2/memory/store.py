@@ -24,7 +24,7 @@ entries), loaded at open and updated after each committed write. Each key is hel
 stored entry's ``key`` is a read-only view of its row of the matrix, not a copy. The ``[M, D] @ [D]``
 products run on one BLAS thread (see ``_single_blas_thread``).
 
-``EntryStore`` is the per-query protocol of one store (``retriever.retrieve`` takes any). The
+``EntryStore`` is the per-query protocol of one store (``retrieve`` takes any). The
 batched protocol the EMPO² runtime uses — retrieval, counts, novelty and writes for a whole turn in
 one call, in process or served by a Ray actor — is ``memory.backend.MemoryBackend``.
 """
@@ -173,6 +173,35 @@ class EntryStore(Protocol):
     def close(self) -> None:
         """Release the backend. Idempotent."""
         ...
+
+
+def retrieve(
+    store: EntryStore,
+    bucket: str,
+    state_embedding: np.ndarray,
+    threshold: float,
+    top_k: int,
+    compare: Compare | str = Compare.GE,
+    ties: Ties | str = Ties.NEWER_FIRST,
+) -> list[Retrieved]:
+    """Retr(s_t; M) (docs/algorithms.md, EMPO² memory at run time) on any ``EntryStore``.
+
+    Args:
+        store: the memory.
+        bucket: task + variation (``TaskSpec.bucket``).
+        state_embedding: float32 ``[D]``, L2-normalised embedding of the state's key text.
+        threshold: τ (authors: 0.5).
+        top_k: k (authors: 10).
+        compare: ``"ge"`` (default) or ``"gt"`` (authors).
+        ties: ``"newer_first"`` (default) or ``"older_first"`` (authors).
+
+    Returns:
+        At most k ``Retrieved`` (entry + cosine), best first; ``[]`` for an unknown bucket.
+
+    Raises:
+        ValueError: the embedding's shape does not match the store's D.
+    """
+    return store.query(bucket, state_embedding, threshold, top_k, compare=compare, ties=ties)
 
 
 def build_entries(
