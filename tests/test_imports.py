@@ -63,7 +63,7 @@ def _import_nodes(tree: ast.Module) -> tuple[list[ast.stmt], list[ast.stmt], lis
                 for field in ("body", "orelse", "finalbody", "handlers", "cases"):
                     sub = getattr(n, field, None)
                     if isinstance(sub, list):
-                        walk([s for s in sub if isinstance(s, ast.AST)], where)  # type: ignore[misc]
+                        walk([s for s in sub if isinstance(s, ast.AST)], where)
     walk(tree.body, top)
     return top, inner, typing_only
 
