@@ -1,6 +1,6 @@
 """ScienceWorld as a ``TextEnv``: one long-lived JVM per instance, reused via load + reset.
 
-Behaviour (docs/environments.md, ScienceWorld; docs/algorithms.md, Paper vs the authors' code; measured on scienceworld 1.2.3):
+Behaviour (docs/environments.md, ScienceWorld; measured on scienceworld 1.2.3):
 
 * **JVM.** Each ``SciWorldEnv`` owns one JVM started by ``jvm.launch`` with
   ``-Xmx{jvm_heap} -XX:+UseSerialGC`` on its command line (the usual ``JAVA_TOOL_OPTIONS``
