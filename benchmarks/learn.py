@@ -4,7 +4,7 @@
 (``configs/learn_sciworld.yaml`` unless ``--config``) with the same task (``--task``, default the
 config's 7-1), the same batch shape and the same number of iterations — so the same environment-step
 budget — for each seed; it differs only by the arm's overrides (``ARMS``). After training, each run's
-final policy is evaluated without memory at temperature 0.4 (spec §8) on held-out **test**
+final policy is evaluated without memory at temperature 0.4 (docs/algorithms.md, Evaluation statistics) on held-out **test**
 variations and on the **train** variations it trained on (the ``env.variations`` ones when set:
 ``empo2 eval --split train``). Evaluations of one seed use the same episodes in every arm (same
 task, variation and sampling seed per episode id), so arms are compared pair by pair
@@ -56,7 +56,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import REPO_ROOT, RESULTS_DIR, Run, add_common_args, fmt, print_table
+from benchmarks.common import REPO_ROOT, RESULTS_DIR, Run, add_common_args, print_table
 
 EMPO2 = ["empo2.p=0.5"]
 ARMS: dict[str, list[str]] = {

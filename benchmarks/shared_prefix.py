@@ -48,7 +48,7 @@ def synthetic_batch(shape: dict[str, int], vocab: int, seed: int = 0) -> list[An
 
     system = ids(shape["system"])
     out, seq = [], 0
-    for g in range(shape["groups"]):
+    for _g in range(shape["groups"]):
         head = system + ids(shape["group"])
         for r in range(shape["group_size"]):
             s = PackedSample(ids=list(head), traj=len(out))

@@ -48,7 +48,6 @@ import logging
 import math
 import re
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 

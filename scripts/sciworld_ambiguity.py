@@ -39,7 +39,7 @@ def episode(env: SciWorldEnv, task: TaskSpec, seed: int, turns: int) -> dict[str
     first = env.reset(task)
     prompts = valid = 0
     r = None
-    for turn in range(1, turns + 1):
+    for turn in range(1, turns + 1):  # noqa: B007 (read after the loop)
         out = take_action(env, rng.choice(env.admissible_actions()), s)
         r = out.result
         valid += r.valid

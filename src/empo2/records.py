@@ -3,7 +3,7 @@
 The token contract (docs/architecture.md): a trajectory is stored as a list of ``Segment`` s of
 token ids, in the exact order the model saw them. Generated ids are kept as sampled and never
 re-tokenised. The training sequence is the concatenation of the segments — all of them
-(on-policy) or all but the ``TIP`` segments (off-policy, spec §3). Action segments and their
+(on-policy) or all but the ``TIP`` segments (off-policy, docs/algorithms.md, Modes). Action segments and their
 behaviour log-probs are identical in both, so the loss mask lines up by construction.
 """
 
@@ -26,7 +26,7 @@ class SegmentKind(str, Enum):
 
 
 class Mode(str, Enum):
-    """EMPO² rollout/update mode of one rollout (spec §3)."""
+    """EMPO² rollout/update mode of one rollout (docs/algorithms.md, Modes)."""
 
     PLAIN = "plain"  # no tips; on-policy (multi-step GRPO)
     ON_TIPS = "on_policy_tips"  # tips in the prompt, trained with the tips

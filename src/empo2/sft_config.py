@@ -9,7 +9,7 @@ from empo2.configschema import ConfigError, doc
 
 @dataclass
 class SftConfig:
-    """Imitation warm-up on demonstrations (``sft``; ``empo2 sft``, spec retrospex §1)."""
+    """Imitation warm-up on demonstrations (``sft``; ``empo2 sft``, docs/retrospex.md, 1. Imitation warm-up)."""
 
     data: list[str] = doc(
         "demonstration sources: 'gold' = the gold paths of env.tasks' train variations "

@@ -70,9 +70,10 @@ def test_a_jvm_killed_during_a_phase_is_survived(phase, tmp_path, monkeypatch, c
     for attempt in range(tries):
         caplog.clear()
         state = {"done": False, "pid": None}
+        trainer_pool: dict = {}
         real_step, real_update = RolloutEngine._step, Learner.update
 
-        def step(self, slot, action, _real=real_step):
+        def step(self, slot, action, _real=real_step, state=state):
             if not state["done"] and (phase in ("rollout", "hung-rollout") or (phase == "eval" and self._eval)):
                 state["done"], state["pid"] = True, self.pool.envs[slot].pid
                 if phase == "hung-rollout":
@@ -81,7 +82,7 @@ def test_a_jvm_killed_during_a_phase_is_survived(phase, tmp_path, monkeypatch, c
                     _kill(state["pid"])
             return _real(self, slot, action)
 
-        def update(self, samples, *a, _real=real_update, **k):
+        def update(self, samples, *a, _real=real_update, state=state, trainer_pool=trainer_pool, **k):
             if phase == "update" and not state["done"]:
                 env = trainer_pool["pool"].envs[0]
                 state["done"], state["pid"] = True, env.pid
@@ -89,9 +90,8 @@ def test_a_jvm_killed_during_a_phase_is_survived(phase, tmp_path, monkeypatch, c
             return _real(self, samples, *a, **k)
 
         real_run = RolloutEngine.run
-        trainer_pool: dict = {}
 
-        def run(self, episodes, settings, iteration=0, *a, _real=real_run, **k):
+        def run(self, episodes, settings, iteration=0, *a, _real=real_run, trainer_pool=trainer_pool, **k):
             trainer_pool["pool"] = self.pool
             self._eval = iteration >= 10_000_000
             return _real(self, episodes, settings, iteration, *a, **k)

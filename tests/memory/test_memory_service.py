@@ -22,7 +22,7 @@ from empo2.config import load_config  # noqa: E402
 from empo2.envs.base import TaskSpec  # noqa: E402
 from empo2.envs.tiny.env import TinyFamily  # noqa: E402
 from empo2.memory import MemoryBackend, MemoryStore, MemoryStoreError  # noqa: E402
-from empo2.memory.backend import open_memory  # noqa: E402
+from empo2.memory.open_backend import open_memory  # noqa: E402
 from empo2.memory.ray_service import RayMemory  # noqa: E402
 from empo2.records import Mode  # noqa: E402
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings  # noqa: E402

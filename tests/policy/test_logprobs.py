@@ -73,10 +73,10 @@ def test_checkpointed_head_recomputes_the_head_in_backward(tiny_policy):
         m = copy.deepcopy(tiny_policy.model).float().train()
         head = m.get_output_embeddings()
         calls = []
-        hook = head.register_forward_hook(lambda *a: calls.append(1))
+        hook = head.register_forward_hook(lambda *a, calls=calls: calls.append(1))
         big = []
 
-        def pack(t):
+        def pack(t, big=big):
             if t.dim() == 2 and t.shape[-1] == V:
                 big.append(tuple(t.shape))
             return t

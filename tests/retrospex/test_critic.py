@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from empo2.memory.embedder import HashingEmbedder
-from empo2.retrospex.config import CriticConfig
+from empo2.retrospex_config import CriticConfig
 from empo2.retrospex.critic import CriticError, TwinQ, load_critic, train_critic
 from empo2.retrospex.transitions import Transition
 

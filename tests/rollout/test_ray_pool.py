@@ -26,7 +26,7 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from empo2.rollout.engine import StepHook
+from empo2.rollout.engine import StepHook  # noqa: E402
 from empo2.config import EnvConfig  # noqa: E402
 from empo2.envs.base import TaskSpec  # noqa: E402
 from empo2.envs.registry import make_family  # noqa: E402

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
 from safetensors.torch import load_file
 
 from empo2.cli import main

@@ -7,7 +7,6 @@ import gc
 from types import SimpleNamespace
 
 import pytest
-import torch
 
 from empo2.config import load_config
 from empo2.envs.base import TaskSpec

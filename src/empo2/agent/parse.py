@@ -3,7 +3,7 @@
 Both functions are pure: they never raise on odd input, never mutate their arguments, and work
 for every environment (ScienceWorld's ``open door to kitchen``, WebShop's ``click[buy now]``).
 
-Why correction is conservative (spec scienceworld.md §2.1, §5.5): agl-envs/EMPO² replace every
+Why correction is conservative (docs/environments.md, Actions): agl-envs/EMPO² replace every
 action by the admissible one with the highest word-set Jaccard similarity. Measured results
 include ``open door`` → ``close bedroom door`` and ``focus on bulb`` → ``focus on agent`` (an
 episode-ending wrong focus). ``correct_action(mode="safe")`` only picks among candidates with
@@ -20,7 +20,6 @@ grow-plant, ``examine X``).
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping, Sequence
 from enum import Enum

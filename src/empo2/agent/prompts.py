@@ -8,9 +8,9 @@ Layout of an episode (each bracket is one ``Segment``; see ``empo2.records``)::
     [TEMPLATE: <user>] [OBS: observation] ([TIP]) [TEMPLATE: </user><assistant>] [ACTION] ...
 
 Tips are their own segments, inserted between the observation and the closing markup of the
-step's user message (spec §4); earlier steps keep the tips they had. Dropping every TIP segment
+step's user message (docs/algorithms.md, EMPO² memory at run time); earlier steps keep the tips they had. Dropping every TIP segment
 gives exactly the ids the same episode would have had without tips (tested), which is what the
-off-policy update trains on (spec §3).
+off-policy update trains on (docs/algorithms.md, Modes).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Nothing here reads a config object or holds state (except the seeded ``ModeSampler``); the
 trainer passes hyperparameters explicitly. ``docs/algorithms.md`` maps each equation of the paper
-and spec to the function implementing it.
+(and of the authors' code where it differs) to the function implementing it.
 """
 
 from empo2.algo.advantages import (

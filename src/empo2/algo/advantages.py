@@ -1,7 +1,7 @@
 """Group-relative advantages: multi-step GRPO and GiGPO.
 
-Spec: ``specs/empo2.md`` §6; ``specs/scienceworld.md`` §3.4–3.5 (GiGPO, verl-agent) and §4.8
-(the authors' rollout-level GRPO). Paper equations: the GRPO advantage of arXiv 2602.23008
+See docs/algorithms.md, GRPO advantages (incl. the authors' rollout-level GRPO) and GiGPO
+(verl-agent). Paper equations: the GRPO advantage of arXiv 2602.23008
 (A_i = (R_i − mean R)/(std R + ε)); GiGPO's A = A^E + ω·A^S (Eq. 8 of arXiv 2505.10978).
 
 Vocabulary (named dims used in every docstring):
@@ -44,8 +44,8 @@ __all__ = [
 class AdvantageEstimator(str, Enum):
     """Which group-relative estimator turns returns into per-step advantages."""
 
-    GRPO = "grpo"  # episode-level only (spec §6)
-    GIGPO = "gigpo"  # episode-level + ω · anchor-state step-level (scienceworld §3.5)
+    GRPO = "grpo"  # episode-level only (docs/algorithms.md, GRPO advantages)
+    GIGPO = "gigpo"  # episode-level + ω · anchor-state step-level (docs/algorithms.md, GiGPO)
 
 
 class Singleton(str, Enum):
@@ -58,7 +58,7 @@ class Singleton(str, Enum):
 class EpisodeStats(str, Enum):
     """Population over which the episode-level group mean/std are taken."""
 
-    ROLLOUT = "rollout"  # one value per trajectory (the authors' EMPO² code, scienceworld §4.8; default)
+    ROLLOUT = "rollout"  # one value per trajectory (the authors' EMPO² code, docs/algorithms.md, GRPO advantages; default)
     STEP = "step"  # one value per step-sample: long episodes weigh more (verl compute_mean_std_cross_steps)
 
 
@@ -96,7 +96,7 @@ def grpo_advantages(
     singleton: Singleton | str = Singleton.ZERO,
     counts: Tensor | None = None,
 ) -> Tensor:
-    """Group-normalised (GRPO) advantage of each trajectory, one value per trajectory (spec §6).
+    """Group-normalised (GRPO) advantage of each trajectory, one value per trajectory (docs/algorithms.md, GRPO advantages).
 
     For trajectory i in group g:
 
@@ -105,9 +105,9 @@ def grpo_advantages(
 
     where mean_g and std_g are taken over the members of g, std unbiased (ddof = 1, as
     ``torch.std`` and the authors' code). The statistics are rollout-level: each trajectory counts
-    once regardless of its length (scienceworld §4.8), unless ``counts`` gives frequency weights —
+    once regardless of its length (docs/algorithms.md, GRPO advantages), unless ``counts`` gives frequency weights —
     ``counts[i]`` = number of step-samples of trajectory i reproduces verl's step-weighted
-    ``compute_mean_std_cross_steps`` (scienceworld §3.4): weighted mean Σw·R/Σw, unbiased
+    ``compute_mean_std_cross_steps`` (docs/algorithms.md, GRPO advantages): weighted mean Σw·R/Σw, unbiased
     frequency-weighted variance Σw·(R − mean)²/(Σw − 1).
 
     Special groups (the population size is n_g = number of members, or Σ counts):
@@ -219,11 +219,11 @@ def grpo_step_advantages(
     gamma: float = 0.95,
     omega: float = 1.0,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Multi-step GRPO: every step-sample gets its trajectory's :func:`grpo_advantages` (spec §6).
+    """Multi-step GRPO: every step-sample gets its trajectory's :func:`grpo_advantages` (docs/algorithms.md, GRPO advantages).
 
     A_n = A^E_{step_traj[n]}. With ``episode_stats='rollout'`` (default) this is the authors'
-    "rollout-level GRPO" (scienceworld §4.8); ``'step'`` weights each trajectory by its number of
-    step-samples, as stock verl GRPO over step-samples does (scienceworld §2.3, §3.4).
+    "rollout-level GRPO" (docs/algorithms.md, GRPO advantages); ``'step'`` weights each trajectory by its number of
+    step-samples, as stock verl GRPO over step-samples does (docs/algorithms.md, Returns and GRPO advantages).
 
     ``step_anchor``, ``step_rewards``, ``gamma`` and ``omega`` are accepted so that both entries
     of :data:`ADVANTAGE_ESTIMATORS` share one signature; GRPO ignores them.
@@ -296,7 +296,7 @@ def gigpo_advantages(
     gamma: float = 0.95,
     omega: float = 1.0,
 ) -> tuple[Tensor, dict[str, float]]:
-    """GiGPO: episode advantage + ω · anchor-state step advantage (scienceworld §3.5; GiGPO Eq. 8).
+    """GiGPO: episode advantage + ω · anchor-state step advantage (docs/algorithms.md, GiGPO; GiGPO Eq. 8).
 
     For step-sample n of trajectory i = step_traj[n] at turn t:
 

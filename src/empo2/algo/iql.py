@@ -1,6 +1,6 @@
 """Implicit Q-Learning (IQL) for the Retrospex critic: losses, targets, Polyak averaging, one update.
 
-Spec: ``specs/retrospex.md`` §2 (the authors' ``IQL/src/iql.py``); IQL is Kostrikov et al.,
+See docs/retrospex.md, 3. The critic (the authors' ``IQL/src/iql.py``); IQL is Kostrikov et al.,
 arXiv 2110.06169, Eqs. 5–6 (expectile value loss, Q regression to r + γV(s′)).
 
 One update on a minibatch of N transitions ``(s, a, r, s′, done)``, in the authors' order:
@@ -19,7 +19,7 @@ The functions of the first group are pure tensor maths; ``iql_update`` runs the 
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -42,7 +42,7 @@ def _check_1d(name: str, x: Tensor, n: int | None = None) -> None:
 
 
 def expectile_loss(diff: Tensor, tau: float) -> Tensor:
-    """Asymmetric squared (expectile) loss ``mean(|τ − 1[u < 0]| · u²)`` (IQL Eq. 5; spec §2 step 2).
+    """Asymmetric squared (expectile) loss ``mean(|τ − 1[u < 0]| · u²)`` (IQL Eq. 5; docs/retrospex.md, 3. The critic).
 
     With ``u = q̄ − V(s)``, minimising it over V makes V the τ-expectile of q̄: τ > 0.5 weighs
     under-estimates (u > 0) more, so V tracks an upper expectile (τ = 0.5 gives half the MSE, whose
@@ -66,7 +66,7 @@ def expectile_loss(diff: Tensor, tau: float) -> Tensor:
 
 
 def q_targets(reward: Tensor, done: Tensor, v_next: Tensor, gamma: float) -> Tensor:
-    """One-step targets ``y = r + γ(1 − done)·V(s′)`` (IQL Eq. 6; spec §2 step 3).
+    """One-step targets ``y = r + γ(1 − done)·V(s′)`` (IQL Eq. 6; docs/retrospex.md, 3. The critic).
 
     Args:
         reward: ``[N]`` float, r of each transition (the score delta / 100 for ScienceWorld).
@@ -91,7 +91,7 @@ def q_targets(reward: Tensor, done: Tensor, v_next: Tensor, gamma: float) -> Ten
 
 
 def q_loss(q: Tensor, target: Tensor) -> Tensor:
-    """Mean squared error ``mean((Q(s, a) − y)²)`` (spec §2 step 3).
+    """Mean squared error ``mean((Q(s, a) − y)²)`` (docs/retrospex.md, 3. The critic).
 
     Args:
         q: ``[N]`` float predictions; target: ``[N]`` float targets (no gradient flows into them).
@@ -109,7 +109,7 @@ def q_loss(q: Tensor, target: Tensor) -> Tensor:
 
 @torch.no_grad()
 def polyak_update(target: torch.nn.Module, source: torch.nn.Module, alpha: float) -> None:
-    """In place: ``θ̄ ← (1 − α)·θ̄ + α·θ`` for every parameter pair (spec §2 step 4).
+    """In place: ``θ̄ ← (1 − α)·θ̄ + α·θ`` for every parameter pair (docs/retrospex.md, 3. The critic).
 
     Args:
         target: the EMA network (θ̄), updated in place.
@@ -132,7 +132,7 @@ def iql_update(q: torch.nn.Module, q_target: torch.nn.Module, v: torch.nn.Module
                opt_q: torch.optim.Optimizer, opt_v: torch.optim.Optimizer, *, s: Any, a: Any, s_next: Any,
                reward: Tensor, done: Tensor, tau: float, gamma: float, alpha: float,
                twin_loss: TwinLoss | str = TwinLoss.MIN) -> dict[str, float]:
-    """One IQL update on a minibatch, in the spec's order (module docstring, spec §2).
+    """One IQL update on a minibatch, in the authors' order (docs/retrospex.md, 3. The critic).
 
     Args:
         q, q_target, v: the Q network, its Polyak copy and the value network; ``q(s, a)`` and
@@ -156,18 +156,19 @@ def iql_update(q: torch.nn.Module, q_target: torch.nn.Module, v: torch.nn.Module
     u = q_bar - v_s
     loss_v = expectile_loss(u, tau)
     opt_v.zero_grad(set_to_none=True)
-    loss_v.backward()
+    loss_v.backward()  # type: ignore[no-untyped-call]
     opt_v.step()
     y = q_targets(reward, done, v_next, gamma)
-    if twin_loss is TwinLoss.BOTH and hasattr(q, "each"):
-        heads = q.each(s, a)
-        loss_q = sum(q_loss(h, y) for h in heads) / len(heads)
+    each = getattr(q, "each", None)  # a twin critic's per-head values
+    if twin_loss is TwinLoss.BOTH and each is not None:
+        heads = each(s, a)
+        loss_q = cast(Tensor, sum(q_loss(h, y) for h in heads)) / len(heads)
         q_pred = torch.minimum(*heads) if len(heads) == 2 else heads[0]
     else:
         q_pred = q(s, a)
         loss_q = q_loss(q_pred, y)
     opt_q.zero_grad(set_to_none=True)
-    loss_q.backward()
+    loss_q.backward()  # type: ignore[no-untyped-call]
     opt_q.step()
     polyak_update(q_target, q, alpha)
     return {"loss_v": float(loss_v.detach()), "loss_q": float(loss_q.detach()), "q_mean": float(q_pred.detach().mean()),

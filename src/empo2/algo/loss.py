@@ -1,6 +1,6 @@
 """The clipped policy-gradient loss with dual clip, k3 KL, entropy bonus and verl aggregations.
 
-Spec: ``specs/empo2.md`` §7; ``specs/scienceworld.md`` §3.6 (verl ``core_algos``
+See docs/algorithms.md, Policy loss (verl ``core_algos``
 ``compute_policy_loss`` / ``agg_loss`` semantics). Paper: the clipped surrogate of
 arXiv 2602.23008 with the importance ratio between the trained (possibly tip-free) context
 and the behaviour (possibly tip-augmented) context.
@@ -41,8 +41,9 @@ def _seq_index(seq_ids: Tensor) -> tuple[Tensor, int]:
     return s, (int(s.max()) + 1 if s.numel() else 0)
 
 
-def _seq_sums(values: Tensor, m: Tensor, seq_ids: Tensor) -> tuple[Tensor, Tensor]:
+def _seq_sums(values: Tensor, m: Tensor, seq_ids: Tensor | None) -> tuple[Tensor, Tensor]:
     """Per-sequence sums of masked values and trained-token counts, ``([S'], [S'])``."""
+    assert seq_ids is not None, "checked by _check_seq_ids"
     s, k = _seq_index(seq_ids)
     sums = values.new_zeros(k).index_add(0, s, values)
     n = values.new_zeros(k).index_add(0, s, m.to(values.dtype))
@@ -241,7 +242,7 @@ def policy_loss(
     metrics_by: Tensor | None = None,
     metrics_by_names: Mapping[int, str] | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Clipped surrogate with dual clip, optional k3 KL and entropy bonus (spec §7, verl semantics).
+    """Clipped surrogate with dual clip, optional k3 KL and entropy bonus (docs/algorithms.md, Policy loss, verl semantics).
 
     Per trained token t (A = advantage, ε_l = ``clip_low``, ε_h = ``clip_high``, c = ``dual_clip``):
 
@@ -268,7 +269,7 @@ def policy_loss(
         clip_low: ε_low ∈ [0, 1) (authors: 0.2).
         clip_high: ε_high ≥ 0 (authors: 0.3).
         dual_clip: c > 1, or 0 for off (authors: 10; verl: 3).
-        aggregation: an ``Aggregation`` or its value (default token-mean, spec §7).
+        aggregation: an ``Aggregation`` or its value (default token-mean, docs/algorithms.md, Policy loss).
         normaliser: denominator D of the aggregation (> 0); None = this call's own D.
         logp_ref: ``[T]`` float reference log-probs; needed when ``kl_coef > 0``.
         kl_coef: β ≥ 0 of the k3 KL (authors: 0).

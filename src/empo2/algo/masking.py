@@ -1,4 +1,4 @@
-"""Low-probability token masking (spec §7; scienceworld §4.7, the authors' ``low_prob_token_masking``).
+"""Low-probability token masking (docs/algorithms.md, Low-probability masking; the authors' ``low_prob_token_masking``).
 
 Off-policy EMPO² updates start with importance ratios far from 1 (the behaviour log-probs were
 computed with tips in the prompt). Tokens the behaviour policy itself found very unlikely are the
@@ -31,7 +31,7 @@ def low_prob_mask(
     threshold_logp: float,
     granularity: MaskGranularity | str,
 ) -> tuple[Tensor, float]:
-    """Drop trained tokens whose behaviour log-probability is below a threshold (spec §7).
+    """Drop trained tokens whose behaviour log-probability is below a threshold (docs/algorithms.md, Policy loss).
 
     * ``token``: new_mask[t] = mask[t] ∧ ¬(log μ_t < threshold).
     * ``sequence``: for each sequence s (tokens sharing a ``seq_ids`` value — one step's action),

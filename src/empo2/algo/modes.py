@@ -1,4 +1,4 @@
-"""EMPO² hybrid-mode sampling (spec §3; scienceworld §4.1, the authors' ``trainer._train_step``).
+"""EMPO² hybrid-mode sampling (docs/algorithms.md, Modes, the authors' ``trainer._train_step``).
 
 Each rollout is in one of three modes (``empo2.records.Mode``):
 
@@ -35,7 +35,7 @@ __all__ = [
 AUTHORS_P = 0.25  # P(memory-augmented rollout): 0.17 + 0.08
 AUTHORS_Q = 0.68  # P(off-policy | memory-augmented): 0.17 / 0.25
 
-# Whether the rollout prompt shows retrieved tips, and whether the update keeps them (spec §3).
+# Whether the rollout prompt shows retrieved tips, and whether the update keeps them (docs/algorithms.md, Modes).
 ROLLOUT_SHOWS_TIPS: dict[Mode, bool] = {Mode.PLAIN: False, Mode.ON_TIPS: True, Mode.OFF_TIPS: True}
 UPDATE_KEEPS_TIPS: dict[Mode, bool] = {Mode.PLAIN: False, Mode.ON_TIPS: True, Mode.OFF_TIPS: False}
 # Every site that needs these rules reads these two tables: the rollout engine (tip segments in the
@@ -44,7 +44,7 @@ UPDATE_KEEPS_TIPS: dict[Mode, bool] = {Mode.PLAIN: False, Mode.ON_TIPS: True, Mo
 
 
 def update_strips_tips(mode: Mode) -> bool:
-    """True for the off-policy mode: the rollout showed tips and the update drops them (spec §3,
+    """True for the off-policy mode: the rollout showed tips and the update drops them (docs/algorithms.md, Modes,
     Eq. 5 of arXiv 2602.23008: the tip-free context under the current policy)."""
     return ROLLOUT_SHOWS_TIPS[mode] and not UPDATE_KEEPS_TIPS[mode]
 
@@ -57,7 +57,7 @@ class ModeGranularity(str, Enum):
 
 
 def mode_probabilities(p: float, q: float) -> dict[Mode, float]:
-    """P(mode) for memory probability ``p`` and off-policy probability ``q`` (spec §3).
+    """P(mode) for memory probability ``p`` and off-policy probability ``q`` (docs/algorithms.md, Modes).
 
     Raises:
         ValueError: ``p`` or ``q`` outside [0, 1].

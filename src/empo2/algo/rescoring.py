@@ -1,6 +1,6 @@
 """Retrospex's dynamic action rescoring: combine the LLM's and the critic's scores of k candidates.
 
-Spec: ``specs/retrospex.md`` §3 steps 5–6 (the authors' ``dynamic_action_scoring_*.py``).
+See docs/retrospex.md, 4. Rescoring at inference (the authors' ``dynamic_action_scoring_*.py``).
 
 For the K candidate actions of step t, with LLM scores ``p`` (length-normalised likelihoods) and
 critic scores ``q`` (Q_target − V):
@@ -12,7 +12,7 @@ critic scores ``q`` (Q_target − V):
 
 At t = 0, λ = 1 and the LLM decides alone; the critic's weight grows to 1 − b as the episode goes on.
 The 0.5 guard for a constant list is the authors' WebShop/ALFWorld behaviour; their ScienceWorld
-code divides by zero there (spec §3 step 5), we use the guard everywhere.
+code divides by zero there (docs/retrospex.md, 4. Rescoring at inference), we use the guard everywhere.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ __all__ = ["choose", "combined_scores", "lambda_schedule", "minmax_normalise"]
 
 
 def lambda_schedule(t: int, d: float, b: float) -> float:
-    """The LLM's weight ``λ_t = max(b, d^t)`` at step t (spec §3 step 6).
+    """The LLM's weight ``λ_t = max(b, d^t)`` at step t (docs/retrospex.md, 4. Rescoring at inference).
 
     Args:
         t: 0-based step (loop iteration) index, ≥ 0.
@@ -74,7 +74,7 @@ def minmax_normalise(x: Tensor, const: float = 0.5) -> Tensor:
 
 
 def combined_scores(p: Tensor, q: Tensor, lam: float, const: float = 0.5) -> Tensor:
-    """``S = λ·minmax(p) + (1 − λ)·minmax(q)`` for K candidates (spec §3 steps 5–6).
+    """``S = λ·minmax(p) + (1 − λ)·minmax(q)`` for K candidates (docs/retrospex.md, 4. Rescoring at inference).
 
     Args:
         p: ``[K]`` LLM scores (any positive-affine scale: only the normalised values matter).
@@ -96,7 +96,7 @@ def combined_scores(p: Tensor, q: Tensor, lam: float, const: float = 0.5) -> Ten
 
 
 def choose(scores: Tensor | Sequence[float]) -> int:
-    """Index of the highest score; ties go to the lowest index (Python ``list.index(max)``, spec §3).
+    """Index of the highest score; ties go to the lowest index (Python ``list.index(max)``, docs/retrospex.md, 4. Rescoring at inference).
 
     Raises:
         ValueError: no scores.

@@ -1,7 +1,7 @@
 """Episode returns: normalising the environment score and adding the intrinsic reward.
 
-Spec: ``specs/empo2.md`` §1 (reward normalisation) and §5 (R = R_ext + λ_int·Σ_t r_int);
-``specs/scienceworld.md`` §1.5 and §5.1 (ScienceWorld reward accounting).
+See docs/algorithms.md, Returns (reward normalisation, ScienceWorld reward accounting, and
+R = R_ext + λ_int·Σ_t r_int).
 
 All functions are pure. Scores are on the environment's 0..100 scale (ScienceWorld; WebShop's
 0..1 score is passed with ``scale=1``); returns are on the normalised scale (1 = full score).
@@ -27,15 +27,15 @@ __all__ = [
 class Failure(str, Enum):
     """What a failed episode (final score < 0, ScienceWorld's −100) returns."""
 
-    ZERO = "zero"  # clamp to 0: a failure is as bad as no progress (spec §1, our default)
+    ZERO = "zero"  # clamp to 0: a failure is as bad as no progress (docs/algorithms.md, Returns, our default)
     KEEP = "keep"  # keep the negative score (−1 on the 'final' basis; the authors' code)
 
 
 class ReturnBasis(str, Enum):
     """Which quantity the extrinsic return measures."""
 
-    FINAL = "final"  # final score / scale (spec §1, our default)
-    DELTA = "delta"  # (final − initial) / scale = Σ step deltas (the authors' code, scienceworld §2.3)
+    FINAL = "final"  # final score / scale (docs/algorithms.md, Returns, our default)
+    DELTA = "delta"  # (final − initial) / scale = Σ step deltas (the authors' code, docs/algorithms.md, Returns)
 
 
 def episode_return(
@@ -45,14 +45,14 @@ def episode_return(
     scale: float = 100.0,
     basis: ReturnBasis | str = ReturnBasis.FINAL,
 ) -> float:
-    """Normalised extrinsic return R_ext of one episode (spec §1).
+    """Normalised extrinsic return R_ext of one episode (docs/algorithms.md, Returns).
 
     ``basis='final'`` (default): R_ext = final_score / scale, in [0, 1] for a non-failed episode.
     ``basis='delta'``: R_ext = (final_score − initial_score) / scale = Σ_t r_t / scale, the sum of
-    the score deltas the environment emits — what the authors' code uses (scienceworld §2.3, §4.8).
+    the score deltas the environment emits — what the authors' code uses (docs/algorithms.md, Returns and GRPO advantages).
 
     Why 'final' is the default: ScienceWorld's score after ``reset()`` is not 0 (8 or 17 on
-    find-*, up to 50 on lifespan-*; scienceworld §1.5), because it already credits where the agent
+    find-*, up to 50 on lifespan-*; docs/environments.md, ScienceWorld), because it already credits where the agent
     starts. With Σ deltas two episodes that end in the same state get different returns when they
     start from different variations, and a 100-point success on find-* is worth 0.92. Inside one
     GRPO group the initial score is shared (deterministic reset), so the two bases differ by a
@@ -97,7 +97,7 @@ def episode_return(
 def discounted_returns(rewards: Tensor, gamma: float) -> Tensor:
     """Discounted reward-to-go of one trajectory: R_t = Σ_{k≥t} γ^{k−t} r_k.
 
-    Used by GiGPO's step-level advantage (scienceworld §3.5; the GiGPO
+    Used by GiGPO's step-level advantage (docs/algorithms.md, GiGPO; the GiGPO
     paper, arXiv 2505.10978). Computed by the backward recursion R_t = r_t + γ·R_{t+1}, R_S = 0.
 
     Args:
@@ -125,11 +125,11 @@ def discounted_returns(rewards: Tensor, gamma: float) -> Tensor:
 
 
 def total_return(r_ext: float | Tensor, r_int: Tensor, lam: float, include: bool) -> Tensor:
-    """The return used for the advantage: R = R_ext + λ_int·Σ_t r_int(s_t) (spec §5).
+    """The return used for the advantage: R = R_ext + λ_int·Σ_t r_int(s_t) (docs/algorithms.md, EMPO² memory at run time).
 
     With ``include=False`` the intrinsic part is left out (R = R_ext): that is what the authors'
     shipped advantage path does (the intrinsic reward is logged but never reaches the loss;
-    scienceworld §4.5). The two parts should be logged separately by the caller.
+    docs/algorithms.md, EMPO² memory at run time). The two parts should be logged separately by the caller.
 
     Args:
         r_ext: the normalised extrinsic return of the episode (scalar float or 0-d tensor).

@@ -1,4 +1,4 @@
-"""Confidence intervals for evaluation results (spec §8: mean score and success rate).
+"""Confidence intervals for evaluation results (docs/algorithms.md, Evaluation statistics: mean score and success rate).
 
 * :func:`mean_ci` — Student-t interval of a mean score (e.g. 0..100 per episode).
 * :func:`proportion_ci` — Wilson score interval of a success rate.

@@ -42,7 +42,7 @@ class TaskSpec:
 
     @property
     def bucket(self) -> str:
-        """Memory bucket key: task + variation (spec §4)."""
+        """Memory bucket key: task + variation (docs/algorithms.md, EMPO² memory at run time)."""
         return f"{self.env}/{self.task}/{self.variation}"
 
 
@@ -130,7 +130,7 @@ class TextEnv(Protocol):
         ...
 
     def anchor(self) -> str:
-        """A text identifying the current state, for GiGPO step groups (spec scienceworld §3.5)."""
+        """A text identifying the current state, for GiGPO step groups (docs/algorithms.md, GiGPO)."""
         ...
 
     def close(self) -> None:

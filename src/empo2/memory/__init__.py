@@ -1,4 +1,4 @@
-"""The tip memory of EMPO² (spec empo2 §4–5): store, embedder, retriever, novelty, texts.
+"""The tip memory of EMPO² (docs/algorithms.md, EMPO² memory at run time): store, embedder, retriever, novelty, texts.
 
 - ``store``: ``MemoryEntry``, ``EntryStore`` (per-query protocol), ``MemoryStore`` (SQLite file
   ``<run>/memory.sqlite`` + in-RAM index per bucket), ``build_entries``.
@@ -25,9 +25,10 @@ from empo2.memory.embedder import (
     TextEmbedder,
     load_embedder,
 )
-from empo2.memory.backend import LocalMemory, MemoryBackend, open_memory
+from empo2.memory.backend import LocalMemory, MemoryBackend
+from empo2.memory.open_backend import open_memory
 from empo2.memory.novelty import NoveltyCounter, intrinsic_from_retrieved
-from empo2.memory.retriever import Compare, Ties, rank_order, retrieve, search, select
+from empo2.memory.retriever import Compare, Ties, rank_order, search, select
 from empo2.memory.store import (
     MEMORY_FILENAME,
     SCHEMA_VERSION,
@@ -38,6 +39,7 @@ from empo2.memory.store import (
     Retrieved,
     build_entries,
     open_run_memory,
+    retrieve,
 )
 from empo2.memory.text import (
     TIP_INSTRUCTION,

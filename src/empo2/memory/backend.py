@@ -34,7 +34,7 @@ from empo2.memory.store import MEMORY_FILENAME, DEFAULT_CAPACITY, MemoryEntry, M
 
 @runtime_checkable
 class MemoryBackend(Protocol):
-    """The memory of a run, as the EMPO² runtime uses it (spec empo2 §4–5). Every method takes a
+    """The memory of a run, as the EMPO² runtime uses it (docs/algorithms.md, EMPO² memory at run time). Every method takes a
     whole batch; ``S`` is the number of states, ``D`` the embedding size."""
 
     def query(self, buckets: Sequence[str], embeddings: np.ndarray, threshold: float, top_k: int, *,
@@ -172,34 +172,3 @@ def open_local_memory(run_dir: str | Path, dim: int | None, embedder: str | None
     else:
         store = MemoryStore(path, dim=dim, embedder=embedder, capacity=capacity)
     return LocalMemory(store, NoveltyCounter(novelty_threshold), read_only=read_only)
-
-
-def open_memory(backend: str, run_dir: str | Path, *, dim: int | None, embedder: str | None,
-                capacity: int = DEFAULT_CAPACITY, novelty_threshold: float = 0.9, read_only: bool = False,
-                ray_cfg: Any = None) -> MemoryBackend:
-    """The memory of a run for ``empo2.memory.backend`` (``"local"`` or ``"ray"``).
-
-    Args:
-        backend: ``"local"``: ``open_local_memory`` in this process; ``"ray"``: a Ray actor serving it
-            (``memory.ray_service.RayMemory``; one actor per run folder, shared by every process of the
-            run that joins the same cluster).
-        run_dir: the folder holding ``memory.sqlite``.
-        dim, embedder: the embedder's size and name (recorded in, and checked against, the file).
-        capacity: entries per bucket.
-        novelty_threshold: τ_novelty.
-        read_only: open another run's memory without writing.
-        ray_cfg: the ``ray`` config section (``"ray"`` only).
-
-    Raises:
-        ValueError: unknown backend.
-        FileNotFoundError, MemoryStoreError: see ``open_local_memory``.
-        ImportError: ``"ray"`` without ray installed.
-    """
-    if backend == "local":
-        return open_local_memory(run_dir, dim, embedder, capacity, novelty_threshold, read_only)
-    if backend == "ray":
-        from empo2.memory.ray_service import RayMemory
-
-        return RayMemory(run_dir, dim=dim, embedder=embedder, capacity=capacity,
-                         novelty_threshold=novelty_threshold, read_only=read_only, ray_cfg=ray_cfg)
-    raise ValueError(f"unknown empo2.memory.backend {backend!r}; use 'local' or 'ray'")

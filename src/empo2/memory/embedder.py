@@ -1,4 +1,4 @@
-"""Sentence embedders for memory keys and state novelty (spec empo2 §4–5).
+"""Sentence embedders for memory keys and state novelty (docs/algorithms.md, EMPO² memory at run time).
 
 ``load_embedder(name)`` is the one entry point (``empo2.memory.embedder`` in the config):
 
@@ -120,7 +120,7 @@ class Embedder:
         cache_size: embeddings kept in an LRU cache keyed by the *truncated* token ids (0 = off).
             The model reads only the first ``max_seq_length`` word pieces, so texts that agree there
             get the same vector without another forward pass: with full-history keys, every state of
-            a variation after the first (scienceworld §4.2). A forward pass of a 256-word-piece text
+            a variation after the first (docs/algorithms.md, EMPO² memory at run time). A forward pass of a 256-word-piece text
             costs ~0.1 s on one CPU core; the tokenisation that forms the cache key ~2 ms.
 
     Attributes:

@@ -1,4 +1,4 @@
-"""State novelty: the intrinsic reward r_int(s_t) = 1/n(s_t) (spec empo2 §5).
+"""State novelty: the intrinsic reward r_int(s_t) = 1/n(s_t) (docs/algorithms.md, EMPO² memory at run time).
 
 ``NoveltyCounter`` keeps, per bucket (task + variation), every state embedding it has seen.
 n(s) = (number of previously seen states with cosine ≥ τ_novelty) + 1, so a brand-new state gives
@@ -15,7 +15,7 @@ episode). So the N rollouts of a GRPO group that reach the same state at the sam
 same reward, and identical trajectories get identical returns (issue #10: counting the rows of
 one turn against each other gave 8 identical states 1, ½, …, ⅛).
 
-The authors' code instead uses n = (number of retrieved tips) + 1 (scienceworld §4.5):
+The authors' code instead uses n = (number of retrieved tips) + 1 (docs/algorithms.md, EMPO² memory at run time):
 ``intrinsic_from_retrieved``. Which one feeds the return is ``empo2.intrinsic.count``.
 
 The counter lives in RAM; ``state_dict``/``load_state_dict`` (numpy arrays) let the trainer
@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 
 
 def intrinsic_from_retrieved(n_retrieved: int | np.ndarray) -> float | np.ndarray:
-    """The authors' intrinsic reward r_int = 1/(n_retrieved + 1) (scienceworld §4.5).
+    """The authors' intrinsic reward r_int = 1/(n_retrieved + 1) (docs/algorithms.md, EMPO² memory at run time).
 
     Args:
         n_retrieved: number of tips retrieved at the step (≥ 0), a scalar or an int array ``[S]``.
@@ -89,7 +89,7 @@ def _digest(emb: np.ndarray) -> bytes:
 
 
 class NoveltyCounter:
-    """Counts visits of similar states per bucket; r_int = 1/n (spec §5).
+    """Counts visits of similar states per bucket; r_int = 1/n (docs/algorithms.md, EMPO² memory at run time).
 
     Args:
         threshold: τ_novelty; two states are "the same" when their cosine is ≥ τ (``empo2.intrinsic.threshold``).

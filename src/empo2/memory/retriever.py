@@ -1,8 +1,8 @@
-"""Retrieval Retr(s_t; M): thresholded cosine, then best episode score first (spec empo2 §4).
+"""Retrieval Retr(s_t; M): thresholded cosine, then best episode score first (docs/algorithms.md, EMPO² memory at run time).
 
 Rule: of the bucket's entries whose key has cosine ≥ τ with the state embedding, return the
 k with the highest episode score; equal scores put the newer entry (higher insertion ``seq``)
-first. The authors' service (scienceworld §4.2) differs in two details, both selectable:
+first. The authors' service (docs/algorithms.md, EMPO² memory at run time) differs in two details, both selectable:
 
 - ``compare="gt"``: cosine strictly greater than τ (authors: ``> 0.5``); ours: ``"ge"``.
 - ``ties="older_first"``: a stable sort over insertion order keeps older entries first on equal
@@ -12,24 +12,18 @@ The maths is pure numpy: ``rank_order`` (the score order of a bucket; cached by 
 the bucket changes), ``select`` (the rule, given all similarities) and ``search`` (the same result,
 but it first scores only the few hundred best-ranked keys and stops if k of them pass τ). A query
 over 10^5 keys therefore costs at most one ``[M, D] @ [D]`` product plus an ``O(M)`` gather, and
-far less when most keys pass τ (as with full-history keys, scienceworld §4.2).
+far less when most keys pass τ (as with full-history keys, docs/algorithms.md, EMPO² memory at run time).
 """
 
 from __future__ import annotations
 
 from enum import Enum
-from typing import TYPE_CHECKING
-
 import numpy as np
-
-if TYPE_CHECKING:
-    from empo2.memory.store import EntryStore, Retrieved
-
 
 class Compare(str, Enum):
     """How the similarity threshold τ is applied."""
 
-    GE = "ge"  # cosine >= τ (ours, spec §4)
+    GE = "ge"  # cosine >= τ (ours, docs/algorithms.md, EMPO² memory at run time)
     GT = "gt"  # cosine > τ (authors' server_mem.py)
 
 
@@ -137,32 +131,3 @@ def search(
     sims = keys @ query
     chosen = select(sims, order, threshold, top_k, compare)
     return chosen, sims[chosen]
-
-
-def retrieve(
-    store: EntryStore,
-    bucket: str,
-    state_embedding: np.ndarray,
-    threshold: float,
-    top_k: int,
-    compare: Compare | str = Compare.GE,
-    ties: Ties | str = Ties.NEWER_FIRST,
-) -> list[Retrieved]:
-    """Retr(s_t; M) of spec §4 on any ``EntryStore``.
-
-    Args:
-        store: the memory.
-        bucket: task + variation (``TaskSpec.bucket``).
-        state_embedding: float32 ``[D]``, L2-normalised embedding of the state's key text.
-        threshold: τ (authors: 0.5).
-        top_k: k (authors: 10).
-        compare: ``"ge"`` (default) or ``"gt"`` (authors).
-        ties: ``"newer_first"`` (default) or ``"older_first"`` (authors).
-
-    Returns:
-        At most k ``Retrieved`` (entry + cosine), best first; ``[]`` for an unknown bucket.
-
-    Raises:
-        ValueError: the embedding's shape does not match the store's D.
-    """
-    return store.query(bucket, state_embedding, threshold, top_k, compare=compare, ties=ties)

@@ -1,6 +1,6 @@
 """The tip memory: entries, the ``EntryStore`` protocol, and the SQLite-backed ``MemoryStore``.
 
-An entry (spec empo2 §4) is (bucket, key embedding, key text, tip, entry text, episode score,
+An entry (docs/algorithms.md, EMPO² memory at run time) is (bucket, key embedding, key text, tip, entry text, episode score,
 iteration, step, insertion seq). Buckets are task + variation (``TaskSpec.bucket``). Within a
 bucket the same entry text is stored once (exact-text dedup) and at most ``capacity`` entries are
 kept, the oldest evicted first (FIFO; authors: 1000 per variation).
@@ -24,7 +24,7 @@ entries), loaded at open and updated after each committed write. Each key is hel
 stored entry's ``key`` is a read-only view of its row of the matrix, not a copy. The ``[M, D] @ [D]``
 products run on one BLAS thread (see ``_single_blas_thread``).
 
-``EntryStore`` is the per-query protocol of one store (``retriever.retrieve`` takes any). The
+``EntryStore`` is the per-query protocol of one store (``retrieve`` takes any). The
 batched protocol the EMPO² runtime uses — retrieval, counts, novelty and writes for a whole turn in
 one call, in process or served by a Ray actor — is ``memory.backend.MemoryBackend``.
 """
@@ -102,7 +102,7 @@ class MemoryStoreError(RuntimeError):
 
 @dataclass(eq=False)
 class MemoryEntry:
-    """One memory entry (spec §4).
+    """One memory entry (docs/algorithms.md, EMPO² memory at run time).
 
     Attributes:
         bucket: task + variation, e.g. ``"scienceworld/power-component/3"`` (``TaskSpec.bucket``).
@@ -175,6 +175,35 @@ class EntryStore(Protocol):
         ...
 
 
+def retrieve(
+    store: EntryStore,
+    bucket: str,
+    state_embedding: np.ndarray,
+    threshold: float,
+    top_k: int,
+    compare: Compare | str = Compare.GE,
+    ties: Ties | str = Ties.NEWER_FIRST,
+) -> list[Retrieved]:
+    """Retr(s_t; M) (docs/algorithms.md, EMPO² memory at run time) on any ``EntryStore``.
+
+    Args:
+        store: the memory.
+        bucket: task + variation (``TaskSpec.bucket``).
+        state_embedding: float32 ``[D]``, L2-normalised embedding of the state's key text.
+        threshold: τ (authors: 0.5).
+        top_k: k (authors: 10).
+        compare: ``"ge"`` (default) or ``"gt"`` (authors).
+        ties: ``"newer_first"`` (default) or ``"older_first"`` (authors).
+
+    Returns:
+        At most k ``Retrieved`` (entry + cosine), best first; ``[]`` for an unknown bucket.
+
+    Raises:
+        ValueError: the embedding's shape does not match the store's D.
+    """
+    return store.query(bucket, state_embedding, threshold, top_k, compare=compare, ties=ties)
+
+
 def build_entries(
     bucket: str,
     key: np.ndarray,
@@ -185,7 +214,7 @@ def build_entries(
     actions: Sequence[str],
     mode: EntryTextMode | str = EntryTextMode.PER_STEP,
 ) -> list[MemoryEntry]:
-    """The entries one finished episode writes (spec §4, scienceworld §4.3).
+    """The entries one finished episode writes (docs/algorithms.md, EMPO² memory at run time).
 
     Args:
         bucket: the episode's task + variation.
@@ -327,7 +356,7 @@ def _blob(key: np.ndarray) -> bytes:
 
 
 class MemoryStore:
-    """The tip memory, persisted in SQLite with an in-RAM search index per bucket (spec §4).
+    """The tip memory, persisted in SQLite with an in-RAM search index per bucket (docs/algorithms.md, EMPO² memory at run time).
 
     Args:
         path: the SQLite file (normally ``<run>/memory.sqlite``; created with its folder if
@@ -704,7 +733,7 @@ class MemoryStore:
 
     def query(self, bucket: str, embedding: np.ndarray, threshold: float, top_k: int, *,
               compare: Compare | str = Compare.GE, ties: Ties | str = Ties.NEWER_FIRST) -> list[Retrieved]:
-        """Retr(s_t; M) (spec §4): see ``empo2.memory.retriever`` for the rule.
+        """Retr(s_t; M) (docs/algorithms.md, EMPO² memory at run time): see ``empo2.memory.retriever`` for the rule.
 
         Args:
             bucket: task + variation.

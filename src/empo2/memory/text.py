@@ -1,9 +1,9 @@
 """The texts of the tip memory: entry texts, the tip instruction, tip cleaning, and key texts.
 
-Pure string functions, no model and no numpy (spec empo2 §4, scienceworld §4.2–4.4).
+Pure string functions, no model and no numpy (docs/algorithms.md, EMPO² memory at run time).
 
 Entry texts (what a retrieved memory shows the agent)
-    ``step_entry_text`` reproduces the authors' per-step entry (scienceworld §4.3)::
+    ``step_entry_text`` reproduces the authors' per-step entry (docs/algorithms.md, EMPO² memory at run time)::
 
         "{tip}; At that timestep, the specific action you took was {action}; Eventually you got the score {R}/100."
 
@@ -21,7 +21,7 @@ Key texts (what is embedded as the state)
     **256 word pieces** of its input, and the chat always starts with the same instruction block and
     first observation of the task variation. So with full_history only that common prefix is embedded:
     every key of a variation is (nearly) the same vector, the 0.5 threshold always passes, and
-    retrieval degenerates to "the k highest-scoring memories of this variation" (scienceworld §4.2).
+    retrieval degenerates to "the k highest-scoring memories of this variation" (docs/algorithms.md, EMPO² memory at run time).
     ``mode="recent_window"`` fixes this: it embeds only the last ``recent_turns`` (user, assistant)
     turns plus the current observation, and keeps at most ``max_chars`` characters from the *end*
     (≈ 4 characters per word piece, so 900 characters fit in 256 word pieces with room to spare).
@@ -47,7 +47,7 @@ TIP_INSTRUCTION = (
     "happened in this trajectory, what you learned about the environment, and how far the trajectory "
     "was from completing the task."
 )
-"""The instruction appended (as a new user message) to the finished trajectory to sample a tip (spec §4)."""
+"""The instruction appended (as a new user message) to the finished trajectory to sample a tip (docs/algorithms.md, EMPO² memory at run time)."""
 
 SUMMARY_TIP_INSTRUCTION = (
     "Write ONE short sentence of advice for the next attempt at this task: say which action helped or which "
@@ -144,7 +144,7 @@ def _fmt_score(score: float) -> str:
 def final_score_text(score: float) -> str:
     """The authors' wording of an episode's final score: ``"Eventually you got the score {R}/100."``.
 
-    Used in the entry texts and, after the final observation, in the tip prompt (scienceworld §4.3).
+    Used in the entry texts and, after the final observation, in the tip prompt (docs/algorithms.md, EMPO² memory at run time).
 
     Args:
         score: the episode score, 0..100 scale (may be negative, e.g. ScienceWorld −100).
@@ -156,7 +156,7 @@ def final_score_text(score: float) -> str:
 
 
 def step_entry_text(tip: str, action: str, score: float) -> str:
-    """The authors' per-step memory entry text (scienceworld §4.3), typo fixed.
+    """The authors' per-step memory entry text (docs/algorithms.md, EMPO² memory at run time), typo fixed.
 
     Args:
         tip: the cleaned tip of the episode (see ``clean_tip``).
@@ -196,7 +196,7 @@ def _cap_words(text: str, max_words: int) -> str:
 
 
 def clean_tip(text: str, max_words: int = MAX_TIP_WORDS) -> str | None:
-    """Turn raw sampled tip text into one clean line, or ``None`` if it is unusable (spec §4).
+    """Turn raw sampled tip text into one clean line, or ``None`` if it is unusable (docs/algorithms.md, EMPO² memory at run time).
 
     Steps: keep what is inside ``<tip>…</tip>`` if the model wrote such a block; take the first
     non-empty line; drop list bullets and prefixes such as ``Tip:``, ``**Summary:**``, ``1.``;
@@ -247,7 +247,7 @@ def key_text(
     recent_turns: int = 2,
     max_chars: int | None = RECENT_WINDOW_MAX_CHARS,
 ) -> str:
-    """The state text that is embedded as a memory key (spec empo2 §4, scienceworld §4.2).
+    """The state text that is embedded as a memory key (docs/algorithms.md, EMPO² memory at run time).
 
     Args:
         messages: the chat so far as ``(role, content)`` pairs (or ``{"role", "content"}`` dicts),

@@ -79,7 +79,7 @@ class ChatFormat:
 
     def decode(self, ids: list[int]) -> str:
         """Text of ``ids`` (special tokens kept out)."""
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        return str(self.tokenizer.decode(ids, skip_special_tokens=True))
 
     def open(self, role: str) -> list[int]:
         """Ids of the markup opening a ``role`` message."""

@@ -229,7 +229,8 @@ def make_generator(name: str, model: Any, fmt: Any, **kwargs: Any) -> Generator:
     if name not in GENERATORS:
         raise ValueError(f"unknown rollout.generator {name!r}; choose one of {sorted(GENERATORS)}")
     mod, cls = GENERATORS[name].split(":")
-    return getattr(importlib.import_module(mod), cls)(model, fmt, **kwargs)
+    generator: Generator = getattr(importlib.import_module(mod), cls)(model, fmt, **kwargs)
+    return generator
 
 
 class HFGenerator:
@@ -415,10 +416,10 @@ class HFGenerator:
                 if r.release_cache:
                     self._drop(r.cache_key)
             raise
-        for r, e in zip(reqs, ekvs):
+        for r, ekv in zip(reqs, ekvs):
             if r.cache_key is None or r.release_cache:
                 self._drop(r.cache_key)
-                e.clear()
+                ekv.clear()
         if stay:
             self._cap([ekvs[i] for i in stay])
         return out

@@ -121,7 +121,7 @@ def kv_bytes_per_token(model: Any) -> int | None:
     """Bytes one token adds to a full-attention KV cache of ``model``: 2 (keys, values) × layers ×
     KV heads × head dim × the parameter dtype's size; None when the config does not say (fakes).
     SmolLM2-135M in fp32: 2 × 30 × 3 × 64 × 4 B = 46 080 B."""
-    cfg = getattr(model, "config", None)
+    cfg: Any = getattr(model, "config", None)
     try:
         layers = int(cfg.num_hidden_layers)
         heads = int(getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads)
@@ -129,7 +129,7 @@ def kv_bytes_per_token(model: Any) -> int | None:
         size = next(model.parameters()).element_size()
     except (AttributeError, TypeError, ValueError, StopIteration):
         return None
-    return 2 * layers * heads * head_dim * size
+    return 2 * layers * heads * head_dim * int(size)
 
 
 # ---------------------------------------------------------------------------- transformers glue
@@ -187,7 +187,8 @@ def make_cache(layers: list[Layer]) -> Any:
 
 
 def _device(model: Any) -> torch.device:
-    return next(model.parameters()).device
+    device: torch.device = next(model.parameters()).device
+    return device
 
 
 @torch.inference_mode()
@@ -223,7 +224,8 @@ def extend(model: Any, ekv: EpisodeKV, new_ids: list[int]) -> torch.Tensor:
         raise KVCacheUnsupported("the returned cache does not cover the fed tokens")
     ekv.layers = layers
     ekv.ids = ekv.ids + list(new_ids)
-    return out.logits[0, -1, :].float()
+    logits: torch.Tensor = out.logits[0, -1, :].float()
+    return logits
 
 
 def stack(ekvs: list[EpisodeKV]) -> tuple[Any, torch.Tensor]:
@@ -363,7 +365,8 @@ def extend_batch(model: Any, ekvs: list[EpisodeKV], new_ids: list[list[int]], pa
     for r, e in enumerate(ekvs):
         e.layers = new[r]
         e.ids = old_ids[r] + list(new_ids[r])
-    return out.logits[:, -1, :].float()
+    logits: torch.Tensor = out.logits[:, -1, :].float()
+    return logits
 
 
 def split(cache: Any, ekvs: list[EpisodeKV], prompt_len: int, fed: list[list[int]]) -> None:
@@ -412,4 +415,4 @@ def _drop_layer(cache: Any, i: int) -> None:
         layer = cache.layers[i]
         layer.keys = layer.values = None
     elif hasattr(cache, "key_cache") and i < len(cache.key_cache):
-        cache.key_cache[i] = cache.value_cache[i] = None  # type: ignore[index]
+        cache.key_cache[i] = cache.value_cache[i] = None

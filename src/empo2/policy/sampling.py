@@ -2,7 +2,7 @@
 
 One call generates the next action of every live episode (``rollout/``). The behaviour
 log-prob of each sampled token is ``log softmax(logits / temperature)[token]`` — the same
-temperature scaling the loss uses (spec §7) — renormalised over the allowed tokens when a
+temperature scaling the loss uses (docs/algorithms.md, Policy loss) — renormalised over the allowed tokens when a
 ``TokenTrie`` constrains the row. Generated ids are returned as sampled, never re-tokenised.
 
 Two entry points with the same sampling semantics: ``sample`` prefills every prompt from scratch
@@ -118,7 +118,8 @@ def sample(
     return gens
 
 
-def _check_args(B: int, temperature: float, generators: list | None, tries: list | None) -> None:
+def _check_args(B: int, temperature: float, generators: list[torch.Generator] | None,
+                tries: list[TokenTrie | None] | None) -> None:
     if temperature <= 0:
         raise ValueError("temperature must be > 0 (behaviour log-probs need a sampling distribution)")
     if generators is not None and len(generators) != B:
@@ -200,8 +201,9 @@ def _pick(logits: torch.Tensor, gens: list[Generation], live: list[bool], *, tem
     for r in range(B):
         if not live[r]:
             continue
-        if tries is not None and tries[r] is not None:
-            allowed = tries[r].allowed(gens[r].ids)
+        trie = tries[r] if tries is not None else None
+        if trie is not None:
+            allowed = trie.allowed(gens[r].ids)
             if not allowed:
                 live[r] = False
                 gens[r].stop = "eos"

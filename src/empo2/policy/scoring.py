@@ -1,4 +1,4 @@
-"""Teacher-forced scores of several continuations of one prompt (Retrospex's LLM score, spec §3 step 3).
+"""Teacher-forced scores of several continuations of one prompt (Retrospex's LLM score, docs/retrospex.md, 4. Rescoring at inference).
 
 ``continuation_logprobs`` returns, for each candidate continuation (an action's ids plus the
 end-of-turn id), the log-prob of every token given the prompt and the tokens before it, at

@@ -9,7 +9,7 @@ it recomputes log-probs, so importance ratios compare like with like.
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 
 class TokenTrie:
@@ -25,7 +25,7 @@ class TokenTrie:
 
     def __init__(self, sequences: Iterable[list[int]], end_id: int):
         self.end_id = int(end_id)
-        self.root: dict[int, dict] = {}
+        self.root: dict[int, Any] = {}  # token id -> child node (same shape)
         self._seqs: list[list[int]] = []
         for seq in sequences:
             if not seq:
@@ -63,9 +63,10 @@ class TokenTrie:
 
     def allowed(self, prefix: list[int]) -> list[int]:
         """Token ids allowed after ``prefix`` (sorted); [] if the prefix left the trie or ended."""
-        node = self.root
+        node: dict[int, Any] = self.root
         for t in prefix:
-            node = node.get(int(t))
-            if node is None:
+            child = node.get(int(t))
+            if child is None:
                 return []
+            node = child
         return sorted(node.keys())

@@ -88,7 +88,7 @@ def _trie_processor_class() -> type:
         return _TRIE_CLS
     from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
-    class TrieLogitsProcessor(AdapterLogitsProcessor):
+    class TrieLogitsProcessor(AdapterLogitsProcessor):  # type: ignore[misc,unused-ignore]  # Any without vllm
         """Per-request mask: ids outside ``TokenTrie.allowed(output ids)`` get −inf (constrained rows).
 
         A request opts in with ``SamplingParams(extra_args={TRIE_KEY: {"seqs": ..., "end": ...}})``;

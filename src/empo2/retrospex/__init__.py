@@ -1,6 +1,6 @@
 """Retrospex (arXiv 2505.11807): an offline IQL critic that rescores the LLM's candidate actions.
 
-Pipeline (``specs/retrospex.md``; ``docs/retrospex.md``):
+Pipeline (docs/retrospex.md):
 
 1. imitation warm-up: ``empo2 sft`` (``empo2.trainer.sft``) on expert trajectories;
 2. critic data: rollouts of that policy on train variations → transitions (``collect``, ``transitions``);

@@ -1,7 +1,7 @@
 """Critic data: rollouts of a checkpoint on train variations, stored as episodes and transitions.
 
-Spec: ``specs/retrospex.md`` §1 (the IL agent's own rollouts, one episode per training variation)
-and §6. The policy acts alone (no rescoring), sampling at ``retrospex.collect_temperature``. On
+See docs/retrospex.md, 2. Critic data (the IL agent's own rollouts, one episode per training
+variation). The policy acts alone (no rescoring), sampling at ``retrospex.collect_temperature``. On
 ScienceWorld the engine asks the environment for look + inventory before every action
 (``SciWorldEnv.anchor()``, free actions: no tick), which the transitions need.
 

@@ -1,6 +1,6 @@
 """The Retrospex critic: text encoders, Q / V / target-Q networks, offline IQL training, save/load.
 
-Spec: ``specs/retrospex.md`` §2 (the authors' ``DRRN_Q``/``DRRN_V``, ``iql.py``) and §6 (CPU size).
+See docs/retrospex.md, 3. The critic (the authors' ``DRRN_Q``/``DRRN_V``, ``iql.py``; our CPU size).
 
 Two encoders (``retrospex.critic.encoder``):
 
@@ -37,7 +37,7 @@ import yaml
 from torch import Tensor, nn
 
 from empo2.algo.iql import TwinLoss, iql_update
-from empo2.retrospex.config import CriticConfig
+from empo2.retrospex_config import CriticConfig
 from empo2.retrospex.transitions import Transition, clean_text, critic_fields
 
 log = logging.getLogger(__name__)
@@ -260,7 +260,7 @@ class Critic:
 
     @torch.no_grad()
     def advantage(self, states: Sequence[dict[str, str]], actions: Sequence[str]) -> np.ndarray:
-        """``Q_target(s, a) − V(s)`` of each (state, action) pair (spec §3 step 4).
+        """``Q_target(s, a) − V(s)`` of each (state, action) pair (docs/retrospex.md, 4. Rescoring at inference).
 
         Args:
             states: N dicts with the critic's state fields (uncleaned text; missing fields read as '').
@@ -345,7 +345,7 @@ def _featurizer(cfg: CriticConfig, texts: Sequence[str], embedder: Any = None) -
 def train_critic(transitions: Sequence[Transition], cfg: CriticConfig, env: str, embedder: Any = None,
                  on_epoch: Callable[[int, dict[str, float]], None] | None = None
                  ) -> tuple[Critic, list[dict[str, float]]]:
-    """Train Q, V and the target Q offline with IQL (spec §2) on ``transitions``.
+    """Train Q, V and the target Q offline with IQL (docs/retrospex.md, 3. The critic) on ``transitions``.
 
     Args:
         transitions: the critic data (``transitions.transitions_from_records``).

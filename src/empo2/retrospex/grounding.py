@@ -1,6 +1,6 @@
-"""Grounding the LLM's proposals to k admissible candidate actions (spec retrospex §3 step 2).
+"""Grounding the LLM's proposals to k admissible candidate actions (docs/retrospex.md, 4. Rescoring at inference).
 
-The authors' rule, with two fixes the spec asks for (§7.10):
+The authors' rule, with two fixes of ours (docs/retrospex.md, Departures from the authors' code):
 
 1. the allowed set is the admissible list minus the last ``exclude_recent`` executed actions
    (ScienceWorld; 3 in the authors' code);

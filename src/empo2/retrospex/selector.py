@@ -1,4 +1,4 @@
-"""Retrospex's dynamic action rescoring as a rollout-engine ``ActionSelector`` (spec retrospex §3).
+"""Retrospex's dynamic action rescoring as a rollout-engine ``ActionSelector`` (docs/retrospex.md, 4. Rescoring at inference).
 
 Per live episode and step t (``select``):
 
@@ -19,7 +19,7 @@ Per live episode and step t (``select``):
 The chosen candidate's ids (its text + end-of-turn) go into the chat, with their teacher-forced
 log-probs as behaviour log-probs. Each decision is recorded in the trajectory's
 ``info["retrospex"]`` (candidates, p, q, λ, scores, chosen, and the LLM-only choice). Not built:
-the SwiftSage loop heuristics of spec §3 (repeat ``wait``, focus suppression, answering ``0`` to
+the SwiftSage loop heuristics of docs/retrospex.md, 4. Rescoring at inference (repeat ``wait``, focus suppression, answering ``0`` to
 ambiguity, early stop) — the environment adapter handles ambiguity itself.
 """
 
@@ -39,7 +39,7 @@ from empo2.policy.sampling import row_seed
 from empo2.policy.scoring import mean_logprob
 from empo2.policy.trie import TokenTrie
 from empo2.records import Trajectory, episode_id
-from empo2.retrospex.config import RetrospexConfig
+from empo2.retrospex_config import RetrospexConfig
 from empo2.retrospex.critic import Critic
 from empo2.retrospex.grounding import Embed, ground_candidates
 from empo2.retrospex.transitions import MISSING, OBS_PREFIX, START_OBS, split_look_inventory

@@ -1,6 +1,6 @@
-"""Critic data: episodes (our trajectory JSONL records) → IQL transitions with the spec's fields.
+"""Critic data: episodes (our trajectory JSONL records) → IQL transitions with the authors' fields.
 
-Spec: ``specs/retrospex.md`` §1 ("Building the transitions") and §6 (mapping onto our library).
+See docs/retrospex.md, 2. Critic data.
 
 ScienceWorld, step j of an episode with T steps (fields ``task, look, inv, obs, action``):
 
@@ -11,12 +11,12 @@ ScienceWorld, step j of an episode with T steps (fields ``task, look, inv, obs, 
 * next state: step j+1's look and inventory and ``"[OBSERVATION]: "`` + obs_j; after the last step
   the placeholders ``FINISHED_LOOK`` / ``FINISHED_INV`` and the final observation;
 * reward r_j = (score_j − score_{j−1}) / 100 (score_{−1} = the score after reset: the credit
-  ScienceWorld gives at reset is not an action's reward; the spec's logs start from 0);
+  ScienceWorld gives at reset is not an action's reward; the authors' logs start from 0);
 * ``terminal`` = 1 only on the last step of a successful episode; failed and truncated episodes
   stay non-terminal and bootstrap from the placeholder state.
 
 Environments without look/inventory (WebShop, the tiny env) use the fields ``task, obs, action``;
-WebShop spreads the episode's final reward R (0..1) evenly, R/T per step (spec §1, WebShop).
+WebShop spreads the episode's final reward R (0..1) evenly, R/T per step (docs/retrospex.md, 2. Critic data).
 Text cleaning (``clean_text``: ``\\t \\n * -`` → space, strip) happens when the critic featurises a
 field, so training and inference see the same text.
 """
@@ -56,7 +56,7 @@ PLAIN_FIELDS = ("task", "obs")
 
 
 def critic_fields(env: str) -> tuple[str, ...]:
-    """The state fields the critic reads for environment family ``env`` (spec §2 table).
+    """The state fields the critic reads for environment family ``env`` (docs/retrospex.md, 2. Critic data).
 
     ScienceWorld: ``task, look, inv, obs``; every other environment: ``task, obs``.
     """
@@ -64,7 +64,7 @@ def critic_fields(env: str) -> tuple[str, ...]:
 
 
 def clean_text(text: str) -> str:
-    """The authors' cleaning: ``\\t \\n * -`` become spaces, then strip (spec §1)."""
+    """The authors' cleaning: ``\\t \\n * -`` become spaces, then strip (docs/retrospex.md, 2. Critic data)."""
     return str(text).translate(_CLEAN).strip()
 
 
@@ -88,7 +88,7 @@ def split_look_inventory(anchor: str) -> tuple[str, str]:
 def rewards_from_scores(scores: Sequence[float], initial: float = 0.0, scale: float = 100.0) -> list[float]:
     """Per-step rewards ``(score_j − score_{j−1}) / scale`` with ``score_{−1} = initial``.
 
-    Example (spec §7.8, scale 1): scores [0, 0, 0.25, 0.25, 1.0] → [0, 0, 0.25, 0, 0.75].
+    Example (scale 1): scores [0, 0, 0.25, 0.25, 1.0] → [0, 0, 0.25, 0, 0.75].
     """
     out, prev = [], float(initial)
     for s in scores:

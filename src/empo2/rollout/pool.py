@@ -228,26 +228,3 @@ class EnvPool(EnvPoolBase):
 
     def close(self) -> None:
         self.local.close()
-
-
-def make_pool(env_cfg: Any, family: EnvFamily, size: int, ray_cfg: Any = None) -> EnvPoolBase:
-    """The pool ``env_cfg.backend`` asks for (``"thread"`` or ``"ray"``) with ``size`` slots.
-
-    Args:
-        env_cfg: the ``env`` config section (``backend``, ``ray.envs_per_actor``, ``ray.actor_cpus``).
-        family: the family built from ``env_cfg`` in this process (system prompt, tasks).
-        size: slots (environments).
-        ray_cfg: the ``ray`` config section (cluster address, local cluster size) for ``"ray"``.
-
-    Raises:
-        ValueError: unknown backend.
-        ImportError: ``"ray"`` without the ``ray`` package (message has the install command).
-    """
-    backend = getattr(env_cfg, "backend", "thread")
-    if backend == "thread":
-        return EnvPool(family, size)
-    if backend == "ray":
-        from empo2.rollout.ray_pool import RayEnvPool
-
-        return RayEnvPool(env_cfg, size, ray_cfg)
-    raise ValueError(f"unknown env.backend {backend!r}; use 'thread' or 'ray'")

@@ -1,4 +1,4 @@
-"""Out-of-distribution adaptation through memory alone (spec §8): frozen weights, memory on.
+"""Out-of-distribution adaptation through memory alone (docs/algorithms.md, Evaluation statistics): frozen weights, memory on.
 
 For each of K trials, every (task, variation) instance of the chosen tasks is played once with
 tips retrieved from the adaptation memory (``Mode.ON_TIPS``); after the trial the frozen policy

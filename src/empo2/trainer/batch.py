@@ -1,7 +1,7 @@
 """Turning trajectories into packed training samples (one sequence per trajectory).
 
 A trajectory's training sequence is the concatenation of its segments — with the tip segments
-for plain/on-policy rollouts, without them for off-policy ones (spec §3). Every action token is
+for plain/on-policy rollouts, without them for off-policy ones (docs/algorithms.md, Modes). Every action token is
 a target with its behaviour log-prob, the advantage of its step, its allowed-token set
 (constrained sampling) and a step-sample id (for sequence-level aggregation and masking).
 Sequences longer than ``max_context`` are cut at a step boundary (later steps are not trained,

@@ -1,4 +1,4 @@
-"""EMPO² pieces of the training loop: tips, memory writes, retrieval and novelty (spec §3–5).
+"""EMPO² pieces of the training loop: tips, memory writes, retrieval and novelty (docs/algorithms.md, Modes and EMPO² memory at run time).
 
 ``make_runtime`` builds the runtime with the memory backend the config names
 (``empo2.memory.backend``: in process, or a Ray actor shared by every rollout worker of the run).
@@ -25,7 +25,7 @@ def make_runtime(cfg: Any, setup: Any, run_dir: Path, read_only: bool = False) -
         MemoryStoreError: a corrupt or mismatched memory file (message names the file).
         ImportError: ``empo2.memory.backend=ray`` without ray installed.
     """
-    from empo2.memory.backend import open_memory
+    from empo2.memory.open_backend import open_memory
     from empo2.memory.embedder import load_embedder
     from empo2.trainer.empo2_runtime import Empo2Runtime
 

@@ -1,4 +1,4 @@
-"""EMPO² at run time (spec §3–5): retrieval into prompts, novelty, tip writing, memory entries.
+"""EMPO² at run time (docs/algorithms.md, Modes and EMPO² memory at run time): retrieval into prompts, novelty, tip writing, memory entries.
 
 One object per run, plugged into the rollout engine as its ``StepHook`` and called by the
 trainer after each rollout:
@@ -119,7 +119,7 @@ class Empo2Runtime(Method):
     def _state_text(self, st: EpisodeState) -> str:
         """The state text of ``st`` before its coming turn: the tip-free chat plus the coming user turn
         exactly as the prompt will show it (task + observation at turn 0), so a state has the same
-        text in its own query and inside later keys (spec §1: s_t is what the prompt shows)."""
+        text in its own query and inside later keys (docs/algorithms.md, EMPO² memory at run time: the state text)."""
         msgs = list(st.chat.messages) + [("user", user_text(st.task_description, st.observation, st.turn))]
         return key_text(msgs, self.mcfg.key_text, self.mcfg.recent_turns)
 
@@ -194,11 +194,11 @@ class Empo2Runtime(Method):
 
     def final_messages(self, t: Trajectory) -> list[tuple[str, str]]:
         """The trajectory's chat messages (tip-free) plus its final observation as the last user message:
-        the text of the episode's final state, embedded as the key of its entries (spec §4)."""
+        the text of the episode's final state, embedded as the key of its entries (docs/algorithms.md, EMPO² memory at run time)."""
         return list(t.info.get("messages", [])) + [("user", later_user_text(t.final_observation))]
 
     def tip_prompts(self, trajs: list[Trajectory]) -> list[list[int]]:
-        """The tip prompt of each trajectory (spec §4; issue #10 bug 1).
+        """The tip prompt of each trajectory (docs/algorithms.md, EMPO² memory at run time; issue #10 bug 1).
 
         Layout: the trajectory's ids (with tips, exactly as sampled), then a user turn with how the
         episode ended — ``later_user_text(final_observation)`` and the final score in the authors'
@@ -315,7 +315,7 @@ class Empo2Runtime(Method):
         return out
 
     def assign_intrinsic(self, trajs: list[Trajectory]) -> None:
-        """Set ``StepRecord.intrinsic`` of every step for ``intrinsic.count: similar_states`` (spec §5).
+        """Set ``StepRecord.intrinsic`` of every step for ``intrinsic.count: similar_states`` (docs/algorithms.md, EMPO² memory at run time).
 
         r_int = 1/n with n = similar states seen before + 1, where "before" means earlier
         iterations and earlier turns of this one (``NoveltyCounter.observe_episodes``): states of

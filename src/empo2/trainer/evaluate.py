@@ -1,4 +1,4 @@
-"""Evaluation (spec §8): held-out variations, no memory by default, temperature 0.4.
+"""Evaluation (docs/algorithms.md, Evaluation statistics): held-out variations, no memory by default, temperature 0.4.
 
 Reports mean score (0..100; a failed episode counts as 0 — its −100 is reported separately as
 the failure rate), success rate and mean steps, each with a 95% confidence interval (Student t
@@ -76,7 +76,7 @@ class EvalResult:
 def last_nonnegative_score(traj: Trajectory) -> float:
     """The final score, or for a failed episode (final < 0) the last non-negative score it had.
 
-    The SwiftSage convention the Retrospex authors evaluate with (``no_stop=True``, spec retrospex §4):
+    The SwiftSage convention the Retrospex authors evaluate with (``no_stop=True``, docs/retrospex.md, Scoring conventions):
     the scores after reset and after each step are scanned backwards for the last one ≥ 0.
     """
     if traj.final_score >= 0:

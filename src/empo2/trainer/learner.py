@@ -1,4 +1,4 @@
-"""The learner: clipped policy-gradient updates on packed trajectories (spec §7).
+"""The learner: clipped policy-gradient updates on packed trajectories (docs/algorithms.md, Policy loss).
 
 Current log-probs are recomputed teacher-forced over each packed sequence (``policy.logprobs``),
 with the same temperature and, for constrained sampling, the same per-position allowed-token
@@ -327,7 +327,7 @@ class Learner:
         seed: master seed of the mini-batch shuffles (``run.seed``).
         ref_model: the frozen KL reference (the *initial* policy) when ``algo.kl_coef > 0`` with full
             fine-tuning. None = a copy of ``model``, which is right only when ``model`` is the initial
-            policy: a resumed run must pass the initial weights (spec §7: KL to the initial policy).
+            policy: a resumed run must pass the initial weights (docs/algorithms.md, Policy loss: KL to the initial policy).
             With LoRA the reference is the base model (adapter disabled) and this is ignored.
         amp: ``model.autocast`` (``"none"``, ``"bfloat16"``, ``"float16"``): forward passes run under
             ``torch.autocast`` in that dtype (``policy.precision``); log-probs stay float32.

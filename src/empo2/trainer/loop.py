@@ -1,4 +1,4 @@
-"""The training loop, readable top to bottom (spec §2):
+"""The training loop, readable top to bottom (docs/architecture.md, One training iteration):
 
     for each iteration:
         sample B task instances and the EMPO² modes of their B×N rollouts
@@ -64,8 +64,8 @@ def compute_step_advantages(trajs: list[Trajectory], cfg: Config,
                             score_scale: float = 100.0) -> tuple[list[list[float]], dict[str, float]]:
     """Per-step advantages of each trajectory (crashed ones get none) and stats.
 
-    Returns are normalised per spec §1 (``algo.returns.episode_return``); the intrinsic part
-    enters only when ``empo2.intrinsic.in_advantage`` (spec §5). ``score_scale`` is the environment
+    Returns are normalised per docs/algorithms.md, Returns (``algo.returns.episode_return``); the intrinsic part
+    enters only when ``empo2.intrinsic.in_advantage`` (docs/algorithms.md, EMPO² memory at run time). ``score_scale`` is the environment
     family's score of a full success (``EnvFamily.score_scale``): returns and GiGPO's step rewards
     are divided by it.
     """
@@ -94,7 +94,7 @@ def compute_step_advantages(trajs: list[Trajectory], cfg: Config,
         norm_std=cfg.algo.norm_std, eps=cfg.algo.std_eps, singleton=cfg.algo.singleton,
         episode_stats=cfg.algo.episode_stats, gamma=cfg.algo.gigpo_gamma, omega=cfg.algo.gigpo_omega)
     k = 0
-    for j, i in enumerate(keep):
+    for i in keep:
         n = trajs[i].num_steps
         out[i] = [float(x) for x in adv[k:k + n]]
         k += n
@@ -187,7 +187,7 @@ class Trainer:
                 (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
             ref_model = None
             if resumed and cfg.algo.kl_coef > 0 and not cfg.model.lora.enabled:
-                # the KL reference is the initial policy, not the resumed checkpoint (spec §7)
+                # the KL reference is the initial policy, not the resumed checkpoint (docs/algorithms.md, Policy loss)
                 with self.progress.phase("model (KL reference: the initial policy)"):
                     ref_model = load_policy(cfg.model).model
             self.learner = Learner(self.setup.policy.model, cfg.algo, cfg.trainer, cfg.rollout.temperature,

@@ -24,7 +24,8 @@ from empo2.policy.chat import ChatFormat
 from empo2.policy.generator import Generator, make_generator
 from empo2.policy.loading import LoadedPolicy, check_model_source, load_policy
 from empo2.rollout.engine import RolloutEngine, RolloutSettings
-from empo2.rollout.pool import EnvPoolBase, make_pool
+from empo2.rollout.pool import EnvPoolBase
+from empo2.rollout.pool_backend import make_pool
 from empo2.trainer.progress import Progress, model_note
 
 __all__ = ["Setup", "build_setup", "resolve_tasks", "run_config"]

@@ -1,4 +1,4 @@
-"""Supervised fine-tuning on expert trajectories (``empo2 sft``; Retrospex's imitation warm-up, spec §1).
+"""Supervised fine-tuning on expert trajectories (``empo2 sft``; Retrospex's imitation warm-up, docs/retrospex.md, 1. Imitation warm-up).
 
     demonstrations (gold paths / trajectory JSONL)        [trainer/demos.py]
       → the rollout chat as token segments, one packed sequence per episode  [trainer/batch.build_sample]

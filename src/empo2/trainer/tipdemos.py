@@ -74,7 +74,7 @@ def gold_tip_plan(actions: Sequence[str], seed: int, key: str, right: float, wro
                          f"wrong={wrong}")
     rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
     out: list[list[str]] = []
-    for j, a in enumerate(actions):
+    for a in actions:
         u = float(rng.random())
         if u < right:
             out.append([imperative_tip(a)])

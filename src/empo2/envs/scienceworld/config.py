@@ -1,4 +1,4 @@
-"""ScienceWorld environment settings (see docs/environments.md and specs/scienceworld.md §1)."""
+"""ScienceWorld environment settings (see docs/environments.md, ScienceWorld)."""
 
 from __future__ import annotations
 

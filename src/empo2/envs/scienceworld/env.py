@@ -1,14 +1,15 @@
 """ScienceWorld as a ``TextEnv``: one long-lived JVM per instance, reused via load + reset.
 
-Behaviour (spec scienceworld.md §1, §5; measured on scienceworld 1.2.3):
+Behaviour (docs/environments.md, ScienceWorld; measured on scienceworld 1.2.3):
 
 * **JVM.** Each ``SciWorldEnv`` owns one JVM started by ``jvm.launch`` with
-  ``-Xmx{jvm_heap} -XX:+UseSerialGC`` on its command line (the spec's ``JAVA_TOOL_OPTIONS``
+  ``-Xmx{jvm_heap} -XX:+UseSerialGC`` on its command line (the usual ``JAVA_TOOL_OPTIONS``
   trick is not needed because we start the process ourselves; ``os.environ`` is never touched).
   It dies with the Python process (stdin EOF, ``PR_SET_PDEATHSIG``, finalizer at exit).
 * **Determinism.** The stock simulator is *not* reproducible: object order in "look around",
   the tick at which power-component's bulb lights, and temperatures vary between episodes,
-  even in one JVM (identity-hash ordering; contrary to spec §1.1). ``cfg.deterministic``
+  even in one JVM (identity-hash ordering, so earlier reports of byte-identical replays do not hold in
+  general). ``cfg.deterministic``
   (default) starts the JVM with constant identity hash codes, after which replays match.
 * **Episodes.** ``reset`` loads the task only when (task, variation, simplification) changed;
   otherwise it calls the server's ``reset``, which the simulator implements as the same load.
@@ -397,7 +398,7 @@ class SciWorldEnv:
             ``Observation(text=<look around>, task_description=<mission without the
             "Task Description:" header>, score=<initial score>, info={"moves", "task",
             "variation", "simplifications", "step_limit"})``. The initial score can be above 0
-            (spec §1.5).
+            (docs/environments.md, ScienceWorld).
 
         Raises:
             UnknownTaskError: unknown task. ValueError: variation out of range.
@@ -600,7 +601,7 @@ class SciWorldEnv:
 
     def anchor(self) -> str:
         """``look around`` + ``inventory`` text of the current state (free actions, no tick, no
-        effect on the game), the GiGPO anchor (spec §5.14); while an ambiguity prompt waits for an
+        effect on the game), the GiGPO anchor (docs/algorithms.md, GiGPO); while an ambiguity prompt waits for an
         answer, the option list comes first (answering differs from acting in the same room).
 
         Raises:

@@ -1,7 +1,7 @@
 """Starting and stopping the ScienceWorld JVM without leaving orphans behind.
 
 ``scienceworld.ScienceWorldEnv`` starts its JVM through ``py4j.launch_gateway``, which accepts no
-JVM options (the spec's ``JAVA_TOOL_OPTIONS`` work-around) and no ``preexec_fn``. This module
+JVM options (hence the usual ``JAVA_TOOL_OPTIONS`` work-around) and no ``preexec_fn``. This module
 starts the same command itself (``java -classpath py4j.jar:scienceworld.jar py4j.GatewayServer
 --die-on-broken-pipe 0``, as ``launch_gateway(die_on_exit=True)`` does), which lets it:
 
@@ -301,7 +301,7 @@ def launch(heap: str = "256m", read_timeout: float | None = None, extra_opts: tu
     """Start a ScienceWorld JVM and connect a py4j gateway to it.
 
     Args:
-        heap: max heap (``-Xmx``), e.g. ``"256m"`` (spec §1.3: 210–320 MB RSS steady).
+        heap: max heap (``-Xmx``), e.g. ``"256m"`` (docs/environments.md, ScienceWorld: 210–320 MB RSS steady).
         read_timeout: seconds a single py4j call may take before it fails with a
             ``Py4JNetworkError`` (None = wait forever).
         extra_opts: further JVM options.

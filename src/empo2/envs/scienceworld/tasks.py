@@ -7,10 +7,10 @@
   (the ``task-<n>-`` prefix is dropped, as ``scienceworld.utils.infer_task`` does). Matching
   ignores case, and ``_``/spaces count as ``-``.
 * ``agl_index`` is the position in the alphabetical name list, the ``task_num`` of agl-envs and
-  the EMPO² recipe (power-component = 25; spec §1.6).
-* Variation splits come from the simulator's ``get_variations_train/dev/test`` (spec §1.5). They
+  the EMPO² recipe (power-component = 25; docs/environments.md, ScienceWorld).
+* Variation splits come from the simulator's ``get_variations_train/dev/test`` (docs/environments.md, ScienceWorld). They
   need a JVM, so they are cached in ``variations.json`` next to this file; regenerate it with
-  ``python -m empo2.envs.scienceworld.tasks --regenerate`` (about 30 s).
+  ``python -m empo2.envs.scienceworld.regenerate`` (about 30 s).
 * Gold-path lengths (agent turns and simulator ticks to completion, for a sample of variations
   of every task) are cached in ``gold_paths.json``, written by ``python -m scripts.sciworld_gold``;
   ``auto_step_limit`` derives the default tick limit from them.
@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import argparse
 import difflib
 import functools
 import importlib.metadata
@@ -168,7 +167,7 @@ def _variation_table(path: str) -> dict[str, Any]:
     installed = _installed_version()
     if data.get("scienceworld_version") != installed:
         logger.warning("%s was generated with scienceworld %s but %s is installed; regenerate it with"
-                       " `python -m empo2.envs.scienceworld.tasks --regenerate`",
+                       " `python -m empo2.envs.scienceworld.regenerate`",
                        path, data.get("scienceworld_version"), installed)
     return data
 
@@ -296,36 +295,3 @@ def dump_task_table(table: dict[str, Any]) -> str:
     text = json.dumps(head, indent=1)[:-2] + ',\n "tasks": {\n' + rows + "\n }\n}\n"
     json.loads(text)  # self-check
     return text
-
-
-def regenerate(path: Path = VARIATIONS_PATH) -> dict[str, Any]:
-    """Start a JVM, query every task's splits and write them to ``path`` (``variations.json``)."""
-    from empo2.envs.scienceworld.env import SciWorldEnv  # local: env.py imports this module
-
-    env = SciWorldEnv()
-    try:
-        table = query_variation_table(env)
-    finally:
-        env.close()
-    path.write_text(dump_task_table(table))
-    _variation_table.cache_clear()
-    logger.info("wrote %s (%d tasks)", path, len(table["tasks"]))
-    return table
-
-
-def main(argv: list[str] | None = None) -> None:
-    """``python -m empo2.envs.scienceworld.tasks [--regenerate]``: list tasks or rebuild the cache."""
-    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.split("\n")[0])
-    parser.add_argument("--regenerate", action="store_true", help="rebuild variations.json with a JVM")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    if args.regenerate:
-        regenerate()
-    for info in task_infos():
-        t = get_task(info.name)
-        logger.info("%-5s %2d %-50s %4d/%d/%d", info.id, t.agl_index, info.name, info.n_train, info.n_dev,
-                    info.n_test)
-
-
-if __name__ == "__main__":
-    main()

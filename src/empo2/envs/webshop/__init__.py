@@ -1,4 +1,4 @@
-"""Offline re-implementation of the WebShop text environment (specs/webshop.md, docs/webshop.md).
+"""Offline re-implementation of the WebShop text environment (docs/webshop.md).
 
 ``WebShopEnv``, ``WebShopFamily``, ``Shop``, ``parse_action`` and ``SEARCH_PLACEHOLDER`` are
 imported lazily, so that reading the config (``empo2.config``) does not load bm25s.

@@ -1,4 +1,4 @@
-"""A generated, synthetic WebShop catalogue in the original JSON formats (spec webshop.md §3.1).
+"""A generated, synthetic WebShop catalogue in the original JSON formats (docs/webshop.md, What is implemented exactly).
 
 The real WebShop product data (scraped from Amazon) is not available offline, so
 :func:`generate_catalogue` invents products from :mod:`empo2.envs.webshop.vocab`: several

@@ -1,4 +1,4 @@
-"""WebShop environment settings (see specs/webshop.md and docs/webshop.md)."""
+"""WebShop environment settings (see docs/webshop.md)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ class WebShopConfig:
         "items_ins_v2, 'auto' = small if present", default="auto")
     catalogue_products: int = doc("products in the generated catalogue when data_dir is ''", default=1000)
     catalogue_seed: int = doc("seed of the generated catalogue", default=0)
-    observation_mode: Literal["text", "text_rich"] = doc("observation format (spec §1.1)", default="text")
+    observation_mode: Literal["text", "text_rich"] = doc("observation format (docs/webshop.md, What is implemented exactly)", default="text")
     human_goals: bool = doc("use human instruction goals instead of synthetic ones", default=False)
     goal_seed: int = doc("seed of range prices, price limits and the goal shuffle (the original uses 233)", default=233)
     num_test_goals: int = doc("the first N goals are the test split (original: 500)", default=500)

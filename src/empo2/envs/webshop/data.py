@@ -1,4 +1,4 @@
-"""Loading the original WebShop JSON files and building goals (spec webshop.md §3.1–3.3).
+"""Loading the original WebShop JSON files and building goals (docs/webshop.md, What is implemented exactly).
 
 Files (all in one ``data_dir``):
 
@@ -87,7 +87,7 @@ class Product:
 
 @dataclass
 class Goal:
-    """One shopping goal (spec §3.3).
+    """One shopping goal (docs/webshop.md, What is implemented exactly).
 
     Attributes:
         asin: the target product.
@@ -198,7 +198,7 @@ class _Fields:
 
 
 def parse_pricing(pricing: str | None) -> tuple[list[float], str]:
-    """The original's price parsing (spec §3.2 step 3).
+    """The original's price parsing (docs/webshop.md, What is implemented exactly).
 
     Args:
         pricing: ``"$12.99"``, ``"$9.99 - $19.50"``, ``""`` or None.
@@ -245,7 +245,7 @@ def _parse_options(f: _Fields) -> dict[str, list[str]]:
 
 def load_products(products_path: Path, attributes_path: Path, human_path: Path | None = None,
                   human_goals: bool = False, num_products: int | None = None) -> list[Product]:
-    """Load products the way the original ``load_products`` does (spec §3.2).
+    """Load products the way the original ``load_products`` does (docs/webshop.md, What is implemented exactly).
 
     Args:
         products_path: ``items_shuffle*.json`` (a list).
@@ -330,7 +330,7 @@ def _make_product(f: _Fields, asin: str, attrs: dict, attributes_path: Path, hum
 
 
 def generate_product_prices(products: Sequence[Product], rng: random.Random) -> dict[str, float]:
-    """The price used by the reward (spec §3.2 step 7).
+    """The price used by the reward (docs/webshop.md, What is implemented exactly).
 
     Returns:
         asin → 100.0 with no pricing, the price with one, ``rng.uniform(p0, p1)`` with two
@@ -347,7 +347,7 @@ def generate_product_prices(products: Sequence[Product], rng: random.Random) -> 
 
 
 def sample_price_upper(price: float, rng: random.Random) -> tuple[float, str]:
-    """A price limit above ``price`` and its instruction clause (spec §3.3).
+    """A price limit above ``price`` and its instruction clause (docs/webshop.md, What is implemented exactly).
 
     Returns:
         ``(max(rng.sample(c, 2)), ", and price lower than {:.2f} dollars")`` where c are the
@@ -361,7 +361,7 @@ def sample_price_upper(price: float, rng: random.Random) -> tuple[float, str]:
 
 
 def synthetic_goals(products: Sequence[Product], prices: dict[str, float], rng: random.Random) -> list[Goal]:
-    """Synthetic goals: one per option combination of each product with an instruction (§3.3).
+    """Synthetic goals: one per option combination of each product with an instruction (docs/webshop.md, What is implemented exactly).
 
     Args:
         products: loaded products (synthetic fields set).
@@ -396,7 +396,7 @@ def synthetic_goals(products: Sequence[Product], prices: dict[str, float], rng: 
 
 
 def human_goals(products: Sequence[Product], prices: dict[str, float], rng: random.Random) -> list[Goal]:
-    """Human goals: one per human instruction record with non-empty attributes (§3.3).
+    """Human goals: one per human instruction record with non-empty attributes (docs/webshop.md, What is implemented exactly).
 
     Args:
         products: loaded products (``human_instructions`` set).
@@ -426,7 +426,7 @@ def human_goals(products: Sequence[Product], prices: dict[str, float], rng: rand
 
 
 def random_idx(cum_weights: Sequence[float], rng: random.Random) -> int:
-    """The original's weighted goal draw, off-by-one included (spec §1.2).
+    """The original's weighted goal draw, off-by-one included (docs/webshop.md, What is implemented exactly).
 
     Args:
         cum_weights: ``[0] + cumsum(weights)``.
@@ -470,7 +470,7 @@ def limit_goals(goals: list[Goal], limit: int, rng: random.Random) -> list[Goal]
 
 def build_goals(products: Sequence[Product], human: bool, seed: int,
                 goal_filter: Callable[[int, Goal], bool] | None = None) -> tuple[dict[str, float], list[Goal]]:
-    """Prices and shuffled goals, seeded as in verl-agent (spec §3.2–3.3, §5).
+    """Prices and shuffled goals, seeded as in verl-agent (docs/webshop.md, What is implemented exactly and Environment contract).
 
     Order of draws: ``rng = Random(seed)`` draws the range prices (product order) and then the
     price limits; a fresh ``Random(seed)`` shuffles the goals; then the optional filter.

@@ -1,4 +1,4 @@
-"""The offline WebShop text environment and its family (spec webshop.md §1).
+"""The offline WebShop text environment and its family (docs/webshop.md, What is implemented exactly).
 
 :class:`Shop` holds everything read-only that environments share (products, prices, goals,
 the search engine, the noun tagger). :class:`WebShopEnv` is one browser session: it keeps the
@@ -38,7 +38,7 @@ _ACTION = re.compile(r"(.+)\[(.+)\]")
 
 
 def parse_action(action: str) -> tuple[str, str | None]:
-    """The original ``parse_action`` (spec §1.2): ``re.match(r'(.+)\\[(.+)\\]', action)``.
+    """The original ``parse_action`` (docs/webshop.md, What is implemented exactly): ``re.match(r'(.+)\\[(.+)\\]', action)``.
 
     Args:
         action: the action text.
@@ -168,7 +168,7 @@ class WebShopEnv:
 
     Args:
         shop: the shared catalogue.
-        observation_mode: ``"text"`` or ``"text_rich"`` (spec §1.1).
+        observation_mode: ``"text"`` or ``"text_rich"`` (docs/webshop.md, What is implemented exactly).
         seed: seed of this instance's RNG (``<r>`` searches, :meth:`sample_goal_index`).
 
     Attributes:
@@ -212,7 +212,7 @@ class WebShopEnv:
                            info={"goal_index": task.variation})
 
     def step(self, action: str) -> StepResult:
-        """Apply one ``search[...]`` / ``click[...]`` action (spec §1.2).
+        """Apply one ``search[...]`` / ``click[...]`` action (docs/webshop.md, What is implemented exactly).
 
         Returns:
             The new page; for an invalid action the unchanged page with ``valid=False``. Only

@@ -1,4 +1,4 @@
-"""``thefuzz==0.19.0``'s ``token_set_ratio`` reproduced with difflib (spec webshop.md §2.5).
+"""``thefuzz==0.19.0``'s ``token_set_ratio`` reproduced with difflib (docs/webshop.md, What is implemented exactly).
 
 The original reward code pins thefuzz 0.19.0 without python-Levenshtein, so thefuzz falls back
 to ``difflib.SequenceMatcher``. This module re-implements exactly that path; rapidfuzz is *not*
@@ -49,7 +49,7 @@ def ratio(a: str, b: str) -> int:
 
 
 def token_set_ratio(a: Any, b: Any) -> int:
-    """thefuzz 0.19's ``fuzz.token_set_ratio(a, b)`` (spec §2.5).
+    """thefuzz 0.19's ``fuzz.token_set_ratio(a, b)`` (docs/webshop.md, What is implemented exactly).
 
     Args:
         a, b: strings or any objects (converted with ``str``); ``None`` scores 0.

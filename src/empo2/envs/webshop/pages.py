@@ -1,4 +1,4 @@
-"""WebShop pages rendered directly as the text nodes the original HTML yields (spec webshop.md §1.3–1.4).
+"""WebShop pages rendered directly as the text nodes the original HTML yields (docs/webshop.md, What is implemented exactly).
 
 The original renders Jinja templates to HTML and extracts text with BeautifulSoup. Here each
 page is built as the same sequence of visible text nodes, tagged with what the node's parent
@@ -191,7 +191,7 @@ def render_text(page: Page) -> str:
 
 
 def render_text_rich(page: Page, url: str, visited_asins: set[str]) -> str:
-    """The ``'text_rich'`` observation: one line per node with button markers (spec §1.3).
+    """The ``'text_rich'`` observation: one line per node with button markers (docs/webshop.md, What is implemented exactly).
 
     Args:
         page: the page.

@@ -1,4 +1,4 @@
-"""System prompt and few-shot turns of the WebShop agent (action grammar of spec webshop.md §1.2)."""
+"""System prompt and few-shot turns of the WebShop agent (action grammar of docs/webshop.md, What is implemented exactly)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The WebShop purchase reward (spec webshop.md §2; original ``web_agent_site/engine/goal.py``).
+"""The WebShop purchase reward (docs/webshop.md, What is implemented exactly; original ``web_agent_site/engine/goal.py``).
 
 ``get_reward`` combines four parts: the type reward (query, category and title-noun overlap),
 attribute matches, option matches and the price check. Fuzzy matching uses the thefuzz-0.19
@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 FUZZ_THRESHOLD = 85  # a match needs token_set_ratio > 85 (an int score of at least 86)
 
-# 102 colours (the spec says 101 but lists 102) in the original order: normalize_color returns the *first* match.
+# 102 colours (101 by some counts, but the original list has 102) in the original order: normalize_color returns the *first* match.
 COLOR_SET: tuple[str, ...] = tuple("""
 alabaster apricot aqua ash asphalt azure banana beige black blue blush bordeaux bronze brown
 burgundy camel camo caramel champagne charcoal cheetah chestnut chocolate christmas coffee cognac
@@ -37,7 +37,7 @@ wheat white wine yellow
 
 
 def normalize_color(x: Any) -> Any:
-    """The original's ``normalize_color`` (spec §2.4).
+    """The original's ``normalize_color`` (docs/webshop.md, What is implemented exactly).
 
     Args:
         x: an option value (str) or a synthetic goal option ``(name, value)`` tuple.
@@ -54,7 +54,7 @@ def normalize_color(x: Any) -> Any:
 
 
 # ----------------------------------------------------------------------------------------------
-# Part-of-speech tagging for the title score (§2.2)
+# Part-of-speech tagging for the title score (docs/webshop.md, What is approximate)
 
 
 class NounTagger(Protocol):
@@ -172,7 +172,7 @@ def get_tagger(kind: str = "auto") -> NounTagger:
 
 @dataclass(frozen=True)
 class TypeReward:
-    """Result of :func:`get_type_reward` (spec §2.2).
+    """Result of :func:`get_type_reward` (docs/webshop.md, What is approximate).
 
     Attributes:
         r_type: 1.0, 0.5, 0.1 or 0.0.
@@ -188,7 +188,7 @@ class TypeReward:
 
 
 def get_type_reward(purchased: Product, goal: Goal, tagger: NounTagger) -> TypeReward:
-    """Whether the purchased product is the same kind of product as the goal's (spec §2.2).
+    """Whether the purchased product is the same kind of product as the goal's (docs/webshop.md, What is approximate).
 
     Args:
         purchased: the bought product (``query``, ``product_category`` and ``name`` are read).
@@ -216,7 +216,7 @@ def get_type_reward(purchased: Product, goal: Goal, tagger: NounTagger) -> TypeR
 
 
 def get_attribute_reward(purchased: Product, goal_attrs: Sequence[str]) -> tuple[float, int]:
-    """Goal attributes found on the purchased product (spec §2.3).
+    """Goal attributes found on the purchased product (docs/webshop.md, What is implemented exactly).
 
     Args:
         purchased: the bought product (``attributes``, ``title``, ``bullet_points`` and
@@ -240,7 +240,7 @@ def get_attribute_reward(purchased: Product, goal_attrs: Sequence[str]) -> tuple
 
 
 def get_option_reward(purchased_options: Iterable[Any], goal_options: Iterable[Any]) -> tuple[float | None, int]:
-    """Goal options matched by the purchased options (spec §2.4).
+    """Goal options matched by the purchased options (docs/webshop.md, What is implemented exactly).
 
     Args:
         purchased_options: the selected option values (strings).
@@ -259,7 +259,7 @@ def get_option_reward(purchased_options: Iterable[Any], goal_options: Iterable[A
 
 def get_reward(purchased: Product, goal: Goal, price: float, options: Mapping[str, str],
                tagger: NounTagger) -> tuple[float, dict[str, Any]]:
-    """The purchase reward in [0, 1] and its parts (spec §2.1).
+    """The purchase reward in [0, 1] and its parts (docs/webshop.md, What is implemented exactly).
 
     Args:
         purchased: the bought product.

@@ -1,4 +1,4 @@
-"""BM25 product search standing in for the original's Lucene index (spec webshop.md §3.4).
+"""BM25 product search standing in for the original's Lucene index (docs/webshop.md, What is approximate).
 
 Documents are the original's: ``lower(" ".join([Title, Description, BulletPoints[0],
 option_text]))``. Text is analysed like Anserini's default English analyzer, approximately:

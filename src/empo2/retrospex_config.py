@@ -1,8 +1,9 @@
 """Retrospex settings (``retrospex`` section of the run config; ``empo2 config keys`` lists them).
 
-Defaults follow ``specs/retrospex.md``: the rescoring constants of the authors' ScienceWorld
-``run_eval.sh`` (k from §6, d = 0.97, b = 0.6), the IQL hyper-parameters of §2, and the
-"faithful-small" critic size of §6 (embedding 32, GRU 64, ≤ 128 tokens per field, batch 64).
+Defaults follow the authors' code (docs/retrospex.md, 3. The critic and 4. Rescoring at
+inference): the rescoring constants of their ScienceWorld ``run_eval.sh`` (k, d = 0.97, b = 0.6),
+their IQL hyper-parameters, and a CPU-sized critic (embedding 32, GRU 64, ≤ 128 tokens per field,
+batch 64).
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from empo2.configschema import ConfigError, doc
 
 @dataclass
 class CriticConfig:
-    """The offline IQL critic (``retrospex.critic``, spec §2 and §6)."""
+    """The offline IQL critic (``retrospex.critic``, docs/retrospex.md, 3. The critic)."""
 
     encoder: Literal["gru", "minilm"] = doc(
         "'gru': DRRN-style encoders (own embedding + one GRU per text field, the authors' topology at CPU size); "
-        "'minilm': frozen all-MiniLM-L6-v2 field embeddings + MLP heads (the spec's labelled faster variant)",
+        "'minilm': frozen all-MiniLM-L6-v2 field embeddings + MLP heads (a labelled faster variant)",
         default="gru")
     embedding_dim: int = doc("gru: token embedding size (authors 64)", default=32)
     hidden: int = doc("gru: GRU hidden size and head width (authors 128); minilm: head width", default=64)
