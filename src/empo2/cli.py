@@ -416,8 +416,8 @@ def cmd_memory_export(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    """``empo2 export CKPT --out DIR [--adapter] [--push-to-hub REPO]`` (empo2.policy.export)."""
-    from empo2.policy.export import check_export_target, check_hub_access, export_checkpoint, push_to_hub
+    """``empo2 export CKPT --out DIR [--adapter] [--push-to-hub REPO]`` (empo2.export)."""
+    from empo2.export import check_export_target, check_hub_access, export_checkpoint, push_to_hub
 
     check_export_target(Path(args.out))
     token = check_hub_access(args.push_to_hub) if args.push_to_hub else None  # offline: fails in seconds

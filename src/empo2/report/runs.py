@@ -21,7 +21,18 @@ from typing import Any
 
 import yaml
 
-from empo2.trainer.metrics import read_metrics
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    """Rows of ``<run>/metrics.jsonl`` merged per iteration (later keys win, e.g. after a resume)."""
+    f = Path(run_dir) / "metrics.jsonl"
+    if not f.is_file():
+        return []
+    rows: dict[int, dict[str, Any]] = {}
+    for line in f.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            rows.setdefault(int(r.get("iteration", len(rows))), {}).update(r)
+    return [rows[k] for k in sorted(rows)]
 
 
 class ReportError(ValueError):
