@@ -123,27 +123,6 @@ def _trie_processor_class() -> type:
 _TRIE_CLS: type | None = None
 
 
-def _retie_lm_head(worker: Any) -> None:
-    """Run on each vLLM worker after ``reload_weights``: a tied LM head gets the new embedding.
-
-    With ``tie_word_embeddings`` the checkpoint names no ``lm_head.weight``, so vLLM's in-place reload
-    puts the head's *previous* tensor back (``"ParallelLMHead: Failed to load weights"``) and the tie
-    is lost: the engine would keep sampling with the old output embedding. Copying the embedding into
-    the head restores it (a no-op when the two still share storage).
-    """
-    model = worker.get_model() if hasattr(worker, "get_model") else worker.model_runner.model
-    cfg = getattr(model, "config", None)
-    head, inner = getattr(model, "lm_head", None), getattr(model, "model", None)
-    emb = getattr(inner, "embed_tokens", None)
-    if not getattr(cfg, "tie_word_embeddings", False) or head is None or emb is None:
-        return
-    hw, ew = head.weight, emb.weight
-    if hw.data_ptr() != ew.data_ptr():
-        with torch.no_grad():
-            n = min(hw.shape[0], ew.shape[0])
-            hw[:n].copy_(ew[:n])
-
-
 class VLLMGenerator:
     """The ``policy.generator.Generator`` over an in-process ``vllm.LLM`` (``rollout.generator: vllm``).
 
@@ -308,7 +287,6 @@ class VLLMGenerator:
         t0 = time.perf_counter()
         it: Iterator[tuple[str, torch.Tensor]] = ((n, t.detach()) for n, t in named_tensors)
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": it})
-        self.llm.collective_rpc(_retie_lm_head)
         self.reset_cache()
         self.sync_seconds = time.perf_counter() - t0
 
