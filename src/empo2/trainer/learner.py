@@ -16,15 +16,16 @@ normaliser is computed over the whole mini-batch, so gradient accumulation equal
 mini-batch-sized step exactly (tests/trainer/test_learner_minibatch.py).
 
 Data-parallel (``trainer.strategy: ddp | fsdp``, ``empo2.distributed``): each rank calls ``update``
-on its own trajectories. The forward pass goes through the DDP wrapper (``_Scorer``: the teacher-
-forced log-probs as one module, so DDP sees every parameter used and all-reduces the gradients) or
-through an FSDP2-sharded copy of the model (backbone and LM head sharded as separate units, the
-rollout model re-synced from it after each step). Every decision that leads to a collective is taken
-on reduced values: whether there is anything to train, each mini-batch's loss normaliser (summed,
-or max for ``seq-mean-token-sum-norm``), the number of mini-batches and of micro-batches (max; a rank
-with fewer runs zero-weight micro-batches), so no rank skips a collective. The loss is multiplied by
-the world size because DDP/FSDP average gradients; the step then equals one process's step on the
-union of the ranks' trajectories (tests/trainer/test_distributed.py).
+on its own trajectories. Everything that depends on the strategy — the forward pass (through a DDP
+wrapper or an FSDP2-sharded copy), gradient accumulation without all-reduce, the loss scaling by the
+world size, the reductions every decision leading to a collective is taken on (anything to train, each
+mini-batch's loss normaliser, the numbers of mini-batches and micro-batches) and the zero-weight passes
+of a rank with fewer micro-batches — goes through one ``trainer.parallel.ParallelStrategy``
+(``self.parallel``), so ``update`` is the same loop in every mode and one step equals one process's step
+on the union of the ranks' trajectories (tests/trainer/test_distributed.py).
+
+Host syncs: ``policy_loss`` returns its metrics as tensors; they become floats once per optimiser step
+(``algo.loss.metric_floats``), plus the step's gradient norm.
 """
 
 from __future__ import annotations
@@ -304,9 +305,10 @@ class Learner:
             With LoRA the reference is the base model (adapter disabled) and this is ignored.
         amp: ``model.autocast`` (``"none"``, ``"bfloat16"``, ``"float16"``): forward passes run under
             ``torch.autocast`` in that dtype (``policy.precision``); log-probs stay float32.
-        dist: the data-parallel context (``empo2.distributed``); None = one process. Under ``ddp`` the
-            model is wrapped with DDP; under ``fsdp`` the learner trains a sharded copy and copies the
-            full weights back into ``model`` (which the rollout uses) after every update.
+        dist: the data-parallel context (``empo2.distributed``); None = one process. It picks the
+            ``ParallelStrategy`` (``trainer.parallel.make_strategy``): under ``ddp`` the model is wrapped
+            with DDP; under ``fsdp`` the learner trains a sharded copy and copies the full weights back
+            into ``model`` (which the rollout uses) after every update.
     """
 
     def __init__(self, model: Any, algo: AlgoConfig, trainer: TrainerConfig, temperature: float, pad_id: int,
