@@ -8,8 +8,9 @@ Launch K processes with ``torchrun --nproc_per_node K -m empo2.cli train ... tra
   group advantages never cross ranks; episode seeds keep their global (iteration, task, rollout)
   ids, so the K ranks together roll out exactly the episodes one process would;
 * **update**: every rank runs ``Learner.update`` on its own trajectories; the model is wrapped with
-  DDP or sharded with FSDP2 (``Learner``), the loss normaliser of each mini-batch and the numbers of
-  mini-batches and micro-batches are reduced over ranks (``DistContext.all_reduce``), and a rank
+  DDP or sharded with FSDP2 (``trainer.parallel.ParallelStrategy``), the loss normaliser of each
+  mini-batch and the numbers of mini-batches and micro-batches are reduced over ranks (through
+  ``DistContext.all_reduce``), and a rank
   with nothing to train (no trajectories, or all advantages 0) still joins every collective with
   zero-weight micro-batches — so one step equals the single-process step on the union of the
   ranks' data (tests/trainer/test_distributed.py);

@@ -244,3 +244,20 @@ def test_policy_loss_rejects(change):
     kw.update(change)
     with pytest.raises(ValueError):
         policy_loss(**kw)
+
+
+def test_metric_tensors_become_floats_and_empty_selections_are_dropped():
+    from empo2.algo.loss import metric_floats
+
+    lc = torch.tensor([0.0, 0.0, 0.0], requires_grad=True)
+    loss, m = policy_loss(lc, torch.zeros(3), torch.ones(3), torch.tensor([True, True, False]), **CLIP,
+                          metrics_by=torch.tensor([0, 0, 1]), metrics_by_names={0: "on", 1: "off"})
+    assert all(isinstance(v, torch.Tensor) and not v.requires_grad for v in m.values())
+    f = metric_floats(m)
+    assert all(type(v) is float for v in f.values())
+    assert f["n_tokens"] == 2.0 and f["n_tokens/on"] == 2.0 and f["ratio_max/on"] == 1.0
+    assert not [k for k in f if k.endswith("/off")], "a label with no trained token reports nothing"
+    _, empty = policy_loss(lc, torch.zeros(3), torch.ones(3), torch.zeros(3, dtype=torch.bool), **CLIP,
+                           normaliser=1.0)
+    rows = metric_floats([m, empty])
+    assert rows[0] == f and sorted(rows[1]) == ["loss", "n_tokens", "pg_loss"] and rows[1]["n_tokens"] == 0.0

@@ -93,7 +93,7 @@ def test_checkpointed_head_recomputes_the_head_in_backward(tiny_policy):
 
 @pytest.mark.parametrize("lora", [False, True])
 def test_learner_checkpoints_the_head_exactly_when_the_model_checkpoints(tiny_policy, lora, monkeypatch):
-    import empo2.trainer.learner as learner_mod
+    import empo2.trainer.parallel as learner_mod  # the learner's forward passes call target_logprobs from here
     from empo2.config import AlgoConfig, LoraConfig, TrainerConfig
     from empo2.policy.loading import apply_lora
     from empo2.trainer.batch import PackedSample

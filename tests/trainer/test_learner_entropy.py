@@ -12,7 +12,7 @@ import copy
 import pytest
 import torch
 
-import empo2.trainer.learner as learner_mod
+import empo2.trainer.parallel as learner_mod  # the learner's forward passes call target_logprobs from here
 from empo2.config import AlgoConfig, TrainerConfig
 from empo2.policy.logprobs import target_logprobs
 from empo2.trainer.batch import PackedSample

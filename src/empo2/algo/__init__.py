@@ -16,7 +16,7 @@ from empo2.algo.advantages import (
     grpo_advantages,
     grpo_step_advantages,
 )
-from empo2.algo.loss import AGGREGATORS, Aggregation, aggregate, loss_normaliser, policy_loss
+from empo2.algo.loss import AGGREGATORS, Aggregation, aggregate, loss_normaliser, metric_floats, policy_loss
 from empo2.algo.masking import MaskGranularity, low_prob_mask
 from empo2.algo.modes import (
     AUTHORS_P,
@@ -60,6 +60,7 @@ __all__ = [
     "low_prob_mask",
     "mean_ci",
     "mode_probabilities",
+    "metric_floats",
     "policy_loss",
     "proportion_ci",
     "t_quantile",

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from enum import Enum
+from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["Aggregation", "AGGREGATORS", "aggregate", "loss_normaliser", "policy_loss"]
+__all__ = ["Aggregation", "AGGREGATORS", "LOSS_METRICS", "aggregate", "loss_normaliser", "metric_floats", "policy_loss"]
 
 LOG_RATIO_CLAMP = 20.0  # verl clamps log ρ (and the KL log-ratio) to [−20, 20] before exp
 KL_CLAMP = 10.0  # verl clamps the k3 estimate to [−10, 10]
@@ -193,25 +194,30 @@ def _check_token_tensor(name: str, x: Tensor, length: int) -> None:
         raise ValueError(f"{name} must be a float tensor, got {x.dtype}")
 
 
-def _token_metrics(sel: Tensor, t: dict[str, Tensor]) -> dict[str, float]:
-    """Token means over the selected trained tokens (``sel`` [T] bool)."""
-    n = int(sel.sum())
-    out: dict[str, float] = {"n_tokens": float(n)}
-    if n == 0:
-        return out
+LOSS_METRICS = ("loss", "pg_loss", "kl_loss", "entropy_loss")
+"""Metrics of :func:`policy_loss` aggregated like the loss (they sum over micro-batches); the others are
+token means over the trained tokens (of one ``metrics_by`` label when the key ends in ``/<name>``)."""
 
-    def mean(x: Tensor) -> float:
-        return float(x[sel].double().mean())
+
+def _token_metrics(sel: Tensor, t: dict[str, Tensor]) -> dict[str, Tensor]:
+    """Token means over the selected trained tokens (``sel`` [T] bool) as detached 0-d tensors, computed
+    without a host sync (masked sums, NaN where nothing is selected; :func:`metric_floats` drops those)."""
+    n = sel.sum().double()
+    inf = torch.tensor(float("inf"), dtype=t["ratio"].dtype, device=sel.device)
+
+    def mean(x: Tensor) -> Tensor:
+        return torch.where(sel, x.double(), 0.0).sum() / n
 
     ratio, log_ratio = t["ratio"], t["log_ratio"]
-    out.update(
-        clip_frac=mean(t["clip_active"].double()),
-        clip_frac_high=mean(t["clip_high_active"].double()),
-        clip_frac_low=mean(t["clip_low_active"].double()),
-        dual_clip_frac=mean(t["dual_active"].double()),
+    out: dict[str, Tensor] = dict(
+        n_tokens=n,
+        clip_frac=mean(t["clip_active"]),
+        clip_frac_high=mean(t["clip_high_active"]),
+        clip_frac_low=mean(t["clip_low_active"]),
+        dual_clip_frac=mean(t["dual_active"]),
         ratio_mean=mean(ratio),
-        ratio_max=float(ratio[sel].max()),
-        ratio_min=float(ratio[sel].min()),
+        ratio_max=torch.where(sel, ratio, -inf).max(),
+        ratio_min=torch.where(sel, ratio, inf).min(),
         approx_kl=mean(-log_ratio),  # k1 estimate of KL(μ‖π_θ), verl's ppo_kl
         approx_kl_k3=mean(torch.expm1(log_ratio) - log_ratio),  # (ρ − 1) − log ρ, unbiased under μ
         adv_mean=mean(t["adv"]),
@@ -221,6 +227,42 @@ def _token_metrics(sel: Tensor, t: dict[str, Tensor]) -> dict[str, float]:
     if "entropy" in t:
         out["entropy"] = mean(t["entropy"])
     return out
+
+
+def metric_floats(metrics: Mapping[str, Tensor] | list[Mapping[str, Tensor]]) -> Any:
+    """The metric tensors of :func:`policy_loss` as floats, with one host sync for all of them.
+
+    Token-mean metrics of a selection with no trained token (``n_tokens`` or ``n_tokens/<name>`` = 0)
+    are dropped, ``n_tokens/<name>`` included (``n_tokens`` itself and the loss-like ``LOSS_METRICS``
+    stay), as if that label were absent.
+
+    Args:
+        metrics: one ``policy_loss`` metrics dict, or a list of them (e.g. the micro-batches of one
+            optimiser step: still one sync).
+
+    Returns:
+        A ``dict[str, float]``, or a list of them in the order given.
+    """
+    many = isinstance(metrics, list)
+    dicts = metrics if many else [metrics]
+    keys = [list(m) for m in dicts]
+    flat = [m[k].detach().reshape(()).double() for m, ks in zip(dicts, keys) for k in ks]
+    values = torch.stack(flat).tolist() if flat else []
+    out, i = [], 0
+    for ks in keys:
+        row = dict(zip(ks, values[i:i + len(ks)]))
+        i += len(ks)
+        kept = {}
+        for k, v in row.items():
+            base, _, label = k.partition("/")
+            if base in LOSS_METRICS or (base == "n_tokens" and not label):
+                kept[k] = v
+                continue
+            if row.get(f"n_tokens/{label}" if label else "n_tokens", 1.0) == 0:
+                continue
+            kept[k] = v
+        out.append(kept)
+    return out if many else out[0]
 
 
 def policy_loss(
@@ -241,7 +283,7 @@ def policy_loss(
     entropy_coef: float = 0.0,
     metrics_by: Tensor | None = None,
     metrics_by_names: Mapping[int, str] | None = None,
-) -> tuple[Tensor, dict[str, float]]:
+) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped surrogate with dual clip, optional k3 KL and entropy bonus (docs/algorithms.md, Policy loss, verl semantics).
 
     Per trained token t (A = advantage, ε_l = ``clip_low``, ε_h = ``clip_high``, c = ``dual_clip``):
@@ -277,18 +319,21 @@ def policy_loss(
         entropy_coef: bonus coefficient ≥ 0 (authors: 0).
         metrics_by: ``[T]`` int label per token (e.g. 0 = on-policy, 1 = off-policy); when given,
             the token-mean metrics are also reported per label as ``"<metric>/<name>"``.
-        metrics_by_names: label → name for those keys (default ``str(label)``).
+        metrics_by_names: label → name for those keys; when given, exactly these labels are reported
+            (no host sync to find them); when None, the labels present among the trained tokens, named
+            ``str(label)``.
 
     Returns:
         ``(loss, metrics)``: ``loss`` a 0-d tensor (dtype of ``logp_current`` promoted to at least
-        float32). ``metrics`` (floats): ``loss``, ``pg_loss``, ``kl_loss``, ``entropy_loss`` are
+        float32). ``metrics``: detached 0-d tensors (no host sync here; turn them into floats once
+        per optimiser step with :func:`metric_floats`): ``loss``, ``pg_loss``, ``kl_loss``, ``entropy_loss`` are
         aggregated like the loss (they sum over micro-batches when ``normaliser`` is set);
         ``n_tokens``, ``clip_frac`` (fraction of trained tokens whose clipped branch is active,
         i.e. zero gradient from the PPO clip), ``clip_frac_high`` (A>0, ρ>1+ε_h), ``clip_frac_low``
         (A<0, ρ<1−ε_l), ``dual_clip_frac`` (A<0 and the dual clip active), ``ratio_mean/max/min``,
         ``approx_kl`` (k1: mean of log μ − log π_θ, verl's ppo_kl), ``approx_kl_k3``, ``adv_mean``,
         ``kl_ref`` (if ``logp_ref``), ``entropy`` (if ``entropy``) are plain token means over
-        this call's trained tokens (absent, except ``n_tokens``, when there are none).
+        this call's trained tokens (NaN when there are none; :func:`metric_floats` drops them then).
 
     Raises:
         ValueError: shapes/dtypes, non-binary mask, missing ``seq_ids``/``logp_ref``/``entropy``,
@@ -319,14 +364,15 @@ def policy_loss(
 
     loss = agg(per_token)
     with torch.no_grad():
-        metrics = {"loss": float(loss), "pg_loss": float(agg(t["pg"]))}
+        metrics = {"loss": loss.detach(), "pg_loss": agg(t["pg"])}
         for key, name in (("kl", "kl_loss"), ("entropy", "entropy_loss")):
             if key in t:
-                metrics[name] = float(agg(t[key]))
+                metrics[name] = agg(t[key])
         metrics.update(_token_metrics(m, t))
         if metrics_by is not None:
             names = metrics_by_names or {}
-            for label in torch.unique(metrics_by[m]).tolist():
+            labels = sorted(names) if names else torch.unique(metrics_by[m]).tolist()
+            for label in labels:
                 sub = _token_metrics(m & (metrics_by == label), t)
                 metrics.update({f"{k}/{names.get(int(label), str(int(label)))}": v for k, v in sub.items()})
     return loss, metrics

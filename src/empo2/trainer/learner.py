@@ -16,35 +16,37 @@ normaliser is computed over the whole mini-batch, so gradient accumulation equal
 mini-batch-sized step exactly (tests/trainer/test_learner_minibatch.py).
 
 Data-parallel (``trainer.strategy: ddp | fsdp``, ``empo2.distributed``): each rank calls ``update``
-on its own trajectories. The forward pass goes through the DDP wrapper (``_Scorer``: the teacher-
-forced log-probs as one module, so DDP sees every parameter used and all-reduces the gradients) or
-through an FSDP2-sharded copy of the model (backbone and LM head sharded as separate units, the
-rollout model re-synced from it after each step). Every decision that leads to a collective is taken
-on reduced values: whether there is anything to train, each mini-batch's loss normaliser (summed,
-or max for ``seq-mean-token-sum-norm``), the number of mini-batches and of micro-batches (max; a rank
-with fewer runs zero-weight micro-batches), so no rank skips a collective. The loss is multiplied by
-the world size because DDP/FSDP average gradients; the step then equals one process's step on the
-union of the ranks' trajectories (tests/trainer/test_distributed.py).
+on its own trajectories. Everything that depends on the strategy — the forward pass (through a DDP
+wrapper or an FSDP2-sharded copy), gradient accumulation without all-reduce, the loss scaling by the
+world size, the reductions every decision leading to a collective is taken on (anything to train, each
+mini-batch's loss normaliser, the numbers of mini-batches and micro-batches) and the zero-weight passes
+of a rank with fewer micro-batches — goes through one ``trainer.parallel.ParallelStrategy``
+(``self.parallel``), so ``update`` is the same loop in every mode and one step equals one process's step
+on the union of the ranks' trajectories (tests/trainer/test_distributed.py).
+
+Host syncs: ``policy_loss`` returns its metrics as tensors; they become floats once per optimiser step
+(``algo.loss.metric_floats``), plus the step's gradient norm.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import inspect
 import logging
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from empo2.algo.loss import Aggregation, loss_normaliser, policy_loss
+from empo2.algo.loss import Aggregation, loss_normaliser, metric_floats, policy_loss
 from empo2.distributed import DistContext
 from empo2.algo.masking import low_prob_mask
 from empo2.config import AlgoConfig, TrainerConfig
 from empo2.policy.logprobs import target_logprobs
 from empo2.policy.precision import autocast
 from empo2.trainer.batch import MicroBatch, PackedSample, pack_prefix_tree, prefix_micro_batches
+from empo2.trainer.parallel import (  # noqa: F401 - FullOptimizerState, shard_fsdp: importable from here too
+    NORMALISER_REDUCE, FullOptimizerState, ParallelStrategy, make_strategy, shard_fsdp)
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +217,20 @@ class _Meter:
                 self.sums[k] = self.sums.get(k, 0.0) + v * wk
                 self.counts[k] = self.counts.get(k, 0.0) + wk
 
+    def add_step(self, step: list[dict[str, float]], later: "_Meter") -> None:
+        """The metrics of one optimiser step's micro-batches (floats, ``metric_floats``), each weighted by
+        its trained tokens; ``clip_frac`` also goes to ``later`` on every step but the first. A step with no
+        metrics (a rank that only ran zero-weight passes) is counted and reports no loss."""
+        if not step:
+            self.steps += 1
+            return
+        for m in step:
+            w = max(m.get("n_tokens", 0.0), 1.0)
+            self.add(m, w)
+            if self.steps > 0 and "clip_frac" in m:
+                later.add({"clip_frac": m["clip_frac"]}, w)
+        self.end_step()
+
     def end_step(self) -> None:
         for k, v in self.step_sums.items():
             self.sums[k] = self.sums.get(k, 0.0) + v
@@ -224,6 +240,36 @@ class _Meter:
 
     def result(self) -> dict[str, float]:
         return {k: v / self.counts[k] for k, v in self.sums.items() if self.counts.get(k)}
+
+
+class _Progress:
+    """Calls ``on_step(done, total)`` after every micro-batch (``Learner.update``'s progress callback)."""
+
+    def __init__(self, on_step: Callable[[int, int], None] | None, total: int):
+        self.on_step, self.total, self.done = on_step, total, 0
+
+    def advance(self) -> None:
+        self.done += 1
+        if self.on_step is not None:
+            self.on_step(self.done, self.total)
+
+
+def _update_counts(samples: list[PackedSample], plan: list[list[PackedSample]], steps_plan: list[Any],
+                   updated: dict[int, PackedSample]) -> dict[str, float]:
+    """The counts ``Learner.update`` reports (``train/tokens``, ``seq_tokens``, ``micro_batches``,
+    ``mini_batches``, ``off_policy_samples``, ``zero_adv_samples_skipped``, ``updated_tokens`` and
+    ``_forward_metrics``) for this rank's trajectories."""
+    out = {
+        "train/mini_batches": float(len(plan)),
+        "train/tokens": float(sum(s.num_targets for s in samples)),
+        "train/seq_tokens": float(sum(len(s.ids) for s in samples)),
+        "train/micro_batches": float(sum(len(mbs) for _, mbs, _ in steps_plan)),
+    }
+    out.update(_forward_metrics([mb for _, mbs, _ in steps_plan for mb in mbs]))
+    out["train/off_policy_samples"] = float(sum(s.off_policy for s in samples))
+    out["train/zero_adv_samples_skipped"] = float(len(samples) - len(updated))
+    out["train/updated_tokens"] = float(sum(s.num_targets for s in updated.values()))
+    return out
 
 
 def _forward_metrics(mbs: list[MicroBatch]) -> dict[str, float]:
@@ -243,78 +289,6 @@ def _forward_metrics(mbs: list[MicroBatch]) -> dict[str, float]:
     return {"train/forward_tokens": float(forwarded), "train/shared_token_frac": shared / total if total else 0.0}
 
 
-NORMALISER_REDUCE = {Aggregation.SEQ_MEAN_TOKEN_SUM_NORM: "max"}
-"""How a mini-batch's loss normaliser combines over ranks: ``max`` for the longest-sequence normaliser,
-``sum`` (the default) for token and sequence counts."""
-
-
-class _Scorer(torch.nn.Module):
-    """``target_logprobs`` of a model as one module, so a DDP wrapper's ``forward`` covers it (DDP only
-    all-reduces gradients of parameters used inside its own forward)."""
-
-    def __init__(self, model: Any):
-        super().__init__()
-        self.model = model
-
-    def forward(self, ids: torch.Tensor, att: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor,
-                **kw: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``target_logprobs(self.model, ids, att, rows, cols, **kw)``."""
-        return target_logprobs(self.model, ids, att, rows, cols, **kw)
-
-
-def shard_fsdp(model: Any) -> _Scorer:
-    """``_Scorer(model)`` sharded in place with FSDP2 (``fully_shard``): every decoder layer is a unit and
-    the scorer is the root, holding the embeddings, final norm and LM head.
-
-    The root's forward gathers its parameters once and keeps them until its backward, so the LM head
-    applied in several chunks costs no further collective; each layer gathers once per forward and once
-    per backward. The collectives of one micro-batch therefore do not depend on how many targets or
-    chunks it has, which lets ranks with different data (or a zero-weight pass) stay in step. (Sharding
-    only the causal LM as root fails because ``target_logprobs`` calls its backbone and head directly,
-    bypassing the root's forward; sharding the head as its own unit re-gathers it per chunk.)
-
-    Raises:
-        ValueError: the model's backbone has no ``layers`` list.
-    """
-    from torch.distributed.fsdp import fully_shard
-
-    from empo2.policy.logprobs import split_model
-
-    backbone, _ = split_model(model)
-    layers = getattr(backbone, "layers", None)
-    if layers is None:
-        raise ValueError(f"trainer.strategy=fsdp needs a backbone with a .layers list; {type(backbone).__name__} has "
-                         "none (use trainer.strategy=ddp)")
-    for layer in layers:
-        fully_shard(layer)
-    scorer = _Scorer(model)
-    fully_shard(scorer)
-    return scorer
-
-
-class FullOptimizerState:
-    """The FSDP2 optimiser's full (unsharded, CPU) state behind the ``state_dict`` / ``load_state_dict``
-    interface ``trainer.checkpoint`` uses. Built on every rank (gathering is a collective)."""
-
-    def __init__(self, learner: "Learner"):
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
-
-        self.learner = learner
-        self._full = get_optimizer_state_dict(learner.scorer, learner.optimizer,
-                                              options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-
-    def state_dict(self) -> dict[str, Any]:
-        """The gathered state (complete on rank 0)."""
-        return self._full
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Shard a full state (saved by any world size) into this rank's optimiser (a collective)."""
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
-
-        set_optimizer_state_dict(self.learner.scorer, self.learner.optimizer, state,
-                                 options=StateDictOptions(full_state_dict=True))
-
-
 class Learner:
     """Owns the optimiser (and the frozen reference for KL) and performs updates.
 
@@ -331,9 +305,10 @@ class Learner:
             With LoRA the reference is the base model (adapter disabled) and this is ignored.
         amp: ``model.autocast`` (``"none"``, ``"bfloat16"``, ``"float16"``): forward passes run under
             ``torch.autocast`` in that dtype (``policy.precision``); log-probs stay float32.
-        dist: the data-parallel context (``empo2.distributed``); None = one process. Under ``ddp`` the
-            model is wrapped with DDP; under ``fsdp`` the learner trains a sharded copy and copies the
-            full weights back into ``model`` (which the rollout uses) after every update.
+        dist: the data-parallel context (``empo2.distributed``); None = one process. It picks the
+            ``ParallelStrategy`` (``trainer.parallel.make_strategy``): under ``ddp`` the model is wrapped
+            with DDP; under ``fsdp`` the learner trains a sharded copy and copies the full weights back
+            into ``model`` (which the rollout uses) after every update.
     """
 
     def __init__(self, model: Any, algo: AlgoConfig, trainer: TrainerConfig, temperature: float, pad_id: int,
@@ -341,21 +316,7 @@ class Learner:
         self.model = model
         self.amp = amp
         self.dist = dist or DistContext()
-        self.train_model = model  # what the optimiser updates (an FSDP2-sharded copy under fsdp)
-        self.scorer: Any = None  # the DDP wrapper (ddp) or the FSDP2 root (fsdp) every forward goes through
-        self._ddp = self.dist.strategy == "ddp"
-        if self._ddp:
-            from torch.nn.parallel import DistributedDataParallel
-
-            dev = next(model.parameters()).device
-            # no buffer broadcast in forward (a collective per forward; the rotary buffers are constants)
-            no_sync_buffers = ({"forward_sync_buffers": False} if "forward_sync_buffers" in
-                               inspect.signature(DistributedDataParallel).parameters else {"broadcast_buffers": False})
-            self.scorer = DistributedDataParallel(_Scorer(model), device_ids=[dev.index] if dev.type == "cuda" else None,
-                                                  **no_sync_buffers)
-        elif self.dist.strategy == "fsdp":
-            self.train_model = copy.deepcopy(model)
-            self.scorer = shard_fsdp(self.train_model)
+        self.parallel: ParallelStrategy = make_strategy(model, self.dist)  # forward, padding, reductions
         self.algo = algo
         self.cfg = trainer
         self.temperature = temperature
@@ -370,14 +331,17 @@ class Learner:
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
 
+    @property
+    def train_model(self) -> Any:
+        """The module the optimiser updates: ``model``, or its FSDP2-sharded copy under fsdp."""
+        return self.parallel.train_model
+
     def checkpoint_optimizer(self) -> Any:
         """What checkpoints save and load as the optimiser: ``self.optimizer`` (single, ddp: every rank holds
         the same full state), or under fsdp a ``FullOptimizerState`` gathered now (a collective: call it on
         every rank, then let rank 0 save it). Both hold full, unsharded state, so a checkpoint resumes with
         any world size (see docs/scaling.md for resuming under another strategy)."""
-        if self.dist.strategy != "fsdp":
-            return self.optimizer
-        return FullOptimizerState(self)
+        return self.parallel.checkpoint_optimizer(self.optimizer)
 
     def _checkpointing(self) -> bool:
         """Whether the model runs with activation checkpointing (then the LM head is checkpointed too)."""
@@ -442,32 +406,18 @@ class Learner:
         (``train/skipped_zero_advantage``).
         """
         samples = [s for s in samples if s.num_targets > 0]
-        D = self.dist
-        if not D.all_reduce([float(bool(samples))], "max")[0]:
+        P = self.parallel
+        if not P.any(bool(samples)):
             return {"train/skipped": 1.0, "train/optimizer_steps": 0.0}
         algo = self.algo
         agg = Aggregation(algo.aggregation)
-        # low-probability masks are per token (or per step-sample): computed once over the whole batch
-        all_lpb = torch.tensor([x for s in samples for x in s.logp_behavior], dtype=torch.float32)
-        all_seq = torch.tensor([x for s in samples for x in s.seq_ids], dtype=torch.long)
-        full_mask = torch.ones_like(all_lpb, dtype=torch.bool)
-        masked_frac = 0.0
-        if algo.low_prob_mask.enabled and samples:
-            full_mask, masked_frac = low_prob_mask(all_lpb, full_mask, all_seq, algo.low_prob_mask.threshold_logp,
-                                                   algo.low_prob_mask.granularity)
-        if not D.all_reduce([float(bool(full_mask.any()))], "max")[0]:
+        masks, masked_frac = self._token_masks(samples)
+        if not P.any(any(bool(m.any()) for m in masks.values())):
             # every token masked (low-probability masking): nothing to train on
             return {"train/skipped": 1.0, "train/masked_frac": masked_frac, "train/optimizer_steps": 0.0}
-        masks: dict[int, torch.Tensor] = {}
-        off = 0
-        for s in samples:
-            masks[id(s)] = full_mask[off:off + s.num_targets]
-            off += s.num_targets
-        n_all, tokens_all = len(samples), float(all_lpb.numel())
-        seq_tokens_all, off_all = float(sum(len(s.ids) for s in samples)), float(sum(s.off_policy for s in samples))
         signal = {id(s): any(a != 0.0 for a in s.advantages) for s in samples}
         can_skip = algo.kl_coef == 0 and algo.entropy_coef == 0
-        if can_skip and not D.all_reduce([float(any(signal.values()))], "max")[0]:
+        if can_skip and not P.any(any(signal.values())):
             # Every loss term is A·(clipped ratio) with A = 0: the whole gradient is 0, no step at all.
             return {"train/skipped": 1.0, "train/skipped_zero_advantage": 1.0, "train/optimizer_steps": 0.0}
         skip = can_skip and self.cfg.skip_zero_advantage
@@ -475,77 +425,81 @@ class Learner:
         updated = {id(s): s for _, mbs, _ in steps_plan for mbatch in mbs for s in mbatch.samples}
         kl_samples = [s for s in samples if id(s) in updated and not s.off_policy] if self.cfg.measure_policy_kl else []
         kl_mbs = self._micro_batches(kl_samples) if kl_samples else []
-        n_kl = int(D.all_reduce([len(kl_mbs)], "max")[0]) if self.cfg.measure_policy_kl else 0
-        total = sum(n for _, _, n in steps_plan) + n_kl
-        done = 0
+        n_kl = P.max_counts([len(kl_mbs)])[0] if self.cfg.measure_policy_kl else 0
+        progress = _Progress(on_step, sum(n for _, _, n in steps_plan) + n_kl)
         checkpoint_head = self._checkpointing()
         meter, later = _Meter(), _Meter()
         grad_norms: list[float] = []
         skipped_minibatches = 0
         params = [p for p in self.train_model.parameters() if p.requires_grad]
-        scale = float(D.world) if D.distributed else 1.0  # DDP and FSDP average gradients over ranks
+        max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
         self.train_model.train()
-        for normaliser, mbs, n_run in steps_plan:
+        for normaliser, mbs, n_run in steps_plan:  # one optimiser step per mini-batch, every epoch
             if n_run == 0:
                 skipped_minibatches += 1
                 continue
             self.optimizer.zero_grad(set_to_none=True)
-            for i in range(n_run):
-                sync = self.scorer.no_sync() if self._ddp and i < n_run - 1 else contextlib.nullcontext()
-                with sync:
+            step_metrics = []
+            for i in range(n_run):  # micro-batches: gradient accumulation
+                with P.accumulate(i, n_run):
                     if i >= len(mbs):  # nothing left on this rank: join the collectives with a zero-weight pass
-                        self._zero_pass(grad=True)
+                        P.zero_pass(self._score, self.pad_id, self.device, grad=True)
                         continue
-                    mb = mbs[i]
-                    b = _collate(mb, self.pad_id, self.device)
-                    mask = torch.cat([masks[id(s)] for s in mb.samples]).to(self.device)
-                    # the entropy is always reported; it joins the graph only as a bonus (entropy_coef > 0),
-                    # otherwise it is computed without grad (same values, no [chunk, V] buffers kept for backward)
-                    lp, ent = self._score(b, with_entropy=True, entropy_grad=algo.entropy_coef > 0,
-                                          checkpoint_head=checkpoint_head)
-                    ref = self._ref_logprobs(b) if algo.kl_coef > 0 else None
-                    loss, m = policy_loss(
-                        lp, b["logp_behavior"], b["adv"], mask, b["seq"], clip_low=algo.clip_low,
-                        clip_high=algo.clip_high, dual_clip=algo.dual_clip, aggregation=agg, normaliser=normaliser,
-                        logp_ref=ref, kl_coef=algo.kl_coef, entropy=ent,
-                        entropy_coef=algo.entropy_coef, metrics_by=b["off"], metrics_by_names={0: "on", 1: "off"})
-                    (loss * scale if scale != 1.0 else loss).backward()
-                w = max(float(mask.sum()), 1.0)
-                meter.add(m, w)
-                if meter.steps > 0 and "clip_frac" in m:
-                    later.add({"clip_frac": m["clip_frac"]}, w)
-                done += 1
-                if on_step is not None:
-                    on_step(done, total)
-            max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
+                    loss, m = self._micro_batch_loss(mbs[i], masks, normaliser, agg, checkpoint_head)
+                    P.scale_loss(loss).backward()
+                step_metrics.append(m)
+                progress.advance()
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
             self.optimizer.step()
-            if meter.step_sums or not D.distributed:
-                meter.end_step()
-            else:  # this rank only ran zero-weight passes: count the step, report no loss for it
-                meter.steps += 1
+            meter.add_step(metric_floats(step_metrics), later)  # one host sync for the step's metrics
         self.train_model.eval()
-        self._sync_rollout_model()
+        P.after_update()
         out = {f"train/{k}": v for k, v in meter.result().items()}
         if "clip_frac" in later.sums:
             out["train/clip_frac_later"] = later.sums["clip_frac"] / later.counts["clip_frac"]
-        out.update(self._after_metrics(kl_mbs, n_kl, masks, on_step, done, total))
+        out.update(self._after_metrics(kl_mbs, n_kl, masks, progress))
+        out.update(_update_counts(samples, plan, steps_plan, updated))
         out["train/optimizer_steps"] = float(meter.steps)
-        out["train/mini_batches"] = float(len(plan))
         out["train/zero_adv_minibatches_skipped"] = float(skipped_minibatches)
         out["train/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
         out["train/grad_norm_max"] = float(np.max(grad_norms)) if grad_norms else 0.0
         out["train/masked_frac"] = masked_frac
-        out["train/tokens"] = tokens_all
-        out["train/seq_tokens"] = seq_tokens_all
-        out["train/micro_batches"] = float(sum(len(mbs) for _, mbs, _ in steps_plan))
-        out.update(_forward_metrics([mb for _, mbs, _ in steps_plan for mb in mbs]))
-        out["train/off_policy_samples"] = off_all
-        out["train/zero_adv_samples_skipped"] = float(n_all - len(updated))
-        out["train/updated_tokens"] = float(sum(s.num_targets for s in updated.values()))
         if meter.steps == 0:
             out["train/skipped"] = 1.0
         return out
+
+    def _token_masks(self, samples: list[PackedSample]) -> tuple[dict[int, torch.Tensor], float]:
+        """Per trajectory (by ``id``) its ``[num_targets]`` bool mask of trained tokens, and the masked
+        fraction. Low-probability masks are per token (or per step-sample): computed once over the whole
+        batch (``algo.low_prob_mask``); without masking every target is trained."""
+        lpm = self.algo.low_prob_mask
+        all_lpb = torch.tensor([x for s in samples for x in s.logp_behavior], dtype=torch.float32)
+        full_mask = torch.ones_like(all_lpb, dtype=torch.bool)
+        masked_frac = 0.0
+        if lpm.enabled and samples:
+            all_seq = torch.tensor([x for s in samples for x in s.seq_ids], dtype=torch.long)
+            full_mask, masked_frac = low_prob_mask(all_lpb, full_mask, all_seq, lpm.threshold_logp, lpm.granularity)
+        masks: dict[int, torch.Tensor] = {}
+        off = 0
+        for s in samples:
+            masks[id(s)] = full_mask[off:off + s.num_targets]
+            off += s.num_targets
+        return masks, masked_frac
+
+    def _micro_batch_loss(self, mb: MicroBatch, masks: dict[int, torch.Tensor], normaliser: float, agg: Aggregation,
+                          checkpoint_head: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``policy_loss`` of one micro-batch (the loss with its graph, the metric tensors detached)."""
+        algo = self.algo
+        b = _collate(mb, self.pad_id, self.device)
+        mask = torch.cat([masks[id(s)] for s in mb.samples]).to(self.device)
+        # the entropy is always reported; it joins the graph only as a bonus (entropy_coef > 0),
+        # otherwise it is computed without grad (same values, no [chunk, V] buffers kept for backward)
+        lp, ent = self._score(b, with_entropy=True, entropy_grad=algo.entropy_coef > 0, checkpoint_head=checkpoint_head)
+        ref = self._ref_logprobs(b) if algo.kl_coef > 0 else None
+        return policy_loss(
+            lp, b["logp_behavior"], b["adv"], mask, b["seq"], clip_low=algo.clip_low, clip_high=algo.clip_high,
+            dual_clip=algo.dual_clip, aggregation=agg, normaliser=normaliser, logp_ref=ref, kl_coef=algo.kl_coef,
+            entropy=ent, entropy_coef=algo.entropy_coef, metrics_by=b["off"], metrics_by_names={0: "on", 1: "off"})
 
     def _steps_plan(self, samples: list[PackedSample], masks: dict[int, torch.Tensor], signal: dict[int, bool],
                     skip: bool, agg: Aggregation, iteration: int) -> tuple[list[list[PackedSample]], list[Any]]:
@@ -553,13 +507,13 @@ class Learner:
         micro-batches to run)``.
 
         Under ddp/fsdp the number of mini-batches is the largest over ranks (a rank with fewer gets empty
-        ones), each normaliser is reduced over ranks (``NORMALISER_REDUCE``), and the micro-batches to run
-        are the most any rank has; a rank runs zero-weight passes for the difference. With one process
-        every reduction is the identity.
+        ones), each normaliser is reduced over ranks (``ParallelStrategy.reduce_normalisers``), and the
+        micro-batches to run are the most any rank has; a rank runs zero-weight passes for the difference.
+        With one process every reduction is the identity.
         """
-        D = self.dist
+        P = self.parallel
         plan = self._plan(samples, iteration)
-        plan += [[] for _ in range(int(D.all_reduce([len(plan)], "max")[0]) - len(plan))]
+        plan += [[] for _ in range(P.max_counts([len(plan)])[0] - len(plan))]
         local_norm = []
         for mb in plan:
             if not mb:
@@ -568,12 +522,12 @@ class Learner:
             mask = torch.cat([masks[id(s)] for s in mb])
             seq = torch.tensor([x for s in mb for x in s.seq_ids])
             local_norm.append(loss_normaliser(mask, seq, agg))
-        norms = D.all_reduce(local_norm, NORMALISER_REDUCE.get(agg, "sum"))
+        norms = P.reduce_normalisers(local_norm, agg)
         local_mbs = []
         for mb, normaliser in zip(plan, norms):
             trained = [s for s in mb if signal[id(s)]] if skip else list(mb)
             local_mbs.append(self._micro_batches(trained) if normaliser > 0 and trained else [])
-        n_micro = [int(x) for x in D.all_reduce([len(m) for m in local_mbs], "max")]
+        n_micro = P.max_counts([len(m) for m in local_mbs])
         return plan, list(zip(norms, local_mbs, n_micro))
 
     def _micro_batches(self, samples: list[PackedSample]) -> list[MicroBatch]:
@@ -581,58 +535,41 @@ class Learner:
         return prefix_micro_batches(samples, self.cfg.micro_batch_tokens, self.cfg.share_prefix)
 
     def _score(self, b: dict[str, Any], **kw: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Current log-probs (and entropy) of a collated micro-batch, through the DDP wrapper when there is one."""
+        """Current log-probs (and entropy) of a collated micro-batch, through the strategy's training forward
+        (the DDP wrapper / FSDP2 root when there is one)."""
         args = (b["ids"], b["att"], b["rows"], b["cols"])
         kw = dict(temperature=self.temperature, allowed=b["allowed"], chunk=self.cfg.logprob_chunk, **_shape_kw(b), **kw)
         with autocast(self.device, self.amp):
-            if self.scorer is not None:
-                return self.scorer(*args, **kw)
-            return target_logprobs(self.train_model, *args, **kw)
+            return self.parallel.forward(*args, **kw)
 
-    def _zero_pass(self, grad: bool) -> None:
-        """A forward (and, with ``grad``, a backward of 0·loss) over one 2-token row: joins the collectives of
-        a micro-batch this rank does not have (DDP's gradient all-reduce, FSDP's all-gathers and
-        reduce-scatters) while adding exactly 0 to every gradient."""
-        ids = torch.full((1, 2), self.pad_id, dtype=torch.long, device=self.device)
-        b = {"ids": ids, "att": torch.ones_like(ids), "rows": torch.zeros(1, dtype=torch.long, device=self.device),
-             "cols": torch.ones(1, dtype=torch.long, device=self.device), "allowed": None}
-        with contextlib.nullcontext() if grad else torch.no_grad():
-            lp, _ = self._score(b)
-            if grad:
-                (lp.sum() * 0.0).backward()
+    def _eval_score(self, b: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """``_score`` without gradient through the strategy's eval forward (the trained model itself, or the
+        FSDP2 root)."""
+        kw = dict(temperature=self.temperature, allowed=b["allowed"], chunk=self.cfg.logprob_chunk, **_shape_kw(b))
+        with autocast(self.device, self.amp):
+            return self.parallel.eval_forward(b["ids"], b["att"], b["rows"], b["cols"], **kw)
 
-    def _sync_rollout_model(self) -> None:
-        """Under fsdp: copy the full trained weights into the rollout model (a collective on every rank)."""
-        if self.train_model is self.model:
-            return
-        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
-
-        full = get_model_state_dict(self.scorer, options=StateDictOptions(full_state_dict=True))
-        self.model.load_state_dict({k.removeprefix("model."): v for k, v in full.items()})
-
-    def _after_metrics(self, kl_mbs: list[list[PackedSample]], n_kl: int, masks: dict[int, torch.Tensor],
-                       on_step: Callable[[int, int], None] | None, done: int, total: int) -> dict[str, float]:
+    def _after_metrics(self, kl_mbs: list[MicroBatch], n_kl: int, masks: dict[int, torch.Tensor],
+                       progress: "_Progress") -> dict[str, float]:
         """KL(π_before ‖ π_after) and post-update ratios on the updated on-policy action tokens."""
         if not n_kl:
             return {}
+        P = self.parallel
         d_all, adv_all = [], []
         with torch.no_grad():
             for i in range(n_kl):
                 if i >= len(kl_mbs):  # keep FSDP's all-gathers in step with the other ranks
-                    if self.dist.strategy == "fsdp":
-                        self._zero_pass(grad=False)
+                    if P.pads_eval:
+                        P.zero_pass(self._eval_score, self.pad_id, self.device, grad=False)
                     continue
                 mb = kl_mbs[i]
                 b = _collate(mb, self.pad_id, self.device)
                 mask = torch.cat([masks[id(s)] for s in mb.samples]).to(self.device)
-                lp = self._score(b)[0] if self.dist.strategy == "fsdp" else self._logprobs(self.train_model, b)
+                lp = self._eval_score(b)[0]
                 d_all.append((lp.float() - b["logp_behavior"])[mask])
                 adv_all.append(b["adv"][mask])
-                done += 1
-                if on_step is not None:
-                    on_step(done, total)
-        if self.dist.strategy == "fsdp":
-            self.scorer.reshard()  # a forward without backward leaves the root's gathered parameters in memory
+                progress.advance()
+        P.after_eval()
         if not d_all:
             return {}
         d = torch.cat(d_all).clamp(-20.0, 20.0)  # log π_after − log μ per token
