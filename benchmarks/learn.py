@@ -164,8 +164,11 @@ def run_one(arm: str, seed: int, cfg: str, extra: list[str], out: Path, eval_epi
     ev = {}
     for split in ("test", "train"):
         path = run_dir / f"eval_{split}.json"
+        # --seed-iteration 0: every arm (trained for N iterations or not at all) is evaluated on the same
+        # sampling stream, so arms are paired episode by episode (empo2 eval's default would follow the
+        # checkpoint's iteration, which differs between base and the trained arms)
         times[f"eval_{split}_s"] = _cli("eval", *policy, "--split", split, "--episodes", str(eval_episodes),
-                                        "--out", str(path), *(overrides if not ckpt.exists() else []),
+                                        "--seed-iteration", "0", "--out", str(path), *(overrides if not ckpt.exists() else []),
                                         "run.progress=false", log=log)
         ev[split] = json.loads(path.read_text())
     # the report (empo2 report) reads eval_after.json as a run's final evaluation, and labels a run from config.yaml

@@ -55,6 +55,7 @@ import numpy as np
 import torch
 
 from benchmarks.common import print_table, set_threads
+from empo2.rollout.engine import StepHook
 
 log = logging.getLogger(__name__)
 
@@ -410,7 +411,7 @@ def _read_table(args: argparse.Namespace, res: dict[str, Any]) -> dict[str, Any]
 
 
 # ------------------------------------------------------------------------------------------ play
-class OracleTips:
+class OracleTips(StepHook):
     """``StepHook`` showing ``"Next action: <next gold action>"`` at every step (diagnostic only)."""
 
     def __init__(self, gold: dict[tuple[str, int], list[str]]):

@@ -14,7 +14,7 @@ from empo2.policy.sampling import sample
 from empo2.records import Mode, SegmentKind
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
 from empo2.rollout.pool import EnvPool
-from empo2.trainer.batch import build_sample
+from empo2.trainer.batch import MicroBatch, build_sample
 from empo2.trainer.learner import _collate
 
 
@@ -33,7 +33,7 @@ def test_packed_logprobs_equal_behaviour_logprobs(tiny_policy, chat_format, mode
     trajs = _rollout(tiny_policy, chat_format, mode, temperature=0.7)
     samples = [build_sample(t, [0.0] * t.num_steps, i, 100 * i, 4096) for i, t in enumerate(trajs)]
     assert sum(s.num_targets for s in samples) > 0
-    b = _collate(samples, 0, torch.device("cpu"))
+    b = _collate(MicroBatch(samples), 0, torch.device("cpu"))
     with torch.no_grad():
         lp, _ = target_logprobs(tiny_policy.model, b["ids"], b["att"], b["rows"], b["cols"], temperature=0.7,
                                 allowed=b["allowed"])

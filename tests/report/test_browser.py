@@ -54,7 +54,8 @@ def test_viewer_renders_in_chromium(built_report, chromium, tmp_path):
     assert 'data-rendered="1"' in html, "the viewer script did not finish"
     assert len(re.findall(r'<section class="step">', html)) == 3  # the episode's 3 steps
     assert html.count('<li><pre>') == 2 * 3  # 2 retrieved tips at each of the 3 steps
-    assert "it1-t1-r2" in html and "it0-t0-r1" not in html and "Take the key." in html  # 1-based, as the logs
+    # shown 1-based, as the logs (the embedded data keeps the stored 0-based ids)
+    assert "<h2>it1-t1-r2</h2>" in html and "<h2>it0-t0-r1</h2>" not in html and "Take the key." in html
     # iterations are numbered like metrics.jsonl rows, out of the planned count
     assert "iteration 12 of 12  (iter-00012.jsonl)" in html and "of 13" not in html
     # hostile text is shown as text: escaped in the serialised DOM, never parsed into elements

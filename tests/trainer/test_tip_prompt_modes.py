@@ -37,7 +37,7 @@ def test_summary_tip_prompts_and_no_kept_cache(tmp_path, tiny_policy, chat_forma
                                                    t.final_observation, rt.entry_score(t), mode == "summary_fewshot"):
                 want += fmt.open(role) + fmt.encode(text) + fmt.close(role)
             assert p == want + fmt.open("assistant")
-            assert rt.setup.engine.take_episode_kv(t) is None  # no episode cache kept: the prompt shares no prefix
+            assert rt.setup.engine.generator.kept_cache(t.id) is None  # no episode cache kept: the prompt shares no prefix
         m = rt.write_tips(trajs, 2)
         assert m["memory/tips_written"] + m["memory/tips_malformed"] == len(trajs)
     finally:
