@@ -133,13 +133,11 @@ def test_export_rows_format():
 
 def test_a_seeded_memory_is_not_a_run_but_a_trained_one_is(tmp_path):
     """A run folder holding only imported entries may start training (oracle-seeded memory arms)."""
-    from types import SimpleNamespace
-
-    from empo2.trainer.loop import Trainer
+    from empo2.trainer.resume import holds_a_run
 
     cfg = _config(tmp_path)
     run = tmp_path / "run"
-    holds = lambda: Trainer._holds_a_run(SimpleNamespace(run_dir=run))  # noqa: E731
+    holds = lambda: holds_a_run(run)  # noqa: E731
     assert not holds()
     assert main(["memory", "import", str(_write(tmp_path / "t.jsonl", [OK])), "--run", str(run), "--config",
                  str(cfg)]) == 0

@@ -185,7 +185,7 @@ def test_one_iteration_on_real_scienceworld(tmp_path):
 
 
 def test_resume_config_changes_are_listed_with_dotted_keys():
-    from empo2.trainer.loop import _config_changes
+    from empo2.trainer.resume import _config_changes
 
     saved = {"trainer": {"iterations": 1, "lr": 1e-6}, "rollout": {"group_size": 2, "temperature": 1.0}}
     now = {"trainer": {"iterations": 3, "lr": 1e-6}, "rollout": {"group_size": 8, "temperature": 1.0}, "new": 1}

@@ -39,12 +39,11 @@ from empo2.rollout.engine import EpisodeSpec
 from empo2.sysmem import release_free_memory
 from empo2.threads import thread_info
 from empo2.trainer.batch import build_sample
-from empo2.memory.store import MEMORY_FILENAME, MemoryStore
+from empo2.memory.store import MEMORY_FILENAME
 from empo2.trainer.checkpoint import (
-    CheckpointError, CheckpointWriteError, check_disk_space, check_run_dir, check_weights, checkpoint_bytes,
-    checkpoint_config, find_checkpoint, folder_bytes, kept_iterations, load_extra, load_optimizer_state, load_state,
-    remove_partial_writes, save_checkpoint, set_rng_state)
-from empo2.trainer.resume import check_memory_matches
+    CheckpointWriteError, check_disk_space, check_run_dir, checkpoint_bytes,
+    folder_bytes, kept_iterations, load_extra, load_optimizer_state, remove_partial_writes, save_checkpoint)
+from empo2.trainer.resume import check_memory_matches, check_new_run, restore_training_state, resume_point
 from empo2.trainer.evaluate import EvalResult, eval_variations, evaluate, read_eval, write_eval
 from empo2.trainer.learner import Learner
 from empo2.trainer.method import Method, make_method
@@ -153,16 +152,12 @@ class Trainer:
         ckpt: Path | None = None
         state: dict[str, Any] = {}
         if resume:
-            ckpt, state = self._resume_point()
+            ckpt, state = resume_point(cfg, self._family)
+            self.start_iteration = int(state.get("iteration", 0))
         else:
             # validate tasks before loading anything heavy
             resolve_tasks(self._family, cfg.env.tasks)
-            if self._holds_a_run():
-                again = ("" if find_checkpoint(self.ckpt_root) is not None else
-                         " (it has no complete checkpoint: --resume restarts it from iteration 0)")
-                raise ConfigError(
-                    f"run folder {self.run_dir} already holds a run{again}; continue it with --resume, pick another"
-                    f" run.name (e.g. run.name={cfg.run.name}-2), or delete the folder")
+            check_new_run(cfg)
         self.train_variations = train_variations(cfg, self._family)
         check_model_source(cfg.model, ckpt)
         resumed = resume and ckpt is not None
@@ -204,27 +199,8 @@ class Trainer:
                      os.environ.get("OMP_WAIT_POLICY", "unset"))
             self.method = self._make_method()
             if resumed:
-                if opt_state is not None:
-                    try:
-                        self.learner.checkpoint_optimizer().load_state_dict(opt_state)
-                    except (ValueError, KeyError, RuntimeError) as e:
-                        if cfg.trainer.strategy == "single":
-                            raise CheckpointError(f"the optimiser state of {weights} does not fit this model/config "
-                                                  f"({e}); resume with the run's own config.yaml") from None
-                        # fsdp's name-keyed format vs single/ddp's: another strategy wrote it
-                        log.warning("resume: the optimiser state in %s does not fit trainer.strategy=%s (%s); AdamW "
-                                    "restarts from zero moments", weights, cfg.trainer.strategy, e)
-                else:
-                    log.warning("checkpoint %s holds no optimiser state (trainer.checkpoint_optimizer=last keeps it "
-                                "only in the newest one): the AdamW moments restart from zero", weights)
-                set_rng_state(extra["rng"])
-                self.iterations_without_step = int((extra.get("metrics") or {}).get("train/iterations_without_step", 0))
-                try:
-                    self.method.load_state(extra)
-                except (ValueError, KeyError, TypeError) as e:
-                    raise CheckpointError(f"the {self.method.name} method's state (EMPO²: the novelty state) in {weights} "
-                                          f"is malformed ({e}); point "
-                                          "checkpoints/last at an earlier iter-* folder") from None
+                self.iterations_without_step = restore_training_state(
+                    self.learner, self.method, opt_state, extra, weights, cfg.trainer.strategy)
             if resume:
                 dropped = self.method.resume(self.start_iteration - 1)
                 if dropped:
@@ -236,53 +212,6 @@ class Trainer:
             self.setup.close()
             self.dist.close()
             raise
-
-    def _holds_a_run(self) -> bool:
-        """Metrics, checkpoints or a memory with entries of a training iteration are there; a memory
-        holding only imported entries (``empo2 memory import``, iteration −1) is a seed, not a run."""
-        if any((self.run_dir / f).exists() for f in ("metrics.jsonl", "checkpoints")):
-            return True
-        mem = self.run_dir / MEMORY_FILENAME
-        if not mem.exists():
-            return False
-        with MemoryStore(mem, readonly=True) as store:
-            span = store.iterations()
-        return span is not None and span[1] >= 0
-
-    def _resume_point(self) -> tuple[Path | None, dict[str, Any]]:
-        """The checkpoint ``--resume`` continues from and its state (sets ``start_iteration``); (None, {})
-        when the run folder holds a run that was stopped before its first checkpoint was complete.
-
-        Raises:
-            CheckpointError: nothing to resume, or a checkpoint that cannot be loaded (names the file).
-        """
-        cfg = self.cfg
-        ckpt = find_checkpoint(self.ckpt_root)
-        if ckpt is None:
-            if not self._holds_a_run():
-                raise CheckpointError(f"--resume: no run at {self.run_dir}; start without --resume")
-            log.warning("--resume: %s holds no complete checkpoint (the run stopped during its first one); "
-                        "restarting it from iteration 0 in the same folder", self.run_dir)
-            resolve_tasks(self._family, cfg.env.tasks)
-            return None, {}
-        if ckpt.name != "last":
-            log.warning("--resume: checkpoints/last is missing or dangling; continuing from %s", ckpt)
-        state = load_state(ckpt)
-        saved = checkpoint_config(ckpt)
-        check_weights(ckpt)
-        if int(state["iteration"]) > cfg.trainer.iterations:
-            raise ConfigError(f"the checkpoint has {state['iteration']} iterations but trainer.iterations is "
-                              f"{cfg.trainer.iterations}; raise trainer.iterations to continue")
-        resolve_tasks(self._family, cfg.env.tasks)
-        changed = _config_changes(saved, config_to_dict(cfg), ignore={"trainer.iterations"})
-        if changed:
-            shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changed[:12])
-            more = f" (+{len(changed) - 12} more)" if len(changed) > 12 else ""
-            log.warning(f"--resume continues with --config and the overrides, which differ from the run's saved "
-                        f"config in: {shown}{more}. To continue the run exactly, pass --config "
-                        f"{self.run_dir / 'config.yaml'} instead.")
-        self.start_iteration = int(state["iteration"])
-        return ckpt, state
 
     def _check_disk(self) -> None:
         """Refuse (too little space for one checkpoint) or warn (for the kept ones) before training."""
@@ -547,20 +476,6 @@ def fail_if_all_crashed(trajs: list[Trajectory], what: str, then: str = "continu
         raise EnvironmentFailedError(
             f"every one of the {len(trajs)} episodes of {what} crashed, so the environment is not working "
             f"(last error: {last}); fix it (see the warnings above), then {then}")
-
-
-def _config_changes(old: dict[str, Any], new: dict[str, Any], ignore: set[str] = frozenset(),
-                    prefix: str = "") -> list[tuple[str, Any, Any]]:
-    """Dotted keys whose values differ between two resolved config dicts, as (key, old, new)."""
-    out: list[tuple[str, Any, Any]] = []
-    for k in sorted(set(old) | set(new)):
-        key = f"{prefix}{k}"
-        a, b = old.get(k), new.get(k)
-        if isinstance(a, dict) and isinstance(b, dict):
-            out += _config_changes(a, b, ignore, key + ".")
-        elif a != b and key not in ignore:
-            out.append((key, a, b))
-    return out
 
 
 __all__ = ["Trainer", "build_setup", "compute_step_advantages", "resolve_tasks",
