@@ -244,8 +244,8 @@ def metric_floats(metrics: Mapping[str, Tensor] | list[Mapping[str, Tensor]]) ->
         A ``dict[str, float]``, or a list of them in the order given.
     """
     many = isinstance(metrics, list)
-    dicts = metrics if many else [metrics]
-    keys = [list(m) for m in dicts]
+    dicts: list[Mapping[str, Tensor]] = list(metrics) if isinstance(metrics, list) else [metrics]
+    keys: list[list[str]] = [list(m) for m in dicts]
     flat = [m[k].detach().reshape(()).double() for m, ks in zip(dicts, keys) for k in ks]
     values = torch.stack(flat).tolist() if flat else []
     out, i = [], 0
