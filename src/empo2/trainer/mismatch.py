@@ -19,7 +19,7 @@ import torch
 
 from empo2.algo.mismatch import mismatch_metrics, tis_weights
 from empo2.config import MismatchConfig
-from empo2.trainer.batch import PackedSample, micro_batches
+from empo2.trainer.batch import MicroBatch, PackedSample, micro_batches
 
 __all__ = ["mismatch_wanted", "apply_mismatch"]
 
@@ -38,7 +38,7 @@ def trainer_logprobs(learner: Any, samples: list[PackedSample]) -> list[torch.Te
 
     out: dict[int, torch.Tensor] = {}
     for mb in micro_batches(samples, learner.cfg.micro_batch_tokens):
-        b = _collate(mb, learner.pad_id, learner.device)
+        b = _collate(MicroBatch(mb), learner.pad_id, learner.device)  # padded rows
         lp = learner._logprobs(learner.train_model, b).float().cpu()
         off = 0
         for s in mb:
