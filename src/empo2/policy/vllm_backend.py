@@ -141,13 +141,14 @@ def refresh_tied_kernels(worker: Any) -> list[str]:
     """Rebuild, inside a vLLM worker, the CPU GEMM kernel of every layer that shares its weight.
 
     Run through ``LLM.collective_rpc(refresh_tied_kernels)`` right after ``reload_weights`` (it is a
-    module-level function, so it also pickles for a multiprocess engine). A layer counts as tied when
-    one of its ``Parameter`` objects is also registered on another module (the LM head that
-    ``tie_weights`` bound to ``embed_tokens``); for each such layer that carries a CPU kernel
+    module-level function, so it also pickles for a multiprocess engine). A tied layer is an LM head
+    (``ParallelLMHead``) whose weight ``Parameter`` is also registered on another module (the
+    ``embed_tokens`` that ``tie_weights`` bound it to); for each one that carries a CPU kernel
     (``cpu_linear``), its ``quant_method.process_weights_after_loading`` is re-run — the step vLLM's
-    layerwise reload skips for a layer none of whose weights came in under its own name — so the
-    kernel is rebuilt from the parameter's current values. No-op on GPU (no ``cpu_linear``; there the
-    matmul reads the shared parameter itself).
+    layerwise reload skips for a layer none of whose weights came in under its own name (the
+    embedding itself did receive its weight and was re-processed) — so the kernel is rebuilt from the
+    parameter's current values (≈ 0.07 s for SmolLM2-135M's 49,152 × 576 head on 2 cores). No-op on
+    GPU (no ``cpu_linear``; there the matmul reads the shared parameter itself).
 
     Args:
         worker: the vLLM worker (``collective_rpc`` passes it); its ``model_runner.get_model()``.
@@ -160,6 +161,8 @@ def refresh_tied_kernels(worker: Any) -> list[str]:
             parameter by more than ``TIED_KERNEL_ATOL`` (relative) — the engine would sample from
             stale weights.
     """
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
     model = worker.model_runner.get_model()
     owners: dict[int, list[str]] = {}
     mods = dict(model.named_modules(remove_duplicate=False))
@@ -172,7 +175,8 @@ def refresh_tied_kernels(worker: Any) -> list[str]:
     for name in tied:
         mod = mods[name]
         qm = getattr(mod, "quant_method", None)
-        if not hasattr(mod, "cpu_linear") or qm is None or not hasattr(qm, "process_weights_after_loading"):
+        if (not isinstance(mod, ParallelLMHead) or not hasattr(mod, "cpu_linear") or qm is None
+                or not hasattr(qm, "process_weights_after_loading")):
             continue
         with torch.no_grad():
             qm.process_weights_after_loading(mod)
