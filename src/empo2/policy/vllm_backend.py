@@ -22,8 +22,17 @@ token ids in and gives token ids and behaviour log-probs out, with the same samp
 * **Prefix caching** is on: a multi-turn episode's next prompt starts with its previous prompt and
   action, so only the new ids are prefilled (this replaces ``policy.kvcache``).
 * **Weight sync.** ``sync_weights`` pushes named tensors (the trainer model's ``named_parameters``,
-  Hugging Face names) through ``collective_rpc("reload_weights")`` and resets the prefix cache
-  (cached KV was computed with the old weights).
+  Hugging Face names) through ``collective_rpc("reload_weights")``, rebuilds the GEMM kernel of every
+  tied layer (``refresh_tied_kernels``, below) and resets the prefix cache (cached KV was computed
+  with the old weights).
+* **Tied LM head on CPU.** With tied embeddings (SmolLM2) vLLM's ``lm_head`` and ``embed_tokens``
+  hold the same ``Parameter``, and the in-place reload updates it (the trainer's new embedding is
+  there). But on CPU the head's matmul does not read that parameter: at load vLLM builds a prepacked
+  copy (oneDNN / AMX kernel, ``layer.cpu_linear``), and the reload re-processes only layers whose
+  weights arrived under their own name — the tied head's are skipped (``ParallelLMHead: Failed to
+  load weights`` in vLLM's log), so its kernel kept the first weights (measured: 2.2 logits apart
+  after one embedding change). ``refresh_tied_kernels`` re-runs the head's weight processing after
+  each reload and checks the kernel against the parameter.
 
 vLLM is an optional extra (``pip install -e '.[vllm]'``, see docs/scaling.md); this module imports
 it lazily and ``require_vllm`` raises a clear error when it is missing.
@@ -122,6 +131,66 @@ def _trie_processor_class() -> type:
 
 _TRIE_CLS: type | None = None
 
+TIED_KERNEL_ATOL = 1e-3
+"""Largest |kernel − ``F.linear``| (logits, on a fixed probe of unit-normal hidden states, relative to
+``1 + max|F.linear|``) accepted for a refreshed tied layer; oneDNN fp32 measures ≈ 1e-6 relative, a
+stale kernel after one embedding change ≈ 0.1."""
+
+
+def refresh_tied_kernels(worker: Any) -> list[str]:
+    """Rebuild, inside a vLLM worker, the CPU GEMM kernel of every layer that shares its weight.
+
+    Run through ``LLM.collective_rpc(refresh_tied_kernels)`` right after ``reload_weights`` (it is a
+    module-level function, so it also pickles for a multiprocess engine). A tied layer is an LM head
+    (``ParallelLMHead``) whose weight ``Parameter`` is also registered on another module (the
+    ``embed_tokens`` that ``tie_weights`` bound it to); for each one that carries a CPU kernel
+    (``cpu_linear``), its ``quant_method.process_weights_after_loading`` is re-run — the step vLLM's
+    layerwise reload skips for a layer none of whose weights came in under its own name (the
+    embedding itself did receive its weight and was re-processed) — so the kernel is rebuilt from the
+    parameter's current values (≈ 0.07 s for SmolLM2-135M's 49,152 × 576 head on 2 cores). No-op on
+    GPU (no ``cpu_linear``; there the matmul reads the shared parameter itself).
+
+    Args:
+        worker: the vLLM worker (``collective_rpc`` passes it); its ``model_runner.get_model()``.
+
+    Returns:
+        The refreshed layers' module names (e.g. ``["lm_head"]``; ``[]`` for untied models or GPU).
+
+    Raises:
+        RuntimeError: after the rebuild a layer's kernel still disagrees with ``F.linear`` on its
+            parameter by more than ``TIED_KERNEL_ATOL`` (relative) — the engine would sample from
+            stale weights.
+    """
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    model = worker.model_runner.get_model()
+    owners: dict[int, list[str]] = {}
+    mods = dict(model.named_modules(remove_duplicate=False))
+    for name, mod in mods.items():
+        for p in mod._parameters.values():
+            if p is not None:
+                owners.setdefault(id(p), []).append(name)
+    tied = sorted({n for names in owners.values() if len(set(names)) > 1 for n in names})
+    done = []
+    for name in tied:
+        mod = mods[name]
+        qm = getattr(mod, "quant_method", None)
+        if (not isinstance(mod, ParallelLMHead) or not hasattr(mod, "cpu_linear") or qm is None
+                or not hasattr(qm, "process_weights_after_loading")):
+            continue
+        with torch.no_grad():
+            qm.process_weights_after_loading(mod)
+            w = mod.weight
+            h = torch.randn(2, w.shape[1], generator=torch.Generator().manual_seed(0)).to(w.dtype)
+            ref = torch.nn.functional.linear(h, w).float()
+            err = float((qm.apply(mod, h).float() - ref).abs().max()) / (1.0 + float(ref.abs().max()))
+        if err > TIED_KERNEL_ATOL:
+            raise RuntimeError(f"vLLM layer {name!r} (tied weights) still computes with stale weights after the "
+                               f"reload: kernel vs parameter differ by {err:.3g} (relative); rollouts would not "
+                               "follow the trainer — use rollout.generator=hf")
+        done.append(name)
+    return done
+
 
 class VLLMGenerator:
     """The ``policy.generator.Generator`` over an in-process ``vllm.LLM`` (``rollout.generator: vllm``).
@@ -198,6 +267,8 @@ class VLLMGenerator:
         self._asleep = False
         self.sync_seconds = 0.0
         """Seconds the last ``sync_weights`` took."""
+        self.tied_refreshed: list[str] = []
+        """Tied layers whose CPU kernel the last ``sync_weights`` rebuilt (``refresh_tied_kernels``)."""
         self.sync_weights(policy_weights(model))
 
     # ------------------------------------------------------------------ Generator
@@ -278,7 +349,12 @@ class VLLMGenerator:
             named_tensors: ``(name, tensor)`` pairs with Hugging Face names of the plain causal LM
                 (``model.layers.0.self_attn.q_proj.weight``…; ``policy_weights(model)`` gives them, LoRA
                 merged); any dtype/device (vLLM's weight loaders convert). The seconds it took are
-                ``self.sync_seconds``.
+                ``self.sync_seconds``; the tied layers whose CPU kernel was rebuilt are
+                ``self.tied_refreshed`` (``["lm_head"]`` for SmolLM2 on CPU).
+
+        Raises:
+            RuntimeError: a tied layer's kernel still disagrees with its new weights
+                (``refresh_tied_kernels``).
         """
         import time
 
@@ -287,6 +363,7 @@ class VLLMGenerator:
         t0 = time.perf_counter()
         it: Iterator[tuple[str, torch.Tensor]] = ((n, t.detach()) for n, t in named_tensors)
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": it})
+        self.tied_refreshed = self.llm.collective_rpc(refresh_tied_kernels)[0]
         self.reset_cache()
         self.sync_seconds = time.perf_counter() - t0
 
