@@ -205,6 +205,19 @@ class Generator(Protocol):
         ...
 
 
+
+def checked_requests(requests: Sequence[GenerationRequest]) -> list[GenerationRequest]:
+    """The requests of a ``Generator.generate`` call as a list, each checked (every backend calls it).
+
+    Raises:
+        ValueError: a request with an empty prompt (its index named).
+    """
+    reqs = list(requests)
+    for i, r in enumerate(reqs):
+        if not r.prompt_ids:
+            raise ValueError(f"request {i} has an empty prompt (a request needs at least one prompt id)")
+    return reqs
+
 GENERATORS: dict[str, str] = {
     "hf": "empo2.policy.generator:HFGenerator",
     "vllm": "empo2.policy.vllm_backend:VLLMGenerator",
@@ -266,12 +279,9 @@ class HFGenerator:
     def generate(self, requests: Sequence[GenerationRequest], params: SamplingParams) -> list[Generation]:
         """``Generator.generate`` (see the protocol); requests are sampled in batches of
         ``params.max_batch_rows`` rows (all at once when 0)."""
-        reqs = list(requests)
+        reqs = checked_requests(requests)
         if not reqs:
             return []
-        for i, r in enumerate(reqs):
-            if not r.prompt_ids:
-                raise ValueError(f"request {i} has an empty prompt (a request needs at least one prompt id)")
         keys = [r.cache_key for r in reqs if r.cache_key is not None]
         with autocast(model_device(self.model), params.autocast):
             if len(keys) > 1 and len(set(keys)) == 1 and len(keys) == len(reqs):

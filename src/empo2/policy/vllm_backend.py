@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, Hashable, Iterable, Iterator, Sequence
 
 import torch
 
-from empo2.policy.generator import CacheStats, GenerationRequest, SamplingParams
+from empo2.policy.generator import CacheStats, GenerationRequest, SamplingParams, checked_requests
 from empo2.policy.loading import policy_weights
 from empo2.policy.sampling import Generation
 from empo2.policy.trie import TokenTrie
@@ -283,12 +283,9 @@ class VLLMGenerator:
         Raises:
             ValueError: an empty prompt.
         """
-        reqs = list(requests)
+        reqs = checked_requests(requests)
         if not reqs:
             return []
-        for i, r in enumerate(reqs):
-            if not r.prompt_ids:
-                raise ValueError(f"request {i} has an empty prompt (a request needs at least one prompt id)")
         if self._asleep:
             self.wake()
         from vllm import SamplingParams as VSamplingParams
