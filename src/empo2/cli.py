@@ -42,6 +42,7 @@ def _setup_logging(verbose: bool, listing: bool = False) -> None:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S"))
     # libraries log warnings only (their INFO/DEBUG lines would land in piped logs and inside tables);
     # empo2's own loggers log INFO, or DEBUG with -v
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # mlflow sets up its own INFO handler on import
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
     logging.getLogger().setLevel(logging.WARNING)  # also when a handler was installed before (basicConfig no-op)
     logging.getLogger("empo2").setLevel(logging.DEBUG if verbose else logging.WARNING if listing else logging.INFO)
@@ -518,7 +519,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "\"state\" (key text), \"entry\" (shown text)}; see docs/algorithms.md "
                                      "'EMPO² memory at run time'. A bad row is named and nothing is written.")
     mi.add_argument("file", help="JSON Lines file, one tip per line")
-    mi.add_argument("--run", required=True, help="run folder whose memory receives the tips (created if missing)")
+    mi.add_argument("--run", required=True, help="run folder whose memory receives the tips (created if missing; a new folder needs --config)")
     mi.add_argument("--config", default=None, help="the run's config (default RUN/config.yaml): embedder, capacity")
     mi.add_argument("overrides", nargs="*", help="key=value overrides of that config")
     mi.set_defaults(fn=cmd_memory_import)
