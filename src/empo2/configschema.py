@@ -137,6 +137,18 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
+def flatten_dotted(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A nested config dict as dotted keys (``{"trainer.lr": 3e-05, ...}``; the inverse of ``set_dotted``)."""
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(flatten_dotted(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
 def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     """``set_dotted(d, "a.b.c", 1)`` sets ``d["a"]["b"]["c"] = 1``, creating sections."""
     parts = dotted.split(".")

@@ -29,6 +29,7 @@ from itertools import combinations
 from typing import Any
 
 from empo2.algo.stats import mean_ci, t_two_sided_p
+from empo2.configschema import flatten_dotted
 from empo2.report.runs import RunData, final_eval, finite, series, training_rows
 
 IGNORED_KEYS_PREFIXES = ("run.",)
@@ -45,16 +46,10 @@ HEADLINE_KEYS = {
 """Config keys listed first in a config diff, with the name a reader knows them by."""
 
 
-def comparable_config(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+def comparable_config(config: dict[str, Any]) -> dict[str, Any]:
     """The config flattened to dotted keys (``{"trainer.lr": 3e-05, ...}``) without the ignored keys."""
-    out: dict[str, Any] = {}
-    for k, v in config.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(comparable_config(v, key + "."))
-        elif key not in IGNORED_KEYS and not key.startswith(IGNORED_KEYS_PREFIXES):
-            out[key] = v
-    return out
+    return {k: v for k, v in flatten_dotted(config).items()
+            if k not in IGNORED_KEYS and not k.startswith(IGNORED_KEYS_PREFIXES)}
 
 
 @dataclass

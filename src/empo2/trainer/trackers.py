@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import yaml
 
-from empo2.configschema import ConfigError
+from empo2.configschema import ConfigError, flatten_dotted
 
 log = logging.getLogger(__name__)
 
@@ -101,16 +101,9 @@ def check_trackers(names: list[str]) -> list[TrackerName]:
     return trackers
 
 
-def flatten_params(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+def flatten_params(config: dict[str, Any]) -> dict[str, str]:
     """Nested config dict → ``{"trainer.lr": "3e-05", "env.tasks": "['4-2']", ...}`` (strings)."""
-    out: dict[str, str] = {}
-    for k, v in config.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(flatten_params(v, key + "."))
-        else:
-            out[key] = str(v)
-    return out
+    return {k: str(v) for k, v in flatten_dotted(config).items()}
 
 
 _MLFLOW_BAD = re.compile(r"[^\w\-. :/]")
