@@ -148,8 +148,8 @@ def test_a_piped_training_run_logs_no_info_lines(tmp_path, caplog):
     """``empo2 train ... | tee log``: no torch-thread, memory-opened or other set-up INFO lines."""
     import logging
 
-    cfg = write_config(tmp_path, BASE, "piped", empo2={"p": 0.5, "memory": {"embedder": "hashing"}},
-                       eval={"before_after": False})
+    cfg = write_config(tmp_path, BASE, "piped", eval={"before_after": False},
+                       empo2={"p": 0.5, "memory": {"embedder": "hashing"}, "tips": {"max_new_tokens": 8}})
     assert main(["train", "--config", str(cfg)]) == 0  # stdout is not a terminal under pytest
     chatty = [r.getMessage() for r in caplog.records if r.name.startswith("empo2") and r.levelno < logging.WARNING]
     assert chatty == []
