@@ -70,10 +70,19 @@ def test_exported_folder_loads_in_transformers_with_the_checkpoints_logprobs(tmp
     assert "Resolved config" in card
 
 
-def test_adapter_export_and_refusals(tmp_path, capsys):
+def test_adapter_export_and_refusals(tmp_path, capsys, caplog, monkeypatch):
+    import logging
+    import sys
+
     ckpt = _train(tmp_path, "ad", model={"lora": {"enabled": True, "r": 4}})
     out = tmp_path / "adapter"
-    assert main(["export", str(ckpt), "--out", str(out), "--adapter"]) == 0
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # a terminal: empo2's INFO lines are on
+    capsys.readouterr()
+    with caplog.at_level(logging.INFO):
+        assert main(["export", str(ckpt), "--out", str(out), "--adapter"]) == 0
+    said = capsys.readouterr().out + "".join(r.getMessage() + "\n" for r in caplog.records)
+    assert said.count("exported") == 1, said  # the result once, not also as a log line
+    monkeypatch.undo()
     cfg = json.loads((out / "adapter_config.json").read_text())
     assert cfg["r"] == 4 and (out / "adapter_model.safetensors").is_file() and (out / "README.md").is_file()
     capsys.readouterr()

@@ -28,9 +28,11 @@ log = logging.getLogger("empo2")
 def _setup_logging(verbose: bool, listing: bool = False) -> None:
     """Log to stdout: rich in a terminal; off a terminal plain ``HH:MM:SS LEVEL message`` lines, unwrapped.
 
-    empo2's loggers log INFO (DEBUG with ``verbose``; WARNING for a ``listing`` command such as
-    ``empo2 envs``, whose tables would otherwise be interleaved with set-up lines); every other
-    library logs WARNING and above only.
+    Levels of empo2's own loggers: DEBUG with ``verbose`` (``-v``); otherwise INFO in a terminal and
+    WARNING off one (piped or redirected logs keep warnings, errors and the progress lines, which
+    are printed, not logged; set-up lines such as the torch threads or "memory opened" stay out)
+    and for a ``listing`` command such as ``empo2 envs`` (its tables would otherwise be interleaved
+    with set-up lines). Every other library logs WARNING and above only.
     """
     from rich.logging import RichHandler
 
@@ -40,12 +42,12 @@ def _setup_logging(verbose: bool, listing: bool = False) -> None:
     else:
         handler = logging.StreamHandler(sys.stdout)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s", datefmt="%H:%M:%S"))
-    # libraries log warnings only (their INFO/DEBUG lines would land in piped logs and inside tables);
-    # empo2's own loggers log INFO, or DEBUG with -v
+    # libraries log warnings only (their INFO/DEBUG lines would land in piped logs and inside tables)
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # mlflow sets up its own INFO handler on import
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
     logging.getLogger().setLevel(logging.WARNING)  # also when a handler was installed before (basicConfig no-op)
-    logging.getLogger("empo2").setLevel(logging.DEBUG if verbose else logging.WARNING if listing else logging.INFO)
+    quiet = listing or not sys.stdout.isatty()
+    logging.getLogger("empo2").setLevel(logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO)
     for noisy in ("transformers", "httpx", "urllib3", "sentence_transformers", "filelock", "bm25s",
                   "scienceworld"):  # py4j: envs/scienceworld/jvm.py keeps it quiet
         logging.getLogger(noisy).setLevel(logging.WARNING)
@@ -76,12 +78,13 @@ def cmd_train(args: argparse.Namespace) -> int:
                           f"nothing changed. To train further, raise trainer.iterations "
                           f"(e.g. --resume trainer.iterations={done + 1}).")
             return 0
-    console.print(f"[bold]empo2 train[/] run={cfg.run_dir} env={cfg.env.name} tasks={cfg.env.tasks} "
-                  f"model={cfg.model.name_or_path} p={cfg.empo2.p} iterations={cfg.trainer.iterations}")
-    trainer = Trainer(cfg, resume=args.resume, console=console)
+    run_line = (f"[bold]empo2 train[/] run={cfg.run_dir} env={cfg.env.name} tasks={cfg.env.tasks} "
+                f"model={cfg.model.name_or_path} p={cfg.empo2.p} iterations={cfg.trainer.iterations}")
+    # printed once every input is checked (trackers, --resume vs trainer.iterations, ...): an error comes alone
+    trainer = Trainer(cfg, resume=args.resume, console=console, on_checked=lambda: console.print(run_line))
     out = trainer.train()
     if out["after"] is not None:
-        table_before_after(out["before"], out["after"], console)
+        table_before_after(out["before"], out["after"], console, env=cfg.env.name)
     console.print(f"run folder: {cfg.run_dir}  (metrics.jsonl, checkpoints/last, eval_*.json)")
     if out.get("checkpoint_error"):
         print(f"error: the run finished but its final checkpoint was not written: {out['checkpoint_error']}",
@@ -96,7 +99,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from empo2.trainer.evaluate import check_eval_path, eval_variations, evaluate, variations_note, write_eval
     from empo2.trainer.loop import build_setup, fail_if_all_crashed, train_variations
-    from empo2.trainer.progress import Progress, eval_note, make_console
+    from empo2.trainer.progress import SCORE_HEADER, SUCCESS_HEADER, Progress, eval_note, make_console, score_legend
     from empo2.config import Config, load_config
     from empo2.trainer.setup import run_config
 
@@ -172,7 +175,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     t = Table(title=f"empo2 eval {ckpt} — split {split}, temperature {temperature}, "
                     f"{'with memory ' + args.with_memory if args.with_memory else 'no memory'}"
                     f"{', Retrospex critic ' + args.retrospex if args.retrospex else ''}")
-    for c in ("task / variation", "episodes", "score [95% CI]", "successes", "success rate [95% CI]", "steps"):
+    for c in ("task / variation", "episodes", SCORE_HEADER, "successes", SUCCESS_HEADER, "steps"):
         t.add_column(c)
     per_var = list(res.per_variation.items()) if len(res.per_variation) <= 30 else []
     rows = per_var + list(res.per_task.items()) + [("ALL", res.overall)]
@@ -181,13 +184,15 @@ def cmd_eval(args: argparse.Namespace) -> int:
                   f"{s.successes}/{s.episodes}", f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]",
                   f"{s.steps:.1f}")
     console.print(t)
+    console.print(score_legend(cfg.env.name))
     console.print(f"evaluated on {variations_note(res)}")
     same = ("the stream of the training-time evaluation of these weights (eval_after / eval_iterK), so the same "
             "settings give the same number" if seed_it == trained else "not the training-time evaluation's stream")
     console.print(f"sampling seed: run.seed={cfg.run.seed}, evaluation stream of iteration {seed_it}: {same} "
                   f"(another sample: --seed-iteration N or run.seed=N)")
-    console.print(f"mean score {res.overall.score:.1f} (authors' convention, a failure keeps its last non-negative "
-                  f"score: {res.overall.score_last_nonneg:.1f})  success rate {res.overall.success_rate:.2f}  "
+    console.print(f"mean score (0–100) {res.overall.score:.1f} (authors' convention, a failure keeps its last "
+                  f"non-negative score: {res.overall.score_last_nonneg:.1f})  success rate (0–1) "
+                  f"{res.overall.success_rate:.2f}  "
                   f"→ {out}")
     if res.retrospex:
         console.print(f"Retrospex: the critic changed {res.retrospex['changed']:.0f} of "
@@ -219,7 +224,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     from empo2.trainer.adapt import adapt, write_adapt
     from empo2.trainer.empo2_hooks import make_runtime
     from empo2.trainer.loop import build_setup
-    from empo2.trainer.progress import Progress, make_console
+    from empo2.trainer.progress import SCORE_HEADER, SUCCESS_HEADER, Progress, make_console, score_legend
 
     ckpt = Path(args.checkpoint)
     if args.trials < 1:
@@ -254,7 +259,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     runtime = make_runtime(cfg, setup, out_dir)
     # with progress on, each trial's phase line carries its score; without, one plain line per trial
     on_trial = None if progress.enabled else lambda k, s: console.print(
-        f"trial {k}/{args.trials}: score {s.score:.1f}  success {s.success_rate:.2f}  steps {s.steps:.1f}")
+        f"trial {k}/{args.trials}: score {s.score:.1f}  success rate {s.success_rate:.2f}  steps {s.steps:.1f}")
     try:
         selector = None
         if args.retrospex:
@@ -268,12 +273,13 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         setup.close()
     write_adapt(res, out_dir / "adapt.json")
     t = Table(title=f"empo2 adapt {ckpt} on {', '.join(cfg.env.tasks)} ({args.split} variations, frozen weights, memory on)")
-    for c in ("trial", "episodes", "score [95% CI]", "success rate [95% CI]"):
+    for c in ("trial", "episodes", SCORE_HEADER, SUCCESS_HEADER):
         t.add_column(c)
     for k, s in enumerate(res.trials, 1):
         t.add_row(str(k), str(s.episodes), f"{s.score:.1f} [{s.score_ci[0]:.1f}, {s.score_ci[1]:.1f}]",
                   f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]")
     console.print(t)
+    console.print(score_legend(cfg.env.name))
     imp = res.improvement_pct()
     imp_text = f"{imp:+.1f}%" if imp == imp else "n/a (trial 1 scored 0)"
     console.print(f"improvement trial 1 → {args.trials}: {imp_text}  "
@@ -282,13 +288,13 @@ def cmd_adapt(args: argparse.Namespace) -> int:
 
 
 def cmd_envs(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from empo2.config import EnvConfig
     from empo2.envs.registry import FAMILIES, make_family
+    from empo2.trainer.progress import make_console
 
-    console = Console()
+    console = make_console()
     if args.env and args.env not in FAMILIES:
         print(f"error: unknown environment {args.env!r}; use one of {', '.join(sorted(FAMILIES))} "
               "(or no name to list them all)", file=sys.stderr)
@@ -310,13 +316,56 @@ def cmd_envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def memory_run(args: argparse.Namespace) -> Path:
+    """The run folder of a ``memory show`` / ``export`` command: the positional RUN or ``--run RUN``.
+
+    Raises:
+        ConfigError: neither is given, or both are and they differ.
+    """
+    from empo2.configschema import ConfigError
+
+    given = {r for r in (args.run, args.run_option) if r is not None}
+    if not given:
+        raise ConfigError(f"empo2 memory {args.memory_command} needs the run folder: empo2 memory "
+                          f"{args.memory_command} RUN (e.g. runs/sciworld_empo2_cpu)")
+    if len(given) > 1:
+        raise ConfigError(f"empo2 memory {args.memory_command}: RUN {args.run} and --run {args.run_option} differ; "
+                          "give the run folder once")
+    return Path(given.pop())
+
+
+def import_arguments(args: argparse.Namespace) -> tuple[Path, Path, list[str]]:
+    """(run folder, JSON Lines file, overrides) of ``memory import RUN FILE [k=v ...]`` or of the
+    older ``memory import FILE --run RUN [k=v ...]``.
+
+    Raises:
+        ConfigError: the run folder or the file is missing, or RUN is an existing file (the two swapped).
+    """
+    from empo2.configschema import ConfigError
+
+    items = list(args.items)
+    form = "empo2 memory import RUN FILE.jsonl [--config CFG] (or FILE.jsonl --run RUN)"
+    need = 1 if args.run_option is not None else 2
+    if len(items) < need or any("=" in x for x in items[:need]):
+        raise ConfigError(f"empo2 memory import needs the run folder and the tips file: {form}")
+    if args.run_option is not None:
+        run, file = Path(args.run_option), Path(items[0])
+    else:
+        run, file = Path(items[0]), Path(items[1])
+    if run.is_file():
+        raise ConfigError(f"the run folder {run} is a file; the order is {form}")
+    return run, file, items[need:]
+
+
 def cmd_memory_show(args: argparse.Namespace) -> int:
-    from rich.console import Console
     from rich.table import Table
 
     from empo2.memory.store import MemoryStore
+    from empo2.memory.transfer import shown_iteration
+    from empo2.trainer.progress import make_console
 
-    path = Path(args.run) / "memory.sqlite"
+    run = memory_run(args)
+    path = run / "memory.sqlite"
     if args.top is not None and args.top < 0:
         print(f"error: --top must be >= 0 (0 = every entry), got {args.top}", file=sys.stderr)
         return 2
@@ -332,7 +381,7 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
         buckets = sorted({e.bucket for e in entries})
         entries = [e for e in entries if args.task in e.bucket]
         if not entries:
-            print(f"error: no memory bucket of {args.run} matches --task {args.task!r}; its buckets: "
+            print(f"error: no memory bucket of {run} matches --task {args.task!r}; its buckets: "
                   f"{', '.join(buckets) or '(none)'}", file=sys.stderr)
             return 2
     # per-step entries of one episode share their tip: show each (bucket, tip) once, best score
@@ -344,20 +393,23 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
     entries = sorted(best.values(), key=lambda e: (-e.score, -e.seq))
     if args.top:
         entries = entries[:args.top]
-    console = Console()
-    t = Table(title=f"memory of {args.run}: {len(entries)} tips shown",
-              caption="iter: the training iteration (adapt: the trial) that wrote the tip, counted from 1 as in the logs")
+    console = make_console()
+    t = Table(title=f"memory of {run}: {len(entries)} tips shown",
+              caption="iter: the training iteration (adapt: the trial) that wrote the tip, counted from 1 as in the "
+                      "logs and `memory export`; 'imported': from `memory import`, with the iteration its row gave")
     for c in ("bucket", "score", "iter", "tip"):
         t.add_column(c, overflow="fold")
     for e in entries:
-        t.add_row(e.bucket, f"{e.score:.1f}", str(e.iteration + 1), e.tip)  # stored 0-based; shown as the logs
+        n = shown_iteration(e.iteration)
+        it = str(n) if e.iteration >= 0 else f"{n} (imported)" if n else "imported"
+        t.add_row(e.bucket, f"{e.score:.1f}", it, e.tip)
     console.print(t)
     return 0
 
 
 def cmd_memory_import(args: argparse.Namespace) -> int:
-    """``empo2 memory import FILE.jsonl --run RUN``: checked rows into the run's memory, all or nothing
-    (row format: ``empo2.memory.transfer``)."""
+    """``empo2 memory import RUN FILE.jsonl`` (or ``FILE.jsonl --run RUN``): checked rows into the run's
+    memory, all or nothing (row format: ``empo2.memory.transfer``)."""
     from empo2.config import load_config
     from empo2.configschema import ConfigError
     from empo2.envs.registry import make_family
@@ -365,17 +417,17 @@ def cmd_memory_import(args: argparse.Namespace) -> int:
     from empo2.memory.store import MEMORY_FILENAME, MemoryStore
     from empo2.memory.transfer import import_entries, read_import_file
 
-    run = Path(args.run)
+    run, file, overrides = import_arguments(args)
     saved = run / "config.yaml"
     if args.config is None and not saved.is_file():
-        raise ConfigError(f"--run {run} has no config.yaml; pass --config FILE, the config the run is (or will be) "
-                          "trained with, so the tips are embedded with its embedder")
+        raise ConfigError(f"run folder {run} has no config.yaml; pass --config FILE, the config the run is (or will "
+                          "be) trained with, so the tips are embedded with its embedder")
     if (run / "checkpoints").exists():
-        raise ConfigError(f"--run {run} has checkpoints: importing would change the memory they recorded and "
+        raise ConfigError(f"run folder {run} has checkpoints: importing would change the memory they recorded and "
                           "--resume would refuse it; import into a new run folder (then train with that "
                           "run.name) or into a copy used with `empo2 eval --with-memory COPY`")
-    cfg = load_config(args.config or saved, args.overrides)
-    rows = read_import_file(Path(args.file), make_family(cfg.env))  # every row checked before any work
+    cfg = load_config(args.config or saved, overrides)
+    rows = read_import_file(file, make_family(cfg.env))  # every row checked before any work
     embedder = load_embedder(cfg.empo2.memory.embedder)
     entries = import_entries(rows, embedder)
     run.mkdir(parents=True, exist_ok=True)
@@ -383,7 +435,7 @@ def cmd_memory_import(args: argparse.Namespace) -> int:
                      capacity=cfg.empo2.memory.capacity) as store:
         added = store.add(entries)  # one transaction: dedup + FIFO cap per bucket
         snap = store.snapshot()
-    print(f"{len(rows)} rows of {args.file}: {added} entries added to {run / MEMORY_FILENAME} "
+    print(f"{len(rows)} rows of {file}: {added} entries added to {run / MEMORY_FILENAME} "
           f"({snap['duplicates']} already there, {snap['evicted']} evicted by the cap of "
           f"{cfg.empo2.memory.capacity} per bucket); it now holds {snap['entries']} entries in "
           f"{len(snap['buckets'])} buckets")
@@ -398,7 +450,7 @@ def cmd_memory_export(args: argparse.Namespace) -> int:
     from empo2.memory.store import MEMORY_FILENAME, MemoryStore
     from empo2.memory.transfer import export_rows
 
-    path = Path(args.run) / MEMORY_FILENAME
+    path = memory_run(args) / MEMORY_FILENAME
     if not path.is_file():
         raise ConfigError(f"{path} does not exist (was the run trained with empo2.p > 0?)")
     out = Path(args.out)
@@ -448,6 +500,48 @@ class StrictParser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        """``ArgumentParser.parse_args``, but an unknown option is reported by the sub-command that
+        was given, with its usage and the closest of its options (``--resum``: did you mean
+        ``--resume``?), instead of the top-level usage. Exits with status 2, as argparse does.
+
+        ``key=value`` overrides given after an option (``train --config X a=1 --resume b=2``),
+        which argparse leaves over once its positionals are matched, join the sub-command's
+        trailing ``nargs="*"`` positional, in order."""
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = _chosen_parser(self, ns)
+            tail = [a for a in parser._actions if not a.option_strings and a.nargs == "*"]
+            if tail and not any(x.startswith("-") for x in extras):
+                setattr(ns, tail[-1].dest, list(getattr(ns, tail[-1].dest) or []) + extras)
+            else:
+                parser.error(unrecognized_message(extras, parser))
+        return ns
+
+
+def _chosen_parser(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> argparse.ArgumentParser:
+    """The innermost sub-command parser that parsed ``ns`` (``parser`` itself if none was chosen)."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = action.choices.get(getattr(ns, action.dest, None) or "")
+            if chosen is not None:
+                return _chosen_parser(chosen, ns)
+    return parser
+
+
+def unrecognized_message(extras: list[str], parser: argparse.ArgumentParser) -> str:
+    """``unrecognized arguments: --resum (did you mean --resume?)``: each unknown option with the
+    closest option of ``parser`` (``difflib.get_close_matches``, similarity ≥ 0.6), if any."""
+    import difflib
+
+    options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    parts = []
+    for arg in extras:
+        name = arg.split("=", 1)[0]
+        close = difflib.get_close_matches(name, options, n=1) if name.startswith("-") else []
+        parts.append(f"{arg} (did you mean {close[0]}?)" if close else arg)
+    return "unrecognized arguments: " + " ".join(parts)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -503,28 +597,51 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also upload the folder to this hub repository (needs a token and a connection)")
     x.set_defaults(fn=cmd_export)
 
-    v = sub.add_parser("envs", help="list environments and tasks")
-    v.add_argument("env", nargs="?", default=None)
+    from empo2.envs.registry import FAMILIES  # names only: no environment is imported
+
+    v = sub.add_parser("envs", help="list environments and tasks",
+                       description="One table per environment: each task's id (e.g. 7-2, usable wherever a task "
+                                   "name is), its name, and its number of train / dev / test variations.")
+    v.add_argument("env", nargs="?", default=None, metavar="ENV",
+                   help=f"the environment to list: {', '.join(sorted(FAMILIES))} (default: all of them)")
     v.set_defaults(fn=cmd_envs)
 
-    m = sub.add_parser("memory", help="inspect a run's tip memory")
+    m = sub.add_parser("memory", help="inspect a run's tip memory",
+                       description="Every memory command takes the run folder first: empo2 memory show RUN, "
+                                   "empo2 memory export RUN --out FILE.jsonl, empo2 memory import RUN FILE.jsonl. "
+                                   "--run RUN works in each as well (import's older form is FILE.jsonl --run RUN).")
     msub = m.add_subparsers(dest="memory_command", required=True)
-    ms = msub.add_parser("show", help="print stored tips with scores")
-    ms.add_argument("run", help="run folder, e.g. runs/sciworld_empo2_cpu")
+    run_help = "run folder, e.g. runs/sciworld_empo2_cpu"
+    ms = msub.add_parser("show", help="print stored tips with scores", usage="%(prog)s RUN [--task TEXT] [--top N]",
+                         description="The stored tips of RUN (also accepted: --run RUN), best score first; the iter "
+                                     "column counts training iterations from 1, as the logs do.")
+    ms.add_argument("run", nargs="?", default=None, metavar="RUN", help=run_help)
+    ms.add_argument("--run", dest="run_option", default=None, metavar="RUN", help="the same as the positional RUN")
     ms.add_argument("--task", default=None, help="only buckets containing this text")
     ms.add_argument("--top", type=int, default=20, help="show the N best-scoring tips (0 = all)")
     ms.set_defaults(fn=cmd_memory_show)
     mi = msub.add_parser("import", help="add tips from a JSON Lines file to a run's memory (all rows or none)",
+                         usage="%(prog)s RUN FILE.jsonl [--config CFG] [key=value ...]\n"
+                               "       %(prog)s FILE.jsonl --run RUN [--config CFG] [key=value ...]  (older form)",
                          description="Rows: {\"text\", \"score\", \"bucket\" or \"task\"+\"variation\", optional "
-                                     "\"state\" (key text), \"entry\" (shown text)}; see docs/algorithms.md "
-                                     "'EMPO² memory at run time'. A bad row is named and nothing is written.")
-    mi.add_argument("file", help="JSON Lines file, one tip per line")
-    mi.add_argument("--run", required=True, help="run folder whose memory receives the tips (created if missing; a new folder needs --config)")
+                                     "\"state\" (key text), \"entry\" (shown text), \"iteration\" (1-based, as "
+                                     "`memory export` writes it), \"step\"}; see docs/algorithms.md "
+                                     "'EMPO² memory at run time'. A bad row is named and nothing is written. The run "
+                                     "folder comes first, as in `memory show RUN`; FILE.jsonl --run RUN works too.")
+    mi.add_argument("items", nargs="*", metavar="RUN FILE.jsonl [key=value ...]",
+                    help="the run folder whose memory receives the tips (created if missing; a new folder needs "
+                         "--config), the JSON Lines file (one tip per line), then key=value overrides of the config")
+    mi.add_argument("--run", dest="run_option", default=None, metavar="RUN",
+                    help="the run folder, when the file comes first (FILE.jsonl --run RUN)")
     mi.add_argument("--config", default=None, help="the run's config (default RUN/config.yaml): embedder, capacity")
-    mi.add_argument("overrides", nargs="*", help="key=value overrides of that config")
     mi.set_defaults(fn=cmd_memory_import)
-    me = msub.add_parser("export", help="write a run's memory entries as JSON Lines (the import format)")
-    me.add_argument("run", help="run folder")
+    me = msub.add_parser("export", help="write a run's memory entries as JSON Lines (the import format)",
+                         usage="%(prog)s RUN --out FILE.jsonl [--task TEXT]",
+                         description="Every entry of RUN's memory (also accepted: --run RUN) as an import row; "
+                                     "iteration is 1-based as in the logs and `memory show` (0: not written by a "
+                                     "training iteration), so export → import → show keeps it.")
+    me.add_argument("run", nargs="?", default=None, metavar="RUN", help=run_help)
+    me.add_argument("--run", dest="run_option", default=None, metavar="RUN", help="the same as the positional RUN")
     me.add_argument("--out", required=True, help="JSON Lines output file")
     me.add_argument("--task", default=None, help="only buckets containing this text")
     me.set_defaults(fn=cmd_memory_export)

@@ -141,7 +141,8 @@ def export_checkpoint(ckpt: Path, out: Path, adapter: bool = False) -> ExportRes
     _generation_config(base, policy.tokenizer, cfg.eval.temperature).save_pretrained(out)
     card = out / "README.md"
     card.write_text(model_card(ckpt, data, adapter=adapter, merged=merged), encoding="utf-8")
-    log.info("exported %s → %s (%s)", ckpt, out, "adapter" if adapter else ("merged LoRA" if merged else "full"))
+    # debug: `empo2 export` prints the result itself (at INFO it came out twice)
+    log.debug("exported %s → %s (%s)", ckpt, out, "adapter" if adapter else ("merged LoRA" if merged else "full"))
     return ExportResult(out=out, merged=merged, adapter=adapter, card=card)
 
 

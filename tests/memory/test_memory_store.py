@@ -105,6 +105,28 @@ def test_readonly_open(tmp_path):
         MemoryStore(tmp_path / "missing.sqlite", readonly=True)
 
 
+def test_no_wal_or_shm_file_is_left_after_close(tmp_path):
+    """WAL while open; one file once closed, also after a read-only open (which cannot remove them)."""
+    path = tmp_path / MEMORY_FILENAME
+
+    def files():
+        return sorted(p.name for p in tmp_path.iterdir())
+
+    with MemoryStore(path, dim=4) as s:
+        s.add([entry("a")])
+        assert files() == [MEMORY_FILENAME, MEMORY_FILENAME + "-shm", MEMORY_FILENAME + "-wal"]
+    assert files() == [MEMORY_FILENAME]
+    with MemoryStore(path, readonly=True) as s:
+        assert texts(s) == ["a"]
+    assert files() == [MEMORY_FILENAME]
+    with MemoryStore(path, dim=4) as s:  # reopened for writing: WAL again, the entry still there
+        s.add([entry("b")])
+        assert texts(s) == ["a", "b"]
+    assert files() == [MEMORY_FILENAME]
+    with MemoryStore(path, readonly=True) as s:
+        assert texts(s) == ["a", "b"]
+
+
 @pytest.mark.parametrize("content", [b"this is not a database" * 100, b"SQLite format 3\x00" + b"\xff" * 4000])
 def test_corrupt_file_is_refused_and_left_unchanged(tmp_path, content):
     path = tmp_path / MEMORY_FILENAME

@@ -13,7 +13,8 @@ from empo2.envs.tiny.env import TinyFamily
 from empo2.memory.embedder import load_embedder
 from empo2.memory.store import MemoryEntry, MemoryStore
 from empo2.memory.text import episode_entry_text
-from empo2.memory.transfer import IMPORTED_ITERATION, MemoryImportError, check_row, export_rows, read_import_file
+from empo2.memory.transfer import (IMPORTED_ITERATION, MemoryImportError, check_row, export_rows, read_import_file,
+                                   shown_iteration, stored_iteration)
 
 FAM = TinyFamily()
 OK = {"task": "fetch-key", "variation": 0, "text": "Next action: go east", "score": 100}
@@ -126,9 +127,83 @@ def test_import_respects_the_cap_and_refuses_a_trained_run(tmp_path, capsys):
 
 
 def test_export_rows_format():
+    """The file counts iterations and steps from 1, as the logs and the viewer (the store from 0)."""
     e = MemoryEntry("tiny/fetch-key/2", np.zeros(4, np.float32), "key", "tip", "shown", 12.5, 3, 1)
     assert export_rows([e]) == [{"bucket": "tiny/fetch-key/2", "task": "fetch-key", "variation": 2, "text": "tip",
-                                 "entry": "shown", "state": "key", "score": 12.5, "iteration": 3, "step": 1}]
+                                 "entry": "shown", "state": "key", "score": 12.5, "iteration": 4, "step": 2}]
+    per_episode = MemoryEntry("tiny/fetch-key/2", np.zeros(4, np.float32), "k", "t", "s", 1.0, IMPORTED_ITERATION, -1)
+    assert export_rows([per_episode])[0]["iteration"] == 0 and export_rows([per_episode])[0]["step"] == 0
+
+
+def test_stored_and_shown_iterations_are_inverse():
+    assert [shown_iteration(k) for k in (0, 1, 4)] == [1, 2, 5]  # a run's own entries: counted from 0 in the store
+    assert [stored_iteration(k) for k in (0, 1, 5)] == [IMPORTED_ITERATION, -2, -6]  # imported: always negative
+    assert all(shown_iteration(stored_iteration(k)) == k for k in range(10))
+    with pytest.raises(ValueError):
+        stored_iteration(-1)
+
+
+@pytest.mark.parametrize("field,value", [("iteration", -1), ("iteration", "3"), ("iteration", True),
+                                         ("step", -2), ("step", 1.5)])
+def test_bad_iteration_or_step_is_named(field, value):
+    with pytest.raises(MemoryImportError, match=f"'{field}' must be an integer >= 0"):
+        check_row({**OK, field: value}, FAM, "t.jsonl line 2", 2)
+
+
+def test_export_import_show_keep_the_iteration(tmp_path, capsys):
+    """One numbering: ``memory show`` of a run, its export, and ``show`` / ``export`` after importing
+    that file into another run give the same (1-based) iterations and steps."""
+    from empo2.trainer.resume import holds_a_run
+
+    cfg = _config(tmp_path)
+    emb = load_embedder("hashing")
+    run = tmp_path / "run"
+    k = emb.encode(["s"])[0]
+    with MemoryStore(run / "memory.sqlite", dim=emb.dim, embedder=emb.name) as st:  # the trainer's iterations 0, 2
+        st.add([MemoryEntry("tiny/fetch-key/0", k, "s", "tip from iteration one", "e1", 10.0, 0, -1),
+                MemoryEntry("tiny/fetch-key/0", k, "s", "tip from iteration three", "e3", 30.0, 2, 1)])
+
+    def shown(folder):
+        capsys.readouterr()
+        assert main(["memory", "show", str(folder)]) == 0
+        cells = [[c.strip() for c in line.split("│")] for line in capsys.readouterr().out.splitlines()
+                 if line.count("│") == 5]
+        return {c[4]: c[3] for c in cells if c[4].startswith("tip from")}
+
+    assert shown(run) == {"tip from iteration one": "1", "tip from iteration three": "3"}
+    out = tmp_path / "exp.jsonl"
+    assert main(["memory", "export", str(run), "--out", str(out)]) == 0
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(r["iteration"], r["step"]) for r in rows] == [(1, 0), (3, 2)]
+    run2 = tmp_path / "run2"
+    assert main(["memory", "import", str(run2), str(out), "--config", str(cfg)]) == 0  # RUN first, as show
+    assert shown(run2) == {"tip from iteration one": "1 (imported)", "tip from iteration three": "3 (imported)"}
+    again = tmp_path / "again.jsonl"
+    assert main(["memory", "export", "--run", str(run2), "--out", str(again)]) == 0
+    assert [(r["iteration"], r["step"]) for r in map(json.loads, again.read_text().splitlines())] == [(1, 0), (3, 2)]
+    assert not holds_a_run(run2)  # imported entries, whatever iteration they came from, are a seed
+    with MemoryStore(run2 / "memory.sqlite", dim=emb.dim, embedder=emb.name) as st:
+        assert st.truncate(-1) == 0  # --resume from before the first iteration keeps them
+        assert len(st) == 2
+    hand = _write(tmp_path / "hand.jsonl", [OK])  # a hand-written tip: no iteration
+    assert main(["memory", "import", str(hand), "--run", str(tmp_path / "run3"), "--config", str(cfg)]) == 0
+    capsys.readouterr()
+    assert main(["memory", "show", "--run", str(tmp_path / "run3")]) == 0
+    assert "│ imported │" in capsys.readouterr().out
+
+
+def test_memory_commands_name_a_missing_or_swapped_run(tmp_path, capsys):
+    cfg = _config(tmp_path)
+    f = _write(tmp_path / "t.jsonl", [OK])
+    assert main(["memory", "import", str(f), "--config", str(cfg)]) == USER_ERROR  # no run folder
+    assert "needs the run folder and the tips file" in capsys.readouterr().err
+    assert main(["memory", "import", str(f), str(tmp_path / "run"), "--config", str(cfg)]) == USER_ERROR
+    assert "is a file; the order is" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    assert main(["memory", "show"]) == USER_ERROR
+    assert "needs the run folder" in capsys.readouterr().err
+    assert main(["memory", "show", str(tmp_path / "a"), "--run", str(tmp_path / "b")]) == USER_ERROR
+    assert "differ" in capsys.readouterr().err
 
 
 def test_a_seeded_memory_is_not_a_run_but_a_trained_one_is(tmp_path):

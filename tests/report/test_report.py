@@ -266,3 +266,27 @@ def test_tip_follow_table_shows_the_rate_next_to_its_baseline():
     assert len(lines) == 4 and "grpo" not in table
     assert lines[2] == "| empo2 | 1 | — | 0 | — | 0 | — |"
     assert lines[3] == "| empo2 | 2 | 0.25 | 40 | 0.10 | 20 | +0.15 |"
+
+
+def test_cli_prints_each_output_once_unwrapped_with_units(make_synthetic_run, tmp_path, monkeypatch, capsys, caplog):
+    """``empo2 report``: each path once (not also as a log line, even at INFO in a terminal), never
+    hard-wrapped off a terminal; the table headers say the score's and the success rate's units."""
+    import logging
+    import sys
+
+    import empo2.cli as cli
+
+    run = make_synthetic_run()
+    out = tmp_path / ("a-rather-long-report-folder-name-" * 3)  # the path line is longer than 80 columns
+    assert cli.main(["report", str(run), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert f"report {out / 'report.md'}\n" in printed and f"viewer {out / 'viewer.html'}\n" in printed
+    md = (out / "report.md").read_text()
+    assert "| Eval score (0–100) [95% CI] | Eval success rate [95% CI] |" in md
+    assert "Score (0–100) [95% CI] | Success rate [95% CI]" in md  # per task
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)  # a terminal: empo2's INFO lines are on
+    monkeypatch.setenv("COLUMNS", "400")
+    with caplog.at_level(logging.INFO):
+        assert cli.main(["report", str(run), "--out", str(out)]) == 0
+    said = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out) + "".join(r.getMessage() for r in caplog.records)
+    assert said.count(str(out / "report.md")) == 1

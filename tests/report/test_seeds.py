@@ -141,7 +141,7 @@ def test_cli_prints_seed_table_paired_difference_and_config_diff(two_methods, tm
     assert "differ in configuration" in printed
     assert "| env.max_turns (turns) |" in printed  # the headline key first, before empo2.p
     assert printed.index("env.max_turns") < printed.index("| empo2.p (EMPO² p) |")
-    assert "Score [95% CI over seeds]" in printed and "20.0 [3.6, 36.4]" in printed and "45.0 [28.6, 61.4]" in printed
+    assert "Score (0–100) [95% CI over seeds]" in printed and "20.0 [3.6, 36.4]" in printed and "45.0 [28.6, 61.4]" in printed
     # report order is alphabetical: A = empo2-s*, B = grpo-long, C = grpo-s*; "C − A" is GRPO − EMPO²
     assert "| C · GRPO − A · EMPO² | final | 4 | -25.0 [-45.5, -4.5] | -3.87 (3) | 0.030 |" in printed
     md = (out / "report.md").read_text()

@@ -119,12 +119,14 @@ def test_memory_show_counts_iterations_from_one(tmp_path, capsys):
     assert rows == {"first tip": "1", "second tip": "2"}
 
 
-def test_libraries_log_warnings_only_and_empo2_info(monkeypatch):
+def test_libraries_log_warnings_only_and_empo2_info_in_a_terminal(monkeypatch):
     import logging
+    import sys
 
     from empo2.cli import _setup_logging
     import empo2.envs.webshop.search  # noqa: F401 - bm25s sets its logger to DEBUG when imported
 
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
     _setup_logging(False)
     assert logging.getLogger("bm25s").getEffectiveLevel() >= logging.WARNING
     assert logging.getLogger("some.library").getEffectiveLevel() >= logging.WARNING
@@ -133,7 +135,28 @@ def test_libraries_log_warnings_only_and_empo2_info(monkeypatch):
     assert logging.getLogger("empo2.envs.webshop.data").getEffectiveLevel() == logging.WARNING
     _setup_logging(True)
     assert logging.getLogger("empo2.x").getEffectiveLevel() == logging.DEBUG
+    # piped or redirected: warnings and errors only (-v still gives everything)
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: False)
     _setup_logging(False)
+    assert logging.getLogger("empo2.trainer.loop").getEffectiveLevel() == logging.WARNING
+    _setup_logging(True)
+    assert logging.getLogger("empo2.x").getEffectiveLevel() == logging.DEBUG
+    _setup_logging(False)
+
+
+def test_a_piped_training_run_logs_no_info_lines(tmp_path, caplog):
+    """``empo2 train ... | tee log``: no torch-thread, memory-opened or other set-up INFO lines."""
+    import logging
+
+    cfg = write_config(tmp_path, BASE, "piped", eval={"before_after": False},
+                       empo2={"p": 0.5, "memory": {"embedder": "hashing"}, "tips": {"max_new_tokens": 8}})
+    assert main(["train", "--config", str(cfg)]) == 0  # stdout is not a terminal under pytest
+    chatty = [r.getMessage() for r in caplog.records if r.name.startswith("empo2") and r.levelno < logging.WARNING]
+    assert chatty == []
+    # the memory file is closed back to one file: no -wal / -shm left next to it, even after a read-only look
+    run = tmp_path / "runs" / "piped"
+    assert main(["memory", "show", str(run)]) == 0
+    assert sorted(p.name for p in run.glob("memory.sqlite*")) == ["memory.sqlite"]
 
 
 def test_a_config_error_is_not_preceded_by_the_busy_machine_warning(tmp_path, monkeypatch, capsys, caplog):
@@ -165,3 +188,60 @@ def test_piped_cli_turns_library_progress_bars_off():
     code = "import empo2.cli, tqdm.auto as t, io; b = t.tqdm(range(3), file=io.StringIO()); print(b.disable)"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "True", out.stderr  # stderr is a pipe here, as in `empo2 train ... | tee log`
+
+
+def test_an_unknown_option_gets_the_sub_commands_usage_and_a_suggestion(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--config", "x.yaml", "--resum"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "usage: empo2 train" in err and "--resum (did you mean --resume?)" in err
+    with pytest.raises(SystemExit):
+        main(["eval", "--checkpoint", "c", "--episode", "3"])
+    assert "--episode (did you mean --episodes?)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["train", "--config", "x.yaml", "--zzz"])
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --zzz" in err and "did you mean" not in err
+
+
+def test_overrides_after_an_option_are_kept_in_order():
+    args = build_parser().parse_args(["train", "--config", "x.yaml", "a=1", "--resume", "b=2"])
+    assert args.resume and args.overrides == ["a=1", "b=2"]
+
+
+def test_the_run_line_comes_only_after_the_inputs_are_checked(finished, tmp_path, monkeypatch, capsys):
+    import sys
+
+    cfg, _ = finished
+    monkeypatch.setitem(sys.modules, "wandb", None)  # not installed: importing it raises ImportError
+    assert main(["train", "--config", str(write_config(tmp_path, BASE, "wb")), "run.trackers=[wandb]"]) == 2
+    out = capsys.readouterr()
+    assert "wandb" in out.err and "empo2 train" not in out.out
+    assert main(["train", "--config", str(cfg), "--resume", "trainer.iterations=0"]) == 2
+    out = capsys.readouterr()
+    assert "raise trainer.iterations" in out.err and "empo2 train" not in out.out
+
+
+def test_envs_help_describes_its_argument(capsys):
+    with pytest.raises(SystemExit):
+        main(["envs", "--help"])
+    out = capsys.readouterr().out
+    assert "ENV" in out and "tiny" in out and "scienceworld" in out and "train / dev / test" in out
+
+
+def test_piped_output_is_not_hard_wrapped(capsys):
+    from empo2.trainer.progress import make_console
+
+    message = "error: " + " ".join(f"word{i}" for i in range(80))  # ~550 characters
+    make_console().print(message)
+    assert capsys.readouterr().out == message + "\n"
+
+
+def test_eval_tables_say_the_units(finished, capsys):
+    _, run = finished
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(run / "checkpoints" / "last"), "--out", str(run / "u.json")]) == 0
+    out = capsys.readouterr().out
+    assert "score (0–100) [95% CI]" in out and "success rate [95% CI]" in out
+    assert "success rate: the share of successful episodes" in out and "mean score (0–100)" in out

@@ -114,7 +114,9 @@ class MemoryEntry:
         text: the entry text shown when retrieved (``step_entry_text`` / ``episode_entry_text``);
             unique within a bucket.
         score: the episode score, 0..100 scale (ScienceWorld failures may be −100).
-        iteration: training iteration that wrote the entry.
+        iteration: training iteration that wrote the entry, counted from 0 (users see it counted
+            from 1: ``memory.transfer.shown_iteration``); negative for an imported entry
+            (``memory.transfer``: −1 − the iteration its row gave).
         step: 0-based step of the episode the entry describes; −1 for a per-episode entry.
         seq: insertion sequence number, assigned by the store (−1 until stored); increases with
             every stored entry across all buckets and is never reused.
@@ -816,9 +818,23 @@ class MemoryStore:
     # ---- lifetime ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the file (WAL is checkpointed into it). Idempotent; later calls raise ``MemoryStoreError``."""
+        """Close the file. Idempotent; later calls raise ``MemoryStoreError``.
+
+        A writable store checkpoints the WAL into the file and switches it back to a rollback journal
+        (``PRAGMA journal_mode=DELETE``; the next writable open turns WAL on again), so no
+        ``memory.sqlite-wal`` / ``-shm`` files stay next to it, and a later read-only open (``memory
+        show``, ``eval --with-memory``, the resume check) leaves none either: a read-only connection to
+        a WAL file creates both and cannot remove them. While another connection still has the file
+        open the switch is skipped (SQLite refuses it) and the last writer to close does it.
+        """
         with self._lock:
             if self._conn is not None:
+                if not self.readonly and self.path is not None:
+                    try:
+                        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                        self._conn.execute("PRAGMA journal_mode=DELETE")
+                    except sqlite3.Error as e:  # another connection holds the file: it stays in WAL mode
+                        logger.debug("memory %s: WAL kept at close (%s)", self._where, e)
                 self._conn.close()
                 self._conn = None
 

@@ -20,15 +20,24 @@ state      no        the state text embedded as the entry's key (``memory.text.k
                      tip meant for a given state
 entry      no        the text shown in the ``<tip>`` block when retrieved; default the per-episode
                      entry text ``"{text}; Eventually you got the score {score}/100."``
-iteration, no        written by ``export``; ignored by ``import`` (imported entries get iteration
-step                 ``IMPORTED_ITERATION`` = −1 and step −1)
+iteration  no        the training iteration that wrote the entry, counted from 1 as in the logs and
+                     ``memory show`` (0: none, e.g. a hand-written tip; the default). ``export``
+                     writes it, ``import`` keeps it, so export → import → show gives the same number
+step       no        the episode step the entry describes, counted from 1 as in the trajectory viewer
+                     (0: a per-episode entry; the default; −1 is read as 0)
 =========  ========  ==================================================================================
 
 Any other field is an error (a misspelt ``stat`` would otherwise silently drop the key). Rows are
 checked, all of them, before anything is embedded or written; the store's own checks (dedup of the
 same shown text within a bucket, the FIFO cap per bucket) then apply, in one transaction: a file
-with a bad row writes nothing. Imported entries carry iteration −1, so a run started on a seeded
-memory keeps them when ``--resume`` rolls its memory back (``MemoryStore.truncate``).
+with a bad row writes nothing.
+
+Imported entries are stored with a negative iteration, ``−1 − iteration`` (a row's iteration 3 is
+stored as −4; no iteration as −1, ``IMPORTED_ITERATION``): the store's own entries count training
+iterations from 0, so an imported entry sorts before the run's first iteration whatever the run it
+came from. A run started on a seeded memory therefore keeps them when ``--resume`` rolls its memory
+back (``MemoryStore.truncate``), and a folder holding only them is a seed, not a run.
+``shown_iteration`` turns a stored iteration back into the number users see.
 """
 
 from __future__ import annotations
@@ -47,7 +56,28 @@ from empo2.memory.store import MemoryEntry
 from empo2.memory.text import episode_entry_text, one_line
 
 IMPORTED_ITERATION = -1
-"""Iteration recorded for imported entries: before the first training iteration (0)."""
+"""Stored iteration of an imported entry whose row gave no iteration (or 0): before the run's first
+training iteration (stored 0). A row's iteration k ≥ 1 is stored as ``−1 − k``."""
+
+
+def stored_iteration(shown: int) -> int:
+    """The store's iteration of an imported entry whose row gave the (1-based) ``shown`` iteration
+    (0: none): ``−1 − shown``, always negative (see the module docstring).
+
+    Raises:
+        ValueError: ``shown < 0``.
+    """
+    if shown < 0:
+        raise ValueError(f"an imported iteration is counted from 1 (0: none), got {shown}")
+    return -1 - shown
+
+
+def shown_iteration(stored: int) -> int:
+    """The iteration users see (``memory show``, ``export``) for an entry's stored iteration: counted
+    from 1 as in the logs. A run's own entry (stored ≥ 0, counted from 0 by the trainer) shows
+    ``stored + 1``; an imported one (stored < 0) the iteration its import row gave, ``−1 − stored``
+    (0: none). The inverse of ``stored_iteration`` for imported entries."""
+    return stored + 1 if stored >= 0 else -1 - stored
 
 _FIELDS = {"text", "score", "bucket", "task", "variation", "state", "entry", "iteration", "step"}
 _SPLITS = ("train", "dev", "test")
@@ -68,6 +98,8 @@ class ImportRow:
         entry: the text shown when retrieved (one line).
         score: the credited episode score (finite, −100..100).
         state: the key text to embed (``tip`` when the row gave none).
+        iteration: the row's iteration, counted from 1 (0: none).
+        step: the row's step, counted from 1 (0: a per-episode entry).
     """
 
     line: int
@@ -76,6 +108,8 @@ class ImportRow:
     entry: str
     score: float
     state: str
+    iteration: int = 0
+    step: int = 0
 
 
 def _resolve(family: EnvFamily, task: str, where: str) -> str:
@@ -135,7 +169,8 @@ def check_row(row: Any, family: EnvFamily, where: str, line: int = 0) -> ImportR
 
     Raises:
         MemoryImportError: not an object, an unknown field, a missing or ill-typed field, an unknown
-            task or variation, a non-finite score or one outside −100..100.
+            task or variation, a non-finite score or one outside −100..100, an iteration or step
+            that is not an integer ≥ 0 (a step of −1, as older exports wrote, is read as 0).
     """
     if not isinstance(row, dict):
         raise MemoryImportError(f"{where}: expected a JSON object, got {type(row).__name__}")
@@ -153,7 +188,14 @@ def check_row(row: Any, family: EnvFamily, where: str, line: int = 0) -> ImportR
     bucket = _bucket_of(row, family, where)
     entry = _text(row, "entry", where) if "entry" in row else episode_entry_text(tip, float(score))
     state = _text(row, "state", where) if "state" in row else tip
-    return ImportRow(line, bucket, tip, entry, float(score), state)
+    counts: dict[str, int] = {}
+    for key, lowest in (("iteration", 0), ("step", -1)):
+        v = row.get(key, 0)
+        if isinstance(v, bool) or not isinstance(v, int) or v < lowest:
+            raise MemoryImportError(f"{where}: '{key}' must be an integer >= 0 (counted from 1 as in the logs; "
+                                    f"0: {'none' if key == 'iteration' else 'a per-episode entry'}), got {v!r}")
+        counts[key] = max(v, 0)
+    return ImportRow(line, bucket, tip, entry, float(score), state, counts["iteration"], counts["step"])
 
 
 def read_import_file(path: Path, family: EnvFamily) -> list[ImportRow]:
@@ -190,10 +232,11 @@ def import_entries(rows: list[ImportRow], embedder: Any) -> list[MemoryEntry]:
         embedder: the run's state embedder (``encode(texts) -> float32 [R, D]``, unit rows).
 
     Returns:
-        One ``MemoryEntry`` per row (iteration ``IMPORTED_ITERATION``, step −1, not yet stored).
+        One ``MemoryEntry`` per row, not yet stored: iteration ``stored_iteration(row.iteration)``
+        (negative: imported), step ``row.step − 1`` (the store counts steps from 0; −1: per episode).
     """
     keys = np.asarray(embedder.encode([r.state for r in rows]), dtype=np.float32)
-    return [MemoryEntry(r.bucket, k, r.state, r.tip, r.entry, r.score, IMPORTED_ITERATION, -1)
+    return [MemoryEntry(r.bucket, k, r.state, r.tip, r.entry, r.score, stored_iteration(r.iteration), r.step - 1)
             for r, k in zip(rows, keys)]
 
 
@@ -202,11 +245,13 @@ def export_rows(entries: Iterable[MemoryEntry]) -> list[dict[str, Any]]:
 
     Returns:
         Per entry ``{"bucket", "task", "variation", "text" (the tip), "entry" (the shown text),
-        "state" (the key text), "score", "iteration", "step"}``.
+        "state" (the key text), "score", "iteration" (``shown_iteration``: counted from 1, 0 none),
+        "step" (counted from 1, 0 for a per-episode entry)}``.
     """
     out = []
     for e in entries:
         _, task, var = e.bucket.split("/", 2)
         out.append({"bucket": e.bucket, "task": task, "variation": int(var), "text": e.tip, "entry": e.text,
-                    "state": e.key_text, "score": e.score, "iteration": e.iteration, "step": e.step})
+                    "state": e.key_text, "score": e.score, "iteration": shown_iteration(e.iteration),
+                    "step": e.step + 1})
     return out

@@ -59,5 +59,6 @@ def build_report(runs: list[Path], out: Path, limits: ViewerLimits | None = None
     viewer = write_viewer(loaded, out / "viewer.html", limits)
     md = out / "report.md"
     md.write_text(markdown_report(loaded, figures, viewer, out), encoding="utf-8")
-    log.info("report of %d run(s): %s, %s, %d figure(s)", len(loaded), md, viewer, len(figures))
+    # debug: `empo2 report` prints the result itself (at INFO it came out twice)
+    log.debug("report of %d run(s): %s, %s, %d figure(s)", len(loaded), md, viewer, len(figures))
     return ReportPaths(out=out, markdown=md, viewer=viewer, figures=figures, seeds=seeds_markdown(loaded))

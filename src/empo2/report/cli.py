@@ -22,11 +22,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     except (ReportError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from rich.console import Console
+    from empo2.trainer.progress import make_console
 
     if paths.seeds:
         print(paths.seeds)  # plain Markdown: the config diff, the seed table and the paired differences
-    console = Console()
+    console = make_console()
     console.print(f"[bold]report[/] {paths.markdown}")
     console.print(f"[bold]viewer[/] {paths.viewer}")
     for f in paths.figures:

@@ -327,8 +327,9 @@ def config_diff_markdown(methods: list[Method]) -> str | None:
 
 def seed_table_markdown(rows: list[SeedRow]) -> str:
     """The seed-aggregated table (one line per method and evaluation)."""
-    head = ["Method", "Seeds", "Evaluation", "Episodes/seed", "Score [95% CI over seeds]",
-            "Success [95% CI over seeds]", "Best train score", "Tip informative (any)", "Tip-following rate"]
+    head = ["Method", "Seeds", "Evaluation", "Episodes/seed", "Score (0–100) [95% CI over seeds]",
+            "Success rate [95% CI over seeds]", "Best train score (0–100)", "Tip informative (any)",
+            "Tip-following rate"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows:
         lines.append("| " + " | ".join([

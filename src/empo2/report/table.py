@@ -175,8 +175,8 @@ def _row_cells(s: RunSummary) -> list[str]:
             fmt_duration(s.train_time_s)]
 
 
-COLUMNS = ["Run", "Algorithm", "Env: tasks", "Iterations", "Env steps", "Eval score [95% CI]",
-           "Eval success [95% CI]", "Eval (episodes)", "Best train score", "Optimiser steps", "Train time"]
+COLUMNS = ["Run", "Algorithm", "Env: tasks", "Iterations", "Env steps", "Eval score (0–100) [95% CI]",
+           "Eval success rate [95% CI]", "Eval (episodes)", "Best train score (0–100)", "Optimiser steps", "Train time"]
 
 
 def comparison_table(summaries: list[RunSummary], marks: dict[str, str] | None = None) -> str:
@@ -213,8 +213,8 @@ def per_task_table(runs: list[RunData]) -> str | None:
                 fmt_value_ci(finite(t.get("steps")), _ci(t.get("steps_ci")), 1)]) + " |")
     if not lines:
         return None
-    head = ["Run", "Eval", "Split", "Task", "Episodes", "Score [95% CI]", "Success [95% CI]", "Failure rate",
-            "Steps [95% CI]"]
+    head = ["Run", "Eval", "Split", "Task", "Episodes", "Score (0–100) [95% CI]", "Success rate [95% CI]",
+            "Failure rate", "Steps [95% CI]"]
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|", *lines])
 
 
@@ -261,7 +261,9 @@ def markdown_report(runs: list[RunData], figures: list[Path], viewer: Path | Non
              "Runs: " + ", ".join(f"`{md_escape(r.name)}` ({md_escape(str(r.path))})" for r in runs), "",
              *([diff, ""] if diff else []),
              comparison_table([summarise_run(r) for r in runs], marks), "",
-             "Scores are on the 0–100 scale (a failed episode counts as 0); success rates are 0–1. "
+             "Scores are on the 0–100 scale (a failed episode counts as 0): ScienceWorld's task score, "
+             "WebShop's reward × 100. Success rates are 0–1: the share of episodes that completed the task "
+             "(ScienceWorld score 100, WebShop reward 1). "
              "Eval columns come from `eval_after.json`, else the latest `eval_iterK.json`, else "
              "`eval_before.json` (95% CI: Student t for the score, Wilson for the success rate); "
              "'metrics' means only `metrics.jsonl` eval rows were found (no CI). "

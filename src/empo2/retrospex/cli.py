@@ -19,13 +19,13 @@ def _checkpoint_cfg(ckpt: Path, overrides: list[str]) -> Any:
 
 def cmd_sft(args: argparse.Namespace) -> int:
     """``empo2 sft --config X [key=value ...]``: imitation warm-up; prints the epochs and the checkpoint."""
-    from rich.console import Console
+    from empo2.trainer.progress import make_console
 
     from empo2.config import load_config
     from empo2.trainer.sft import run_sft
 
     cfg = load_config(args.config, args.overrides)
-    console = Console()
+    console = make_console()
     console.print(f"[bold]empo2 sft[/] run={cfg.run_dir} env={cfg.env.name} tasks={cfg.env.tasks} "
                   f"data={cfg.sft.data} model={cfg.model.name_or_path} epochs={cfg.sft.epochs}")
     res = run_sft(cfg, progress=console.print)
@@ -39,7 +39,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 def cmd_collect(args: argparse.Namespace) -> int:
     """``empo2 retrospex collect --checkpoint CKPT``: critic data from the checkpoint's rollouts."""
-    from rich.console import Console
+    from empo2.trainer.progress import make_console
 
     from empo2.retrospex.collect import collect_critic_data
     from empo2.trainer.loop import build_setup
@@ -52,7 +52,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
         summ = collect_critic_data(cfg, setup, out)
     finally:
         setup.close()
-    Console().print(f"{summ['episodes']} episodes, {summ['transitions']} transitions, success "
+    make_console().print(f"{summ['episodes']} episodes, {summ['transitions']} transitions, success "
                     f"{summ['success_rate']:.2f}, failure {summ['failure_rate']:.2f}, {summ['seconds']:.0f} s "
                     f"→ {out}")
     return 0
@@ -60,13 +60,13 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 def cmd_critic(args: argparse.Namespace) -> int:
     """``empo2 retrospex critic --data FILE --out DIR``: train and save the IQL critic."""
-    from rich.console import Console
+    from empo2.trainer.progress import make_console
 
     from empo2.config import load_config
     from empo2.retrospex.pipeline import train_critic_folder
 
     cfg = load_config(args.config, args.overrides)
-    console = Console()
+    console = make_console()
     info = train_critic_folder(cfg, Path(args.data), Path(args.out), cfg.env.name,
                                on_epoch=lambda ep, row: console.print(
                                    f"epoch {ep}: loss_q {row['critic/loss_q']:.4f} loss_v {row['critic/loss_v']:.4f} "
@@ -78,19 +78,20 @@ def cmd_critic(args: argparse.Namespace) -> int:
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
     """``empo2 retrospex pipeline --config X``: SFT → critic data → critic → eval with and without rescoring."""
-    from rich.console import Console
+    from empo2.trainer.progress import make_console
     from rich.table import Table
 
     from empo2.config import load_config
     from empo2.retrospex.pipeline import run_pipeline, summary_table
 
     cfg = load_config(args.config, args.overrides)
-    console = Console()
+    console = make_console()
     console.print(f"[bold]empo2 retrospex pipeline[/] run={cfg.run_dir} env={cfg.env.name} tasks={cfg.env.tasks}")
     summ = run_pipeline(cfg, progress=console.print)
     t = Table(title=f"Retrospex on {summ['split']} ({summ['with_rescoring']['episodes']} episodes, "
                     f"T = {summ['temperature']})")
-    for c in ("policy", "score (failure = 0) [95% CI]", "score (authors: last non-negative)", "success", "steps"):
+    for c in ("policy", "score (0–100, failure = 0) [95% CI]", "score (0–100, authors: last non-negative)",
+              "success rate", "steps"):
         t.add_column(c)
     for row in summary_table(summ):
         t.add_row(*row)

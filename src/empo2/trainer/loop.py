@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -131,13 +132,18 @@ class Trainer:
     EMPO² memory against the checkpoint's record (entry count and digest). ``--resume`` of a run
     killed before its first checkpoint was complete restarts it from iteration 0 in the same folder.
 
+    ``on_checked`` (e.g. the CLI's one-line summary of the run) is called once those checks passed
+    (trackers and their packages, ``--resume`` against ``trainer.iterations`` included), before the
+    model loads, so a bad input's error is never preceded by it.
+
     Raises:
         ConfigError / UnknownTaskError: before any work starts.
         CheckpointError: ``resume`` without a loadable checkpoint, a memory file that does not belong
             to the checkpoint, or too little disk space for one checkpoint.
     """
 
-    def __init__(self, cfg: Config, resume: bool = False, console: Any = None):
+    def __init__(self, cfg: Config, resume: bool = False, console: Any = None,
+                 on_checked: Callable[[], None] | None = None):
         self.cfg = cfg
         # trainer.strategy ddp/fsdp: one process per device under torchrun; rank 0 writes the run folder
         self.dist = init_distributed(cfg.trainer.strategy, cfg.model.device)
@@ -166,6 +172,8 @@ class Trainer:
         if resume and cfg.empo2.p > 0:
             check_memory_matches(self.run_dir / MEMORY_FILENAME, ckpt, state, self.start_iteration)
         weights = ckpt.resolve() if resumed else None
+        if on_checked is not None:
+            on_checked()
         self.progress = Progress(enabled=cfg.run.progress and self.dist.is_main, console=console)
         device = rank_device(cfg.model.device, self.dist)
         self.setup = build_setup(cfg if device == cfg.model.device else replace(cfg, model=replace(cfg.model, device=device)),

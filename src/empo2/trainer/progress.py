@@ -54,14 +54,15 @@ def folder_bytes(path: Path) -> int:
 
 
 def make_console(quiet: bool = False) -> Any:
-    """A rich console on stdout. Off a terminal it is 160 columns wide (unless ``COLUMNS`` is set),
-    so lines and tables written to a log file are not wrapped at rich's default of 80. ``quiet``
-    silences it (the non-zero ranks under torchrun)."""
+    """A rich console on stdout. Off a terminal (piped, redirected) lines are never hard-wrapped
+    (soft wrap: a long error, warning or path stays one line) and tables are laid out 160 columns
+    wide (unless ``COLUMNS`` is set) instead of rich's default of 80. ``quiet`` silences it (the
+    non-zero ranks under torchrun). Every command prints through one of these."""
     from rich.console import Console
 
     console = Console(quiet=quiet)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=160, quiet=quiet)
+    if not console.is_terminal:
+        console = Console(width=None if "COLUMNS" in os.environ else 160, quiet=quiet, soft_wrap=True)
     return console
 
 
@@ -317,16 +318,39 @@ def tips_note(metrics: dict[str, float], during_rollout: float | None = None) ->
     return text
 
 
-def table_before_after(before: Any, after: Any, console: Any = None) -> None:
-    """Print the before/after evaluation table (``EvalResult`` s; a ``None`` row is left out)."""
+SCORE_HEADER = "score (0–100) [95% CI]"
+"""Column header of a mean episode score in every table the CLI prints (eval, adapt, train)."""
+SUCCESS_HEADER = "success rate [95% CI]"
+"""Column header of the share of successful episodes (0–1) in every table the CLI prints."""
+
+_SCORE_MEANING = {
+    "scienceworld": "score: ScienceWorld's task score, 0–100, a failed episode counts 0; success: the task "
+                    "completed (score 100)",
+    "webshop": "score: 100 × the WebShop reward (0–1); success: reward 1 (the product bought matches every "
+               "attribute, option and the price)",
+    "tiny": "score: 100 when the key is fetched, else 0; success: the key fetched",
+}
+
+
+def score_legend(env: str) -> str:
+    """What the score and the success rate of environment ``env`` mean, for a table caption: one
+    0–100 score per episode (ScienceWorld's own score; WebShop's reward × 100) and a success flag
+    (``StepResult.success``; docs/environments.md). An unknown name gets the generic sentence."""
+    return _SCORE_MEANING.get(env, "score: 0–100 per episode, a failed episode counts 0; success: the task "
+                                   "completed") + "; success rate: the share of successful episodes, 0–1"
+
+
+def table_before_after(before: Any, after: Any, console: Any = None, env: str = "") -> None:
+    """Print the before/after evaluation table (``EvalResult`` s; a ``None`` row is left out), then
+    what ``env``'s score and success mean (``score_legend``)."""
     from rich.table import Table
 
     console = console or make_console()
     t = Table(title=f"Evaluation on held-out '{after.split}' variations (temperature {after.temperature}, no memory)")
     t.add_column("")
     t.add_column("episodes", justify="right")
-    t.add_column("score (0-100) [95% CI]", justify="right")
-    t.add_column("success rate [95% CI]", justify="right")
+    t.add_column(SCORE_HEADER, justify="right")
+    t.add_column(SUCCESS_HEADER, justify="right")
     t.add_column("steps", justify="right")
     t.add_column("failed (-100)", justify="right")
     for name, r in (("before training", before), ("after training", after)):
@@ -337,7 +361,9 @@ def table_before_after(before: Any, after: Any, console: Any = None) -> None:
                   f"{o.success_rate:.2f} [{o.success_ci[0]:.2f}, {o.success_ci[1]:.2f}]", f"{o.steps:.1f}",
                   f"{o.failure_rate:.2f}")
     console.print(t)
+    console.print(score_legend(env))
 
 
-__all__ = ["Phase", "Progress", "make_console", "iteration_line", "table_before_after", "fmt_duration", "fmt_bytes",
+__all__ = ["Phase", "Progress", "make_console", "iteration_line", "table_before_after", "score_legend",
+           "SCORE_HEADER", "SUCCESS_HEADER", "fmt_duration", "fmt_bytes",
            "trajectories_note", "eval_note", "update_note", "checkpoint_note", "model_note", "tips_note"]
