@@ -8,8 +8,8 @@ A demonstration is an episode record in our trajectory JSONL format (what ``empo
 
 where ``steps[j].observation`` is the observation action j was chosen on (``steps[0]`` holds the
 first observation after reset). ``gold_records`` makes such records from an environment's gold
-action sequences (``env.gold_path(task)``: the ScienceWorld simulator's, or the tiny env's optimal
-path; train variations only), played through ``reset`` / ``step`` so the observations are exactly
+action sequences (``env.gold_path(task)``: the ScienceWorld simulator's, the WebShop rule expert's
+or the tiny env's optimal path; train variations only), played through ``reset`` / ``step`` so the observations are exactly
 what the agent sees. ``demo_trajectory`` rebuilds the
 chat as token segments with the same ``EpisodeChat`` the rollout engine uses, the action segment of
 step j being ``encode(action) + [end-of-turn id]`` — what the policy emits when it ends its turn —
@@ -78,13 +78,14 @@ def gold_records(family: EnvFamily, pairs: list[tuple[str, int]], num_workers: i
     Only episodes that end in success are returned; the others (and env errors) are logged.
 
     Raises:
-        ConfigError: the environment has no gold paths (ScienceWorld's simulator and the tiny env have them).
+        ConfigError: the environment has no gold paths (ScienceWorld's simulator, WebShop's rule expert and the
+            tiny env have them).
     """
     out: list[dict[str, Any]] = []
     n = max(1, min(num_workers, len(pairs)))
     with EnvPool(family, n) as pool:
         if not hasattr(pool.get(0), "gold_path"):
-            raise ConfigError(f"sft.data 'gold' needs an environment with gold paths (scienceworld, tiny), not "
+            raise ConfigError(f"sft.data 'gold' needs an environment with gold paths (scienceworld, webshop, tiny), not "
                               f"{family.name!r}; give trajectory JSONL files in sft.data instead")
         for w in range(0, len(pairs), n):
             wave = pairs[w:w + n]

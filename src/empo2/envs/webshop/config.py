@@ -24,6 +24,10 @@ class WebShopConfig:
     num_test_goals: int = doc("the first N goals are the test split (original: 500)", default=500)
     num_dev_goals: int = doc("dev split: the first N goals after the test goals (a fixed slice of train)", default=100)
     show_attrs: bool = doc("show the Attributes button on item pages", default=False)
+    search_actions: Literal["placeholder", "instruction"] = doc(
+        "the search action admissible_actions lists on the search page: 'placeholder' = the literal "
+        "search[<query>] (verl-agent; constrained decoding cannot search), 'instruction' = search[<the goal's "
+        "instruction text>], the rule expert's query (docs/webshop.md, Constrained actions)", default="placeholder")
     tagger: Literal["auto", "spacy", "heuristic"] = doc(
         "part-of-speech tagger of the type reward: spaCy en_core_web_sm ('auto' if installed) or the"
         " deterministic heuristic", default="auto")
