@@ -195,6 +195,9 @@ def test_tree_attention_equals_the_dense_mask(groups):
         tree_attention_forward(module, q, k, v, None)
     with pytest.raises(ValueError, match="one row of 80"):
         tree_attention_forward(module, q[:, :, :40], k[:, :, :40], v[:, :, :40], None, prefix_tree=tree)
+    with pytest.raises(ValueError, match="sliding window"):
+        tree_attention_forward(module, q, k, v, None, prefix_tree=tree, sliding_window=64)
+    assert tree_attention_forward(module, q, k, v, None, prefix_tree=tree, sliding_window=4096)[0].shape == out.shape
 
 
 def test_tree_attention_switch_and_its_guards(tiny_policy, monkeypatch):
@@ -228,10 +231,17 @@ def test_tree_attention_switch_and_its_guards(tiny_policy, monkeypatch):
     monkeypatch.undo()
     eager = copy.deepcopy(model)
     eager.config._attn_implementation = "eager"
-    assert not supports_tree_blocks(eager)
-    with torch.no_grad():  # eager attention: the same tree through the dense mask
-        lp_eager, _ = target_logprobs(eager, *args[1:], **kw)
-    assert torch.allclose(lp_eager, lp, atol=1e-5)
+    with torch.no_grad():  # an eager model: the blocks (sdpa) equal its own attention through the dense mask
+        lp_eager, _ = target_logprobs(eager, b["ids"], b["tree"].dense_mask()[None], b["rows"], b["cols"],
+                                      temperature=1.0, position_ids=b["pos"], pred_cols=b["pred"])
+        assert torch.allclose(target_logprobs(eager, *args[1:], **kw)[0], lp_eager, atol=1e-5)
+        assert eager.config._attn_implementation == "eager"
+        # a model class whose attention does not dispatch through the AttentionInterface: the dense mask
+        monkeypatch.setattr(type(model), "_supports_attention_backend", False)
+        assert not supports_tree_blocks(model)
+        calls = b["tree"].calls
+        assert torch.allclose(target_logprobs(*args, **kw)[0], lp, atol=1e-5) and b["tree"].calls == calls
+    monkeypatch.undo()
     with pytest.raises(ValueError, match="attention_mask None"):
         target_logprobs(model, b["ids"], b["tree"].dense_mask()[None], b["rows"], b["cols"], **kw)
 

@@ -23,8 +23,10 @@ transformers passes from the backbone call down to the attention function. ``use
 switches the model's attention implementation to it; because activation checkpointing recomputes each
 layer during backward, the switch must cover the backward too (``Learner.update`` holds it over a packed
 micro-batch's forward and backward). Models whose attention does not dispatch through the
-``AttentionInterface``, or that run another implementation than ``sdpa``, take the dense mask instead
-(``supports_tree_blocks``).
+``AttentionInterface`` take the dense mask instead (``supports_tree_blocks``). The blocks are computed
+with ``torch.nn.functional.scaled_dot_product_attention`` whatever implementation the model was loaded
+with (``sdpa``, ``eager``, flash-attention: the same function of ``q, k, v``); attention variants it does
+not reproduce (logit soft-capping, a sliding window shorter than the row) are refused.
 """
 
 from __future__ import annotations
@@ -168,11 +170,17 @@ def tree_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: to
 
     Raises:
         ValueError: no ``prefix_tree`` (the implementation was switched on for a forward that is not a
-            prefix tree), more than one row, or a row length that differs from the layout's.
+            prefix tree), more than one row, a row length that differs from the layout's, or an attention
+            variant the blocks do not compute (``softcap``, a ``sliding_window`` shorter than the row).
     """
     if prefix_tree is None:
         raise ValueError(f"the {TREE_ATTENTION!r} attention needs a prefix_tree=TreeBlocks keyword; run other "
                          "forwards outside use_tree_attention(model)")
+    window = kwargs.get("sliding_window")
+    if kwargs.get("softcap") is not None or (window is not None and window < prefix_tree.length):
+        raise ValueError("this model's attention uses logit soft-capping or a sliding window shorter than the "
+                         f"{prefix_tree.length}-token tree, which block-wise prefix-tree attention does not compute; "
+                         "set trainer.share_prefix=false")
     if query.shape[0] != 1 or query.shape[2] != prefix_tree.length or key.shape[2] != prefix_tree.length:
         raise ValueError(f"prefix-tree attention takes one row of {prefix_tree.length} tokens, got query "
                          f"{tuple(query.shape)} and key {tuple(key.shape)}")
@@ -215,14 +223,13 @@ def _configs(model: Any) -> list[Any]:
 
 
 def supports_tree_blocks(model: Any) -> bool:
-    """Whether ``model`` can run the block-wise attention: a Hugging Face model whose attention dispatches
-    through the ``AttentionInterface`` (``_supports_attention_backend``) and that runs ``sdpa`` (or already
-    this implementation). Otherwise the learner packs the same tree with a dense ``[T, T]`` mask."""
+    """Whether ``model`` can run the block-wise attention: Hugging Face models whose attention dispatches
+    through the ``AttentionInterface`` (their class sets ``_supports_attention_backend``). Otherwise the
+    learner packs the same tree with a dense ``[T, T]`` mask (``policy.logprobs``)."""
     from transformers import PreTrainedModel
 
     hf = [m for m in model.modules() if isinstance(m, PreTrainedModel)]
-    return bool(hf) and all(getattr(type(m), "_supports_attention_backend", False)
-                            and m.config._attn_implementation in ("sdpa", TREE_ATTENTION) for m in hf)
+    return bool(hf) and all(getattr(type(m), "_supports_attention_backend", False) for m in hf)
 
 
 def tree_attention_active(model: Any) -> bool:
@@ -243,8 +250,8 @@ def use_tree_attention(model: Any) -> Iterator[None]:
         ValueError: ``model`` cannot run it (``supports_tree_blocks``).
     """
     if not supports_tree_blocks(model):
-        raise ValueError("block-wise prefix-tree attention needs a transformers model with sdpa attention "
-                         "dispatched through the AttentionInterface")
+        raise ValueError("block-wise prefix-tree attention needs a transformers model whose attention dispatches "
+                         "through the AttentionInterface")
     cfgs = _configs(model)
     before = [c._attn_implementation for c in cfgs]
     try:
