@@ -156,7 +156,7 @@ def test_tree_blocks_from_paths_spell_the_ancestor_mask():
     want[5, [0, 1, 2, 5]] = True
     want[6, [0, 1, 6]] = True
     assert torch.equal(tree.dense_mask(), want)
-    assert tree.computed_pairs == 25 + 4 + 3 < 7 * 7
+    assert tree.attended_pairs == 15 + 4 + 3 == int(want.sum()) < 7 * 7
     with pytest.raises(ValueError, match="tile the row"):
         TreeBlocks([0, 4], [3, 6], [torch.zeros(0, dtype=torch.long), torch.tensor([0])])
     with pytest.raises(ValueError, match="below 3"):

@@ -135,9 +135,12 @@ class TreeBlocks:
         return self._masks[key]
 
     @property
-    def computed_pairs(self) -> int:
-        """Query–key pairs the block-wise attention computes per head and layer (the dense mask: ``T²``)."""
-        return sum((e - s) * (c.numel() + e - s) for s, e, c in zip(self.starts, self.ends, self.context))
+    def attended_pairs(self) -> int:
+        """Query–key pairs the layout lets attend, per head and layer: ``Σ_i S_i·A_i + S_i(S_i + 1)/2`` (a dense
+        ``[T, T]`` mask computes ``T²``; the blocks compute these plus the upper triangle of each masked
+        block's own part)."""
+        return sum((e - s) * c.numel() + (e - s) * (e - s + 1) // 2
+                   for s, e, c in zip(self.starts, self.ends, self.context))
 
 
 def _gather(x: torch.Tensor, ctx: torch.Tensor, run: tuple[int, int] | None, s: int, e: int) -> torch.Tensor:
