@@ -70,6 +70,29 @@ def synthetic_batch(shape: dict[str, int], vocab: int, seed: int = 0) -> list[An
     return out
 
 
+def attention_pairs(config: str, overrides: list[str], shape: dict[str, int]) -> dict[str, int]:
+    """Query–key pairs per head and layer of one update's training forwards (no model): ``whole`` = Σ L(L+1)/2
+    over the padded rows' trajectories (causal), ``dense`` = Σ T² over the prefix-tree rows (one dense mask),
+    ``blocks`` = Σ ``TreeBlocks.attended_pairs`` (the pairs the block-wise attention lets attend)."""
+    from empo2.config import load_config
+    from empo2.policy.tree_attention import TreeBlocks
+    from empo2.trainer.batch import pack_prefix_tree, prefix_micro_batches
+    from empo2.trainer.learner import mini_batch_plan
+
+    cfg = load_config(config, overrides)
+    c = cfg.trainer
+    plan = mini_batch_plan(synthetic_batch(shape, 50000), epochs=c.epochs, size=c.mini_batch_size,
+                           unit=c.mini_batch_unit, shuffle=c.shuffle, seed=cfg.run.seed, iteration=0)
+    out = {"whole": 0, "dense": 0, "blocks": 0}
+    for mb in plan:
+        out["whole"] += sum(len(s.ids) * (len(s.ids) + 1) // 2 for s in mb)
+        for m in prefix_micro_batches(mb, c.micro_batch_tokens, True):
+            pack = pack_prefix_tree(m.samples)
+            out["dense"] += len(pack.ids) ** 2
+            out["blocks"] += TreeBlocks.from_paths(pack.paths, pack.new_from).attended_pairs
+    return out
+
+
 def _child(spec: dict[str, Any]) -> dict[str, Any]:
     """One case in the subprocess: load, build the learner, time one update (or compare gradients)."""
     import resource
@@ -179,7 +202,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   f"{r['peak_rss_mb']:.0f} MiB, forward tokens {r['forward_tokens']:.0f}", flush=True)
     check = run_child({"config": config, "overrides": base, "shape": shape, "threads": args.threads, "grad_check": True})
     run.config = {"shape": shape, "config": config, "grid": grid, "threads": args.threads}
-    run.results = {"cases": rows, "grad_rel_diff": check["grad_rel_diff"]}
+    pairs = attention_pairs(config, base, shape)
+    run.results = {"cases": rows, "grad_rel_diff": check["grad_rel_diff"], "attention_pairs": pairs}
+    print(f"attention pairs per head and layer: whole (causal) {pairs['whole']:,}, tree dense mask {pairs['dense']:,}, "
+          f"tree blocks {pairs['blocks']:,}")
     print_table("update, whole trajectories vs group-shared prefix (one subprocess each)",
                 ["layout", "grad. ckpt", "micro-batch tok", "micro-batches", "forward tokens", "shared frac",
                  "update s", "peak RSS MiB", "update RSS MiB"],
