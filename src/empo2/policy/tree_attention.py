@@ -52,7 +52,8 @@ class TreeBlocks:
 
     Attributes:
         starts, ends: ``[n_blocks]`` row bounds of each block.
-        context: per block, ``[A_i]`` long row indices of its context tokens (``A_i = 0`` for the first).
+        context: per block, ``[A_i]`` long row indices of its context tokens (``A_i = 0`` for a block that
+            shares nothing, e.g. the first).
         length: ``T``, the row length.
         calls: attention calls made with this layout (one per layer and forward; a check that the model
             dispatched through the ``AttentionInterface``).
