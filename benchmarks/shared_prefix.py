@@ -214,7 +214,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   r["peak_rss_mb"] - r["rss_loaded_mb"]] for r in rows])
     ref = {(r["gradient_checkpointing"], r["micro_batch_tokens"], r["layout"]): r for r in rows}
     gc0, mbt0 = grid[0]
-    first, last = args.layouts[0], args.layouts[-1]
+    first = args.layouts[0]
+    last = "blocks" if "blocks" in args.layouts[1:] else args.layouts[-1]  # the shipped layout when measured
     for gc, mbt in grid:
         for layout in args.layouts[1:]:
             x = ref[(gc, mbt, layout)]["update_s"] / ref[(gc, mbt, first)]["update_s"]
