@@ -183,7 +183,10 @@ def test_tree_attention_equals_the_dense_mask(groups):
     module = SimpleNamespace(num_key_value_groups=groups)
     out, _ = tree_attention_forward(module, q, k, v, None, scaling=0.3, prefix_tree=tree)
     grads = torch.autograd.grad((out * w).sum(), (q, k, v))
-    rep = (lambda x: x.repeat_interleave(groups, dim=1))
+
+    def rep(x):
+        return x.repeat_interleave(groups, dim=1)
+
     ref = torch.nn.functional.scaled_dot_product_attention(q, rep(k), rep(v), attn_mask=tree.dense_mask(),
                                                            scale=0.3).transpose(1, 2)
     ref_grads = torch.autograd.grad((ref * w).sum(), (q, k, v))

@@ -103,11 +103,11 @@ def target_logprobs(
             raise ValueError("a prefix tree (tree=) needs position_ids and pred_cols")
     elif attention_mask is None:
         raise ValueError("attention_mask is None: pass a [B, L] or [B, L, L] mask, or tree=TreeBlocks")
-    blocks = tree is not None and supports_tree_blocks(model)
-    if tree is not None and not blocks:
+    blocks = tree if tree is not None and supports_tree_blocks(model) else None
+    if tree is not None and blocks is None:
         attention_mask = tree.dense_mask()[None].to(input_ids.device)
     tree_mask = attention_mask is not None and attention_mask.dim() == 3
-    if not blocks and (input_ids.dim() != 2 or attention_mask.shape[:2] != input_ids.shape or (
+    if attention_mask is not None and (input_ids.dim() != 2 or attention_mask.shape[:2] != input_ids.shape or (
             tree_mask and attention_mask.shape[2] != input_ids.shape[1]) or attention_mask.dim() not in (2, 3)):
         raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} must be "
                          "[B, L] and [B, L] (or [B, L, L] for a prefix tree)")
@@ -122,12 +122,14 @@ def target_logprobs(
     if rows.numel() and int(cols.min()) < 1:
         raise ValueError("a target at column 0 has no context to be predicted from")
     backbone, head = split_model(model)
-    if blocks:
-        hidden = _tree_forward(model, backbone, input_ids, position_ids, tree.to(input_ids.device))
-    else:
+    if blocks is not None and position_ids is not None:  # (position_ids checked above)
+        hidden = _tree_forward(model, backbone, input_ids, position_ids, blocks.to(input_ids.device))
+    elif attention_mask is not None:
         pos = position_ids if position_ids is not None else (attention_mask.cumsum(-1) - 1).clamp(min=0)
         mask = _tree_mask(backbone, attention_mask) if tree_mask else attention_mask
         hidden = backbone(input_ids=input_ids, attention_mask=mask, position_ids=pos).last_hidden_state
+    else:  # unreachable: the checks above leave a mask or a block-wise tree
+        raise ValueError("neither an attention mask nor a block-wise tree")
     h = hidden[rows, pred_cols if pred_cols is not None else cols - 1]  # [N, H] states that predict the targets
     targets = input_ids[rows, cols]
     out_lp, out_ent = [], []
