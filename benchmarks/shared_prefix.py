@@ -6,14 +6,17 @@ rollouts × 5 turns, measured from its trajectories in issue #21): every traject
 first observation: 145), and each has its own 5 turns of ``obs`` observation/markup + ``act`` action
 tokens (31 + 4). Each case runs ``Learner.update`` once on that batch in a fresh subprocess with the
 quickstart's ``trainer`` and ``algo`` sections (mini-batches of 4 trajectories, AdamW), varying only
-``trainer.share_prefix``, ``model.gradient_checkpointing`` and ``trainer.micro_batch_tokens``; the parent
+the layout (``--layouts``: ``whole`` = ``trainer.share_prefix=false``, one padded row per trajectory;
+``blocks`` = the shipped prefix tree with block-wise attention, ``policy.tree_attention``; ``dense`` = the
+same tree through one dense ``[T, T]`` mask, the fallback for models without block-wise attention),
+``model.gradient_checkpointing`` and ``trainer.micro_batch_tokens``; the parent
 reads the child's ``ru_maxrss`` (``os.wait4``) and the child reports its RSS after loading the model, the
 update's seconds and ``train/forward_tokens`` / ``train/shared_token_frac``.
 
 A separate child checks that the two layouts give the same gradient on the real model: the first
 mini-batch's gradient with and without the shared prefix (relative L2 difference).
 
-Run: ``python -m benchmarks.shared_prefix [--quick|--tiny]``.
+Run: ``python -m benchmarks.shared_prefix [--quick|--tiny] [--layouts whole dense blocks]``.
 """
 
 from __future__ import annotations
@@ -67,6 +70,29 @@ def synthetic_batch(shape: dict[str, int], vocab: int, seed: int = 0) -> list[An
     return out
 
 
+def attention_pairs(config: str, overrides: list[str], shape: dict[str, int]) -> dict[str, int]:
+    """Query–key pairs per head and layer of one update's training forwards (no model): ``whole`` = Σ L(L+1)/2
+    over the padded rows' trajectories (causal), ``dense`` = Σ T² over the prefix-tree rows (one dense mask),
+    ``blocks`` = Σ ``TreeBlocks.attended_pairs`` (the pairs the block-wise attention lets attend)."""
+    from empo2.config import load_config
+    from empo2.policy.tree_attention import TreeBlocks
+    from empo2.trainer.batch import pack_prefix_tree, prefix_micro_batches
+    from empo2.trainer.learner import mini_batch_plan
+
+    cfg = load_config(config, overrides)
+    c = cfg.trainer
+    plan = mini_batch_plan(synthetic_batch(shape, 50000), epochs=c.epochs, size=c.mini_batch_size,
+                           unit=c.mini_batch_unit, shuffle=c.shuffle, seed=cfg.run.seed, iteration=0)
+    out = {"whole": 0, "dense": 0, "blocks": 0}
+    for mb in plan:
+        out["whole"] += sum(len(s.ids) * (len(s.ids) + 1) // 2 for s in mb)
+        for m in prefix_micro_batches(mb, c.micro_batch_tokens, True):
+            pack = pack_prefix_tree(m.samples)
+            out["dense"] += len(pack.ids) ** 2
+            out["blocks"] += TreeBlocks.from_paths(pack.paths, pack.new_from).attended_pairs
+    return out
+
+
 def _child(spec: dict[str, Any]) -> dict[str, Any]:
     """One case in the subprocess: load, build the learner, time one update (or compare gradients)."""
     import resource
@@ -79,6 +105,11 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
     from empo2.policy.loading import load_policy
     from empo2.trainer.learner import Learner
 
+    if spec.get("layout") == "dense":  # the fallback layout: the same tree through one dense mask
+        import empo2.policy.logprobs
+        import empo2.trainer.learner
+
+        empo2.policy.logprobs.supports_tree_blocks = empo2.trainer.learner.supports_tree_blocks = lambda m: False
     cfg = load_config(spec["config"] or None, spec["overrides"])
     pol = load_policy(cfg.model)
     rss_loaded = rss_mb()
@@ -139,6 +170,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                 description=__doc__.split("\n")[0]))
     p.add_argument("--grid", nargs="*", default=None, metavar="GC:TOKENS",
                    help="settings to compare, e.g. 1:2600 0:4096 (gradient checkpointing on/off : micro_batch_tokens)")
+    p.add_argument("--layouts", nargs="*", default=["whole", "blocks"], choices=["whole", "dense", "blocks"],
+                   help="update layouts to compare at each setting (the first is the ratios' reference)")
     p.add_argument("--_child", default="", help=argparse.SUPPRESS)
     p.add_argument("--_out", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -157,30 +190,41 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         grid = [(g.split(":")[0] in ("1", "true", "on"), int(g.split(":")[1])) for g in args.grid]
     rows = []
     for gc, mbt in grid:
-        for share in (False, True):  # whole trajectories first, then the shared prefix, same settings
+        for layout in args.layouts:  # in the order given, same settings
+            share = layout != "whole"
             ovr = base + [f"model.gradient_checkpointing={str(gc).lower()}", f"trainer.micro_batch_tokens={mbt}",
                           f"trainer.share_prefix={str(share).lower()}"]
-            r = run_child({"config": config, "overrides": ovr, "shape": shape, "threads": args.threads})
-            r.update({"share_prefix": share, "gradient_checkpointing": gc, "micro_batch_tokens": mbt})
+            r = run_child({"config": config, "overrides": ovr, "shape": shape, "threads": args.threads,
+                           "layout": layout})
+            r.update({"layout": layout, "share_prefix": share, "gradient_checkpointing": gc, "micro_batch_tokens": mbt})
             rows.append(r)
-            print(f"share_prefix={share} gc={gc} micro={mbt}: update {r['update_s']:.1f} s, peak RSS "
+            print(f"layout={layout} gc={gc} micro={mbt}: update {r['update_s']:.1f} s, peak RSS "
                   f"{r['peak_rss_mb']:.0f} MiB, forward tokens {r['forward_tokens']:.0f}", flush=True)
     check = run_child({"config": config, "overrides": base, "shape": shape, "threads": args.threads, "grad_check": True})
     run.config = {"shape": shape, "config": config, "grid": grid, "threads": args.threads}
-    run.results = {"cases": rows, "grad_rel_diff": check["grad_rel_diff"]}
+    pairs = attention_pairs(config, base, shape)
+    run.results = {"cases": rows, "grad_rel_diff": check["grad_rel_diff"], "attention_pairs": pairs}
+    print(f"attention pairs per head and layer: whole (causal) {pairs['whole']:,}, tree dense mask {pairs['dense']:,}, "
+          f"tree blocks {pairs['blocks']:,}")
     print_table("update, whole trajectories vs group-shared prefix (one subprocess each)",
-                ["share prefix", "grad. ckpt", "micro-batch tok", "micro-batches", "forward tokens", "shared frac",
+                ["layout", "grad. ckpt", "micro-batch tok", "micro-batches", "forward tokens", "shared frac",
                  "update s", "peak RSS MiB", "update RSS MiB"],
-                [[r["share_prefix"], r["gradient_checkpointing"], r["micro_batch_tokens"], r["micro_batches"],
+                [[r["layout"], r["gradient_checkpointing"], r["micro_batch_tokens"], r["micro_batches"],
                   r["forward_tokens"], r["shared_token_frac"], r["update_s"], r["peak_rss_mb"],
                   r["peak_rss_mb"] - r["rss_loaded_mb"]] for r in rows])
-    ref = {(r["gradient_checkpointing"], r["micro_batch_tokens"], r["share_prefix"]): r for r in rows}
+    ref = {(r["gradient_checkpointing"], r["micro_batch_tokens"], r["layout"]): r for r in rows}
     gc0, mbt0 = grid[0]
-    ratio = ref[(gc0, mbt0, True)]["update_s"] / ref[(gc0, mbt0, False)]["update_s"]
+    first = args.layouts[0]
+    last = "blocks" if "blocks" in args.layouts[1:] else args.layouts[-1]  # the shipped layout when measured
+    for gc, mbt in grid:
+        for layout in args.layouts[1:]:
+            x = ref[(gc, mbt, layout)]["update_s"] / ref[(gc, mbt, first)]["update_s"]
+            run.results[f"ratio/{layout}_over_{first}/gc{int(gc)}_{mbt}"] = x
+            print(f"update time {layout} / {first} (gc={gc}, {mbt} tokens): {x:.3f}")
+    ratio = ref[(gc0, mbt0, last)]["update_s"] / ref[(gc0, mbt0, first)]["update_s"]
     run.results["update_ratio"] = ratio
-    print(f"update time, shared prefix / whole (gc={gc0}, {mbt0} tokens): {ratio:.3f}; first-step gradient "
-          f"relative difference {check['grad_rel_diff']:.2e}")
-    run.targets = [target("update with shared prefix ≤ 0.5× whole (quickstart batch)", ratio, 0.5,
+    print(f"first-step gradient relative difference, shared prefix vs whole: {check['grad_rel_diff']:.2e}")
+    run.targets = [target(f"update, {last} ≤ 0.5× {first} (quickstart batch)", ratio, 0.5,
                           higher_is_better=False, unit="×"),
                    target("same gradient (relative L2 difference)", check["grad_rel_diff"], 1e-5,
                           higher_is_better=False)]

@@ -293,9 +293,11 @@ class TrainerConfig:
                                   "share_prefix packs it, batch x longest sequence when padded", default=4096)
     share_prefix: bool = doc(
         "forward each common token prefix of a micro-batch's trajectories (a group's reset, the system prompt, "
-        "shared tips) once, as a prefix tree in one row with an ancestor attention mask, instead of once per "
-        "trajectory; same log-probs and gradients (docs/performance.md, Group-shared prefix); needs sdpa or "
-        "eager attention", default=True)
+        "shared tips) once, as a prefix tree in one row (each trajectory's own tokens attend to the keys/values "
+        "of the prefix they share, block by block; a dense ancestor mask for models whose attention does not "
+        "dispatch through transformers' AttentionInterface, which then need sdpa or eager attention), instead of "
+        "once per trajectory; same log-probs and gradients (docs/performance.md, Group-shared prefix)",
+        default=True)
     skip_zero_advantage: bool = doc(
         "skip the forward/backward of trajectories whose every advantage is 0 when algo.kl_coef = "
         "algo.entropy_coef = 0: their gradient is exactly 0 and the loss normaliser still counts their "

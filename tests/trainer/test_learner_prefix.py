@@ -5,11 +5,17 @@ Golden facts checked here:
   its positions are the original columns;
 * ``prefix_micro_batches`` holds every sample once, keeps packed micro-batches within the token budget
   and sends samples that share nothing to the padded layout;
-* packed log-probs and entropies (incl. constrained rows, a sequence that is a prefix of another and two
-  identical sequences) equal the padded ones, and so do the gradients;
+* packed log-probs and entropies (incl. constrained rows, a sequence that is a prefix of another, two
+  identical sequences and a branch inside another trajectory's own tokens) equal the padded ones, and so
+  do the gradients, both through the dense tree mask and through the block-wise attention
+  (``policy.tree_attention``), with and without activation checkpointing;
+* ``TreeBlocks`` spell the ancestor mask (hand-derived) and the block-wise attention equals sdpa with that
+  mask (outputs and gradients, grouped-query heads, gathered contexts); the switch is scoped, a forward
+  with gradients outside it and a model that never calls it are errors, eager models take the dense mask;
 * a whole update (several mini-batches, several packed micro-batches per mini-batch, two epochs,
-  EMPO² groups with on-policy tip rollouts and tip-stripped off-policy ones) takes the same optimiser
-  steps with ``share_prefix`` on and off: every step's gradient agrees to ≤ 1e-5 relative.
+  EMPO² groups with on-policy tip rollouts and tip-stripped off-policy ones, activation checkpointing on
+  and off) takes the same optimiser steps with ``share_prefix`` on and off: every step's gradient agrees
+  to ≤ 1e-5 relative.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ import torch
 from empo2.config import AlgoConfig, TrainerConfig
 from empo2.envs.base import TaskSpec
 from empo2.policy.logprobs import target_logprobs
+from empo2.policy.tree_attention import (TREE_ATTENTION, TreeBlocks, supports_tree_blocks, tree_attention_active,
+                                         tree_attention_forward, use_tree_attention)
 from empo2.records import Mode, Segment, SegmentKind, Trajectory
 from empo2.trainer.batch import (MIN_SHARED_TOKENS, MicroBatch, PackedSample, build_sample, pack_prefix_tree,
                                  prefix_micro_batches)
@@ -87,30 +95,158 @@ def _grad(model) -> torch.Tensor:
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
 
 
-def test_packed_logprobs_entropy_and_gradient_equal_the_padded_ones(tiny_policy):
+def _score(model, b, layout: str):
+    """Log-probs, entropies and the gradient of Σ adv·logp of a collated micro-batch: ``padded`` rows, the
+    packed tree through the ``dense`` [1, T, T] mask, or through the ``blocks`` attention."""
+    kw = dict(temperature=0.8, allowed=b["allowed"], chunk=16, with_entropy=True)
+    model.zero_grad(set_to_none=True)
+    if layout == "padded":
+        lp, ent = target_logprobs(model, b["ids"], b["att"], b["rows"], b["cols"], **kw)
+        (lp * b["adv"]).sum().backward()
+    elif layout == "dense":
+        lp, ent = target_logprobs(model, b["ids"], b["tree"].dense_mask()[None], b["rows"], b["cols"],
+                                  position_ids=b["pos"], pred_cols=b["pred"], **kw)
+        (lp * b["adv"]).sum().backward()
+    else:
+        with use_tree_attention(model):  # the backward too: checkpointing recomputes the attention there
+            lp, ent = target_logprobs(model, b["ids"], None, b["rows"], b["cols"], **kw, **_shape_kw(b))
+            (lp * b["adv"]).sum().backward()
+        recomputed = any(getattr(m, "gradient_checkpointing", False) for m in model.modules())
+        assert b["tree"].calls == model.config.num_hidden_layers * (2 if recomputed else 1)
+    return lp.detach(), ent.detach(), _grad(model)
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_packed_logprobs_entropy_and_gradient_equal_the_padded_ones(tiny_policy, checkpointing):
     model = copy.deepcopy(tiny_policy.model).float()
+    if checkpointing:
+        (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+    model.train()
     g = torch.Generator().manual_seed(2)
     pre = _ids(g, 48)
     seqs = [pre + _ids(g, 9 + 2 * i) for i in range(3)]
     seqs.append(seqs[0][:52])  # a prefix of another sequence
     seqs.append(list(seqs[1]))  # an identical sequence
+    seqs.append(seqs[2][:50] + _ids(g, 7))  # branches off inside another trajectory's own tokens
     allowed = [[seqs[2][c], 7, 8, 9] if c % 2 else None for c in range(40, len(seqs[2]))]
     samples = [_sample(s, 40, seq=i, allowed=allowed if i == 2 else None) for i, s in enumerate(seqs)]
-    out = {}
-    for packed in (False, True):
-        b = _collate(MicroBatch(samples, packed), 0, torch.device("cpu"))
-        model.zero_grad(set_to_none=True)
-        lp, ent = target_logprobs(model, b["ids"], b["att"], b["rows"], b["cols"], temperature=0.8,
-                                  allowed=b["allowed"], chunk=16, with_entropy=True, **_shape_kw(b))
-        (lp * b["adv"]).sum().backward()
-        out[packed] = (lp.detach(), ent.detach(), _grad(model))
-        assert b["ids"].shape[0] == (1 if packed else len(samples))
-    assert out[True][0].shape == out[False][0].shape
-    assert torch.allclose(out[True][0], out[False][0], atol=1e-5)
-    assert torch.allclose(out[True][1], out[False][1], atol=1e-5)
-    gp, gu = out[True][2], out[False][2]
-    assert float((gp - gu).norm() / gu.norm()) <= 1e-5
+    padded = _collate(MicroBatch(samples, False), 0, torch.device("cpu"))
+    packed = _collate(MicroBatch(samples, True), 0, torch.device("cpu"))
+    assert padded["ids"].shape[0] == len(samples) and packed["ids"].shape[0] == 1
+    out = {"padded": _score(model, padded, "padded")}
+    for layout in ("dense", "blocks"):
+        out[layout] = _score(model, packed, layout)
+        assert out[layout][0].shape == out["padded"][0].shape
+        assert torch.allclose(out[layout][0], out["padded"][0], atol=1e-5), layout
+        assert torch.allclose(out[layout][1], out["padded"][1], atol=1e-5), layout
+        gp, gu = out[layout][2], out["padded"][2]
+        assert float((gp - gu).norm() / gu.norm()) <= 1e-5, layout
     assert len(pack_prefix_tree(samples).ids) < sum(len(s) for s in seqs) // 2
+
+
+def test_tree_blocks_from_paths_spell_the_ancestor_mask():
+    a, b, c = [1, 2, 3, 4, 5], [1, 2, 3, 9], [1, 2, 7]
+    pack = pack_prefix_tree([_sample(a, 1), _sample(a, 1), _sample(b, 1), _sample(c, 1)])  # a twice: no block
+    tree = TreeBlocks.from_paths(pack.paths, pack.new_from)
+    assert (tree.starts, tree.ends, tree.length) == ([0, 5, 6], [5, 6, 7], 7)
+    assert [t.tolist() for t in tree.context] == [[], [0, 1, 2], [0, 1]]
+    # hand-derived: row = 1 2 3 4 5 | 9 | 7; "9" sees 1 2 3 and itself, "7" sees 1 2 and itself
+    want = torch.zeros((7, 7), dtype=torch.bool)
+    want[:5, :5] = torch.ones((5, 5), dtype=torch.bool).tril()
+    want[5, [0, 1, 2, 5]] = True
+    want[6, [0, 1, 6]] = True
+    assert torch.equal(tree.dense_mask(), want)
+    assert tree.attended_pairs == 15 + 4 + 3 == int(want.sum()) < 7 * 7
+    with pytest.raises(ValueError, match="tile the row"):
+        TreeBlocks([0, 4], [3, 6], [torch.zeros(0, dtype=torch.long), torch.tensor([0])])
+    with pytest.raises(ValueError, match="below 3"):
+        TreeBlocks([0, 3], [3, 6], [torch.zeros(0, dtype=torch.long), torch.tensor([0, 4])])
+
+
+@pytest.mark.parametrize("groups", [1, 3])
+def test_tree_attention_equals_the_dense_mask(groups):
+    """Block-wise attention (contiguous and gathered contexts, grouped-query heads) = sdpa with the dense
+    mask, outputs and gradients."""
+    from types import SimpleNamespace
+
+    g = torch.Generator().manual_seed(3)
+    # blocks: [0, 40) root; [40, 55) branches at 30; [55, 70) branches off block 1 at column 35 (a
+    # gathered, non-contiguous context 0..29 + 40..44); [70, 80) branches at 10
+    ctx = [[], list(range(30)), list(range(30)) + list(range(40, 45)), list(range(10))]
+    tree = TreeBlocks([0, 40, 55, 70], [40, 55, 70, 80], [torch.tensor(c, dtype=torch.long) for c in ctx])
+    assert tree._runs == [None, (0, 30), None, (0, 10)]
+    H, d = 6, 8
+    q = torch.randn(1, H, 80, d, generator=g, requires_grad=True)
+    k = torch.randn(1, H // groups, 80, d, generator=g, requires_grad=True)
+    v = torch.randn(1, H // groups, 80, d, generator=g, requires_grad=True)
+    w = torch.randn(1, 80, H, d, generator=g)
+    module = SimpleNamespace(num_key_value_groups=groups)
+    out, _ = tree_attention_forward(module, q, k, v, None, scaling=0.3, prefix_tree=tree)
+    grads = torch.autograd.grad((out * w).sum(), (q, k, v))
+
+    def rep(x):
+        return x.repeat_interleave(groups, dim=1)
+
+    ref = torch.nn.functional.scaled_dot_product_attention(q, rep(k), rep(v), attn_mask=tree.dense_mask(),
+                                                           scale=0.3).transpose(1, 2)
+    ref_grads = torch.autograd.grad((ref * w).sum(), (q, k, v))
+    assert out.shape == (1, 80, H, d) and tree.calls == 1
+    assert torch.allclose(out, ref, atol=1e-6)
+    for a, b in zip(grads, ref_grads):
+        assert torch.allclose(a, b, atol=1e-5)
+    with pytest.raises(ValueError, match="prefix_tree"):
+        tree_attention_forward(module, q, k, v, None)
+    with pytest.raises(ValueError, match="one row of 80"):
+        tree_attention_forward(module, q[:, :, :40], k[:, :, :40], v[:, :, :40], None, prefix_tree=tree)
+    with pytest.raises(ValueError, match="sliding window"):
+        tree_attention_forward(module, q, k, v, None, prefix_tree=tree, sliding_window=64)
+    assert tree_attention_forward(module, q, k, v, None, prefix_tree=tree, sliding_window=4096)[0].shape == out.shape
+
+
+def test_tree_attention_switch_and_its_guards(tiny_policy, monkeypatch):
+    from transformers import AttentionInterface
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    model = copy.deepcopy(tiny_policy.model).float()
+    g = torch.Generator().manual_seed(6)
+    pre = _ids(g, 40)
+    b = _collate(MicroBatch([_sample(pre + _ids(g, 6), 38), _sample(pre + _ids(g, 5), 38)], True), 0,
+                 torch.device("cpu"))
+    args = (model, b["ids"], None, b["rows"], b["cols"])
+    kw = dict(temperature=1.0, **_shape_kw(b))
+    assert supports_tree_blocks(model) and not tree_attention_active(model)
+    with pytest.raises(ValueError, match="use_tree_attention"):  # gradients but no switch over the backward
+        target_logprobs(*args, **kw)
+    with use_tree_attention(model):
+        assert tree_attention_active(model) and model.config._attn_implementation == TREE_ATTENTION
+        with pytest.raises(ValueError, match="prefix_tree"):  # another forward inside the switch
+            model(input_ids=b["ids"])
+    assert model.config._attn_implementation == "sdpa"
+    with torch.no_grad():  # no backward: the switch is made for the forward alone
+        lp, _ = target_logprobs(*args, **kw)
+        dense, _ = target_logprobs(model, b["ids"], b["tree"].dense_mask()[None], b["rows"], b["cols"],
+                                   temperature=1.0, position_ids=b["pos"], pred_cols=b["pred"])
+        assert torch.allclose(lp, dense, atol=1e-5) and model.config._attn_implementation == "sdpa"
+        # a model whose attention never reaches the block-wise function is caught, not silently causal
+        monkeypatch.setitem(AttentionInterface._global_mapping, TREE_ATTENTION, sdpa_attention_forward)
+        with pytest.raises(RuntimeError, match="never called"):
+            target_logprobs(*args, **kw)
+    monkeypatch.undo()
+    eager = copy.deepcopy(model)
+    eager.config._attn_implementation = "eager"
+    with torch.no_grad():  # an eager model: the blocks (sdpa) equal its own attention through the dense mask
+        lp_eager, _ = target_logprobs(eager, b["ids"], b["tree"].dense_mask()[None], b["rows"], b["cols"],
+                                      temperature=1.0, position_ids=b["pos"], pred_cols=b["pred"])
+        assert torch.allclose(target_logprobs(eager, *args[1:], **kw)[0], lp_eager, atol=1e-5)
+        assert eager.config._attn_implementation == "eager"
+        # a model class whose attention does not dispatch through the AttentionInterface: the dense mask
+        monkeypatch.setattr(type(model), "_supports_attention_backend", False)
+        assert not supports_tree_blocks(model)
+        calls = b["tree"].calls
+        assert torch.allclose(target_logprobs(*args, **kw)[0], lp, atol=1e-5) and b["tree"].calls == calls
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="attention_mask None"):
+        target_logprobs(model, b["ids"], b["tree"].dense_mask()[None], b["rows"], b["cols"], **kw)
 
 
 def test_tree_mask_needs_positions():
@@ -151,16 +287,25 @@ def _samples_from(trajs: list[Trajectory], g: torch.Generator) -> list[PackedSam
     return out
 
 
-@pytest.mark.parametrize("aggregation,trainer", [
-    ("token-mean", {"mini_batch_size": 3, "micro_batch_tokens": 120}),
-    ("seq-mean-token-mean", {"mini_batch_size": 0, "micro_batch_tokens": 200, "epochs": 2}),
-    ("seq-mean-token-sum-norm", {"mini_batch_size": 4, "micro_batch_tokens": 4096}),
+@pytest.mark.parametrize("aggregation,trainer,checkpointing", [
+    ("token-mean", {"mini_batch_size": 3, "micro_batch_tokens": 120}, False),
+    ("token-mean", {"mini_batch_size": 3, "micro_batch_tokens": 120}, True),
+    ("seq-mean-token-mean", {"mini_batch_size": 0, "micro_batch_tokens": 200, "epochs": 2}, True),
+    ("seq-mean-token-sum-norm", {"mini_batch_size": 4, "micro_batch_tokens": 4096}, False),
 ])
-def test_update_with_shared_prefix_takes_the_same_steps(tiny_policy, aggregation, trainer):
+def test_update_with_shared_prefix_takes_the_same_steps(tiny_policy, monkeypatch, aggregation, trainer,
+                                                        checkpointing):
+    from transformers import AttentionInterface
+
     g = torch.Generator().manual_seed(4)
     samples = _samples_from(_trajectories(g), g)
     assert sum(s.off_policy for s in samples) == 4
     base = copy.deepcopy(tiny_policy.model).float()
+    if checkpointing:  # the shipped CPU setting: every layer's attention is recomputed in backward
+        (getattr(base, "activation_checkpointing_enable", None) or base.gradient_checkpointing_enable)()
+    block_calls = []
+    monkeypatch.setitem(AttentionInterface._global_mapping, TREE_ATTENTION,
+                        lambda *a, **k: block_calls.append(1) or tree_attention_forward(*a, **k))
     steps, metrics = {}, {}
     for share in (False, True):
         model = copy.deepcopy(base)
@@ -184,6 +329,7 @@ def test_update_with_shared_prefix_takes_the_same_steps(tiny_policy, aggregation
     assert metrics[False]["train/shared_token_frac"] == 0.0
     assert metrics[True]["train/shared_token_frac"] > 0.15
     assert metrics[True]["train/forward_tokens"] < metrics[False]["train/forward_tokens"]
+    assert block_calls  # the packed micro-batches ran the block-wise attention (training and KL passes)
 
 
 def test_mini_batch_plan_is_a_pure_function_of_seed_iteration_epoch():

@@ -8,10 +8,13 @@ materialised (it dominated memory in a naive implementation: see docs/performanc
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 import torch
 import torch.utils.checkpoint
+
+from empo2.policy.tree_attention import TreeBlocks, supports_tree_blocks, tree_attention_active, use_tree_attention
 
 
 def split_model(model: Any) -> tuple[Any, Any]:
@@ -32,7 +35,7 @@ def split_model(model: Any) -> tuple[Any, Any]:
 def target_logprobs(
     model: Any,
     input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
+    attention_mask: torch.Tensor | None,
     rows: torch.Tensor,
     cols: torch.Tensor,
     *,
@@ -44,6 +47,7 @@ def target_logprobs(
     checkpoint_head: bool = False,
     position_ids: torch.Tensor | None = None,
     pred_cols: torch.Tensor | None = None,
+    tree: TreeBlocks | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of the tokens at ``input_ids[rows, cols]`` given everything before them.
 
@@ -53,11 +57,17 @@ def target_logprobs(
         attention_mask: ``[B, L]`` long, 1 = real token, 0 = padding (causal attention); or ``[B, L, L]``
             bool, entry ``[b, q, k]`` True = query position ``q`` may attend key position ``k`` (a prefix
             tree, ``trainer.batch.PrefixPack``; every query must see itself), which needs ``position_ids``
-            and ``pred_cols`` and a model with ``sdpa`` or ``eager`` attention.
+            and ``pred_cols`` and a model with ``sdpa`` or ``eager`` attention; or None with ``tree``.
         rows, cols: ``[N]`` long; target n is ``input_ids[rows[n], cols[n]]`` (cols ≥ 1).
         position_ids: ``[B, L]`` long positions (rotary); None = counted over ``attention_mask`` ``[B, L]``.
         pred_cols: ``[N]`` long, the position whose hidden state predicts target n; None = ``cols - 1``
             (a packed tree puts a token's predecessor elsewhere in the row).
+        tree: a prefix tree in one row (``input_ids`` ``[1, T]``, ``attention_mask`` None, ``position_ids``
+            and ``pred_cols`` given) as ``TreeBlocks``: attention block by block
+            (``policy.tree_attention``) when the model supports it (``supports_tree_blocks``), else through
+            the equivalent dense ``[1, T, T]`` mask. With gradients recorded the block-wise forward and its
+            backward must run inside ``use_tree_attention(model)`` (activation checkpointing recomputes
+            the attention during backward); without, the switch is made here.
         temperature: logits are divided by it (same scaling as sampling).
         allowed: per target, the allowed token ids (constrained sampling) or None = full vocabulary.
         chunk: targets per LM-head chunk (bounds the ``[chunk, V]`` logits buffer).
@@ -79,16 +89,29 @@ def target_logprobs(
         ``entropy_grad``) differentiable w.r.t. the model.
 
     Raises:
-        ValueError: shape mismatch, a target at column 0, a tree mask without ``position_ids`` /
-            ``pred_cols`` or on a model whose attention takes no custom mask, or a target outside its
-            allowed set.
+        ValueError: shape mismatch, a target at column 0, a tree mask or ``tree`` without ``position_ids`` /
+            ``pred_cols`` or on a model whose attention takes no custom mask, a block-wise ``tree`` with
+            gradients outside ``use_tree_attention``, or a target outside its allowed set.
+        RuntimeError: the model did not call the block-wise attention (its attention modules do not dispatch
+            through transformers' ``AttentionInterface``).
     """
-    tree = attention_mask.dim() == 3
-    if input_ids.dim() != 2 or attention_mask.shape[:2] != input_ids.shape or (
-            tree and attention_mask.shape[2] != input_ids.shape[1]) or attention_mask.dim() not in (2, 3):
+    if tree is not None:
+        if attention_mask is not None or input_ids.shape != (1, tree.length):
+            raise ValueError(f"with tree= pass input_ids [1, {tree.length}] and attention_mask None, got input_ids "
+                             f"{tuple(input_ids.shape)} and a mask {attention_mask is not None}")
+        if position_ids is None or pred_cols is None:
+            raise ValueError("a prefix tree (tree=) needs position_ids and pred_cols")
+    elif attention_mask is None:
+        raise ValueError("attention_mask is None: pass a [B, L] or [B, L, L] mask, or tree=TreeBlocks")
+    blocks = tree if tree is not None and supports_tree_blocks(model) else None
+    if tree is not None and blocks is None:
+        attention_mask = tree.dense_mask()[None].to(input_ids.device)
+    tree_mask = attention_mask is not None and attention_mask.dim() == 3
+    if attention_mask is not None and (input_ids.dim() != 2 or attention_mask.shape[:2] != input_ids.shape or (
+            tree_mask and attention_mask.shape[2] != input_ids.shape[1]) or attention_mask.dim() not in (2, 3)):
         raise ValueError(f"input_ids {tuple(input_ids.shape)} and attention_mask {tuple(attention_mask.shape)} must be "
                          "[B, L] and [B, L] (or [B, L, L] for a prefix tree)")
-    if tree and (position_ids is None or pred_cols is None):
+    if tree_mask and (position_ids is None or pred_cols is None):
         raise ValueError("a [B, L, L] attention mask (prefix tree) needs position_ids and pred_cols")
     if pred_cols is not None and pred_cols.shape != cols.shape:
         raise ValueError(f"pred_cols {tuple(pred_cols.shape)} must match cols {tuple(cols.shape)}")
@@ -99,9 +122,14 @@ def target_logprobs(
     if rows.numel() and int(cols.min()) < 1:
         raise ValueError("a target at column 0 has no context to be predicted from")
     backbone, head = split_model(model)
-    pos = position_ids if position_ids is not None else (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    mask = _tree_mask(backbone, attention_mask) if tree else attention_mask
-    hidden = backbone(input_ids=input_ids, attention_mask=mask, position_ids=pos).last_hidden_state
+    if blocks is not None and position_ids is not None:  # (position_ids checked above)
+        hidden = _tree_forward(model, backbone, input_ids, position_ids, blocks.to(input_ids.device))
+    elif attention_mask is not None:
+        pos = position_ids if position_ids is not None else (attention_mask.cumsum(-1) - 1).clamp(min=0)
+        mask = _tree_mask(backbone, attention_mask) if tree_mask else attention_mask
+        hidden = backbone(input_ids=input_ids, attention_mask=mask, position_ids=pos).last_hidden_state
+    else:  # unreachable: the checks above leave a mask or a block-wise tree
+        raise ValueError("neither an attention mask nor a block-wise tree")
     h = hidden[rows, pred_cols if pred_cols is not None else cols - 1]  # [N, H] states that predict the targets
     targets = input_ids[rows, cols]
     out_lp, out_ent = [], []
@@ -121,6 +149,31 @@ def target_logprobs(
         z = hidden.new_zeros(0, dtype=torch.float32)
         return z, (z if with_entropy else None)
     return torch.cat(out_lp), (torch.cat(out_ent) if with_entropy else None)
+
+
+def _tree_forward(model: Any, backbone: Any, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                  tree: TreeBlocks) -> torch.Tensor:
+    """``[1, T, H]`` last hidden states of one packed prefix-tree row through the block-wise attention.
+
+    Raises:
+        ValueError: gradients are recorded but ``use_tree_attention(model)`` is not active (the backward's
+            recompute would run another attention).
+        RuntimeError: the model never called the block-wise attention.
+    """
+    if tree_attention_active(model):
+        switch: Any = contextlib.nullcontext()
+    elif torch.is_grad_enabled():
+        raise ValueError("a prefix-tree forward with gradients must run, with its backward, inside "
+                         "policy.tree_attention.use_tree_attention(model)")
+    else:
+        switch = use_tree_attention(model)
+    calls = tree.calls
+    with switch:
+        hidden = backbone(input_ids=input_ids, position_ids=position_ids, prefix_tree=tree).last_hidden_state
+    if tree.calls == calls:
+        raise RuntimeError(f"{type(backbone).__name__} never called the prefix-tree attention (its attention does "
+                           "not dispatch through transformers' AttentionInterface); set trainer.share_prefix=false")
+    return hidden
 
 
 def _tree_mask(backbone: Any, allow: torch.Tensor) -> torch.Tensor:

@@ -44,6 +44,7 @@ from empo2.algo.masking import low_prob_mask
 from empo2.config import AlgoConfig, TrainerConfig
 from empo2.policy.logprobs import target_logprobs
 from empo2.policy.precision import autocast
+from empo2.policy.tree_attention import TreeBlocks, supports_tree_blocks, use_tree_attention
 from empo2.trainer.batch import MicroBatch, PackedSample, pack_prefix_tree, prefix_micro_batches
 from empo2.trainer.parallel import (  # noqa: F401 - FullOptimizerState, shard_fsdp: importable from here too
     NORMALISER_REDUCE, FullOptimizerState, ParallelStrategy, make_strategy, shard_fsdp)
@@ -55,8 +56,9 @@ _SUMMED = {"loss", "pg_loss", "kl_loss", "entropy_loss", "n_tokens"}
 
 def _collate(mb: MicroBatch, pad_id: int, device: torch.device) -> dict[str, Any]:
     """The tensors of one micro-batch: padded rows (``ids``/``att`` ``[B, L]``) or one packed prefix tree
-    (``ids`` ``[1, T]``, ``att`` ``[1, T, T]`` bool, ``pos`` ``[1, T]``, ``pred`` ``[N]``); per target (in the
-    order of ``mb.samples``) ``rows``/``cols``, ``logp_behavior``, ``adv``, ``seq``, ``off`` and ``allowed``."""
+    (``ids`` ``[1, T]``, ``att`` None, ``tree`` its ``TreeBlocks``, ``pos`` ``[1, T]``, ``pred`` ``[N]``); per target
+    (in the order of ``mb.samples``) ``rows``/``cols``, ``logp_behavior``, ``adv``, ``seq``, ``off`` and
+    ``allowed``."""
     if mb.packed:
         return _collate_tree(mb.samples, device)
     batch = mb.samples
@@ -88,20 +90,18 @@ def _collate(mb: MicroBatch, pad_id: int, device: torch.device) -> dict[str, Any
 
 def _collate_tree(batch: list[PackedSample], device: torch.device) -> dict[str, Any]:
     """``_collate`` for a packed prefix tree (``trainer.batch.pack_prefix_tree``): one row of T tree tokens,
-    the ancestor mask (token j attends to the tokens on its path up to itself), original positions, and
-    per target its packed column and the packed column of the state predicting it."""
+    its attention layout (``policy.tree_attention.TreeBlocks``: each trajectory's own tokens attend to the
+    shared prefix they branch from and causally to themselves), original positions, and per target its
+    packed column and the packed column of the state predicting it."""
     pack = pack_prefix_tree(batch)
-    T = len(pack.ids)
-    allow = torch.zeros((T, T), dtype=torch.bool)
     cols, pred = [], []
-    for s, path, start in zip(batch, pack.paths, pack.new_from):
-        p = torch.tensor(path, dtype=torch.long)
-        allow[p[start:, None], p[None, :]] = torch.ones((len(path), len(path)), dtype=torch.bool).tril()[start:]
+    for s, path in zip(batch, pack.paths):
         cols.extend(path[c] for c in s.cols)
         pred.extend(path[c - 1] for c in s.cols)
     n = len(cols)
     return {
-        "ids": torch.tensor([pack.ids], dtype=torch.long, device=device), "att": allow[None].to(device),
+        "ids": torch.tensor([pack.ids], dtype=torch.long, device=device), "att": None,
+        "tree": TreeBlocks.from_paths(pack.paths, pack.new_from).to(device),
         "pos": torch.tensor([pack.positions], dtype=torch.long, device=device),
         "rows": torch.zeros(n, dtype=torch.long, device=device),
         "cols": torch.tensor(cols, dtype=torch.long, device=device),
@@ -116,8 +116,8 @@ def _collate_tree(batch: list[PackedSample], device: torch.device) -> dict[str, 
 
 
 def _shape_kw(b: dict[str, Any]) -> dict[str, Any]:
-    """The ``target_logprobs`` keywords a packed tree adds (positions and predicting columns)."""
-    return {"position_ids": b["pos"], "pred_cols": b["pred"]} if "pred" in b else {}
+    """The ``target_logprobs`` keywords a packed tree adds (layout, positions and predicting columns)."""
+    return {"position_ids": b["pos"], "pred_cols": b["pred"], "tree": b["tree"]} if "pred" in b else {}
 
 
 def num_step_samples(s: PackedSample) -> int:
@@ -445,8 +445,9 @@ class Learner:
                     if i >= len(mbs):  # nothing left on this rank: join the collectives with a zero-weight pass
                         P.zero_pass(self._score, self.pad_id, self.device, grad=True)
                         continue
-                    loss, m = self._micro_batch_loss(mbs[i], masks, normaliser, agg, checkpoint_head)
-                    P.scale_loss(loss).backward()
+                    with self._attention(mbs[i]):  # forward and backward: checkpointing recomputes the attention
+                        loss, m = self._micro_batch_loss(mbs[i], masks, normaliser, agg, checkpoint_head)
+                        P.scale_loss(loss).backward()
                 step_metrics.append(m)
                 progress.advance()
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
@@ -529,6 +530,13 @@ class Learner:
             local_mbs.append(self._micro_batches(trained) if normaliser > 0 and trained else [])
         n_micro = P.max_counts([len(m) for m in local_mbs])
         return plan, list(zip(norms, local_mbs, n_micro))
+
+    def _attention(self, mb: MicroBatch) -> Any:
+        """The attention a micro-batch's forward and backward run under: the block-wise prefix-tree attention
+        for a packed tree when the model supports it (``policy.tree_attention``), else the model's own."""
+        if mb.packed and supports_tree_blocks(self.train_model):
+            return use_tree_attention(self.train_model)
+        return contextlib.nullcontext()
 
     def _micro_batches(self, samples: list[PackedSample]) -> list[MicroBatch]:
         """Micro-batches of ``samples``: shared prefixes packed once (``trainer.share_prefix``), else padded."""
