@@ -76,3 +76,31 @@ def test_wanted_and_config_checks(monkeypatch):
     monkeypatch.setattr(importlib.util, "find_spec", lambda n, *a: None if n == "vllm" else real(n, *a))
     with pytest.raises(ConfigError, match=r"pip install -e '\.\[vllm\]'"):
         load_config(None, ["rollout.generator=vllm"])
+
+
+def test_scoring_forwards_shared_prefixes_once_with_the_same_logprobs(tiny_policy, monkeypatch):
+    """Trajectories of one group share their reset: the scoring pass packs them as the update does (a
+    prefix tree) and gives the padded layout's log-probs."""
+    model = copy.deepcopy(tiny_policy.model)
+    g = torch.Generator().manual_seed(3)
+    prefix = torch.randint(5, 2000, (48,), generator=g).tolist()
+    samples = []
+    for i in range(4):
+        ids = prefix + torch.randint(5, 2000, (12 + 2 * i,), generator=g).tolist()
+        cols = list(range(40, len(ids)))
+        n = len(cols)
+        samples.append(PackedSample(ids=ids, cols=cols, logp_behavior=[0.0] * n, advantages=[1.0] * n,
+                                    allowed=[None] * n, seq_ids=[j // 4 for j in range(n)], traj=i))
+    tree, padded = _learner(model), _learner(model)
+    padded.cfg.share_prefix = False
+    assert any(mb.packed for mb in tree._micro_batches(samples))
+    forwarded = []
+    real = type(tree)._logprobs
+    monkeypatch.setattr(type(tree), "_logprobs", lambda self, m, b: forwarded.append(b["ids"].numel()) or real(self, m, b))
+    lp_tree = trainer_logprobs(tree, samples)
+    n_tree = sum(forwarded)
+    forwarded.clear()
+    lp_pad = trainer_logprobs(padded, samples)
+    assert n_tree < sum(forwarded) / 2  # 48 shared tokens forwarded once, not 4 times
+    for a, b in zip(lp_tree, lp_pad):
+        assert torch.allclose(a, b, atol=1e-5)

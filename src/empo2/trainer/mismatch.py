@@ -19,7 +19,7 @@ import torch
 
 from empo2.algo.mismatch import mismatch_metrics, tis_weights
 from empo2.config import MismatchConfig
-from empo2.trainer.batch import MicroBatch, PackedSample, micro_batches
+from empo2.trainer.batch import PackedSample
 
 __all__ = ["mismatch_wanted", "apply_mismatch"]
 
@@ -33,15 +33,18 @@ def mismatch_wanted(cfg: MismatchConfig, generator: str) -> bool:
 @torch.no_grad()
 def trainer_logprobs(learner: Any, samples: list[PackedSample]) -> list[torch.Tensor]:
     """Per sample, the trainer's ``[N_i]`` float32 log-probs of its action tokens (CPU), same temperature and
-    allowed sets as the loss, in micro-batches of ``trainer.micro_batch_tokens``."""
+    allowed sets as the loss, in the update's own micro-batches (``Learner._micro_batches``: shared prefixes
+    forwarded once when ``trainer.share_prefix``, docs/performance.md §1b), so this pass costs a no-grad
+    forward of the update's tokens, not of every whole trajectory."""
     from empo2.trainer.learner import _collate
 
     out: dict[int, torch.Tensor] = {}
-    for mb in micro_batches(samples, learner.cfg.micro_batch_tokens):
-        b = _collate(MicroBatch(mb), learner.pad_id, learner.device)  # padded rows (no prefix tree)
-        lp = learner._logprobs(learner.train_model, b).float().cpu()
+    for mb in learner._micro_batches(samples):
+        b = _collate(mb, learner.pad_id, learner.device)
+        with learner._attention(mb):
+            lp = learner._logprobs(learner.train_model, b).float().cpu()
         off = 0
-        for s in mb:
+        for s in mb.samples:
             out[id(s)] = lp[off:off + s.num_targets]
             off += s.num_targets
     return [out[id(s)] for s in samples]
