@@ -169,7 +169,7 @@ def _tree_forward(model: Any, backbone: Any, input_ids: torch.Tensor, position_i
         switch = use_tree_attention(model)
     calls = tree.calls
     with switch:
-        hidden = backbone(input_ids=input_ids, position_ids=position_ids, prefix_tree=tree).last_hidden_state
+        hidden: torch.Tensor = backbone(input_ids=input_ids, position_ids=position_ids, prefix_tree=tree).last_hidden_state
     if tree.calls == calls:
         raise RuntimeError(f"{type(backbone).__name__} never called the prefix-tree attention (its attention does "
                            "not dispatch through transformers' AttentionInterface); set trainer.share_prefix=false")

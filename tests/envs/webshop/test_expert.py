@@ -26,7 +26,7 @@ def family(tmp_path_factory) -> WebShopFamily:
     mp.setenv("EMPO2_CACHE", str(cache))
     fam = WebShopFamily(WebShopConfig(catalogue_products=200, catalogue_seed=0, tagger="heuristic",
                                       num_test_goals=N_TEST, search_actions="instruction"))
-    fam.shop  # generate and load while EMPO2_CACHE points at the temporary folder
+    _ = fam.shop  # generate and load while EMPO2_CACHE points at the temporary folder
     yield fam
     mp.undo()
 
