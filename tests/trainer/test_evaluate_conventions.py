@@ -27,3 +27,9 @@ def test_summary_reports_both_conventions():
     assert s.score == pytest.approx((0 + 100 + 50) / 3)
     assert s.score_last_nonneg == pytest.approx((25 + 100 + 50) / 3)
     assert s.failure_rate == pytest.approx(1 / 3)
+
+
+def test_steps_ci_stays_within_possible_episode_lengths():
+    s = summarise([_traj([0.0]), _traj([0.0] * 30)])  # two very different lengths: a t CI would go below 0
+    assert 1.0 <= s.steps_ci[0] and s.steps_ci[1] <= 30.0
+    assert s.steps == pytest.approx(15.5)

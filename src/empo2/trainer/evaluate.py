@@ -99,6 +99,7 @@ def summarise(trajs: list[Trajectory], level: float = 0.95) -> EvalSummary:
     m, lo, hi = mean_ci(scores, level)
     lo, hi = max(lo, 0.0), min(hi, 100.0)  # the score lives in [0, 100]
     sm, slo, shi = mean_ci(steps, level)
+    slo, shi = max(slo, 1.0), min(shi, max(steps))  # an episode takes >= 1 step and at most the longest seen
     succ = sum(t.success for t in ok)
     p, plo, phi = proportion_ci(succ, n, level)
     return EvalSummary(n, m, (lo, hi), p, (plo, phi), sm, (slo, shi),

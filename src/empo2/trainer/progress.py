@@ -328,7 +328,8 @@ _SCORE_MEANING = {
                     "completed (score 100)",
     "webshop": "score: 100 × the WebShop reward (0–1); success: reward 1 (the product bought matches every "
                "attribute, option and the price)",
-    "tiny": "score: 100 when the key is fetched, else 0; success: the key fetched",
+    "tiny": "score: 50·r/(n−1) for the furthest room r reached, 100 when the key is fetched, a failed episode "
+            "(jump into pit) counts 0; success: the key fetched",
 }
 
 
@@ -352,7 +353,7 @@ def table_before_after(before: Any, after: Any, console: Any = None, env: str = 
     t.add_column(SCORE_HEADER, justify="right")
     t.add_column(SUCCESS_HEADER, justify="right")
     t.add_column("steps", justify="right")
-    t.add_column("failed (-100)", justify="right")
+    t.add_column("failure rate (counted as 0)", justify="right")
     for name, r in (("before training", before), ("after training", after)):
         if r is None:
             continue
