@@ -16,7 +16,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if not sys.stderr.isatty():  # piped logs: no progress bars from libraries (e.g. transformers' GGUF conversion)
@@ -509,6 +509,7 @@ class StrictParser(argparse.ArgumentParser):
         ``key=value`` overrides given after an option (``train --config X a=1 --resume b=2``),
         which argparse leaves over once its positionals are matched, join the sub-command's
         trailing ``nargs="*"`` positional, in order."""
+        StrictParser._argv = list(sys.argv[1:] if args is None else args)
         ns, extras = self.parse_known_args(args, namespace)
         if extras:
             parser = _chosen_parser(self, ns)
@@ -518,6 +519,24 @@ class StrictParser(argparse.ArgumentParser):
             else:
                 parser.error(unrecognized_message(extras, parser))
         return ns
+
+
+    _argv: list[str] = []
+    """The arguments of the current ``parse_args`` call (read by ``error`` of any sub-command parser)."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        """``ArgumentParser.error``; a missing required option that was probably mistyped
+        (``--conifg`` for ``--config``) also names the unknown option and its closest match."""
+        if message.startswith("the following arguments are required"):
+            own = {o for a in self._actions for o in a.option_strings}
+            import difflib
+
+            longs = [o for o in own if o.startswith("--")]
+            unknown = [a for a in self._argv if a.startswith("--") and a.split("=", 1)[0] not in own
+                       and difflib.get_close_matches(a.split("=", 1)[0], longs, n=1)]
+            if unknown:
+                message += "; " + unrecognized_message(unknown, self)
+        super().error(message)
 
 
 def _chosen_parser(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> argparse.ArgumentParser:

@@ -203,6 +203,10 @@ def test_an_unknown_option_gets_the_sub_commands_usage_and_a_suggestion(capsys):
         main(["train", "--config", "x.yaml", "--zzz"])
     err = capsys.readouterr().err
     assert "unrecognized arguments: --zzz" in err and "did you mean" not in err
+    with pytest.raises(SystemExit):  # a mistyped required option: argparse reports only the missing one
+        main(["train", "--conifg", "x.yaml"])
+    err = capsys.readouterr().err
+    assert "required: --config" in err and "--conifg (did you mean --config?)" in err
 
 
 def test_overrides_after_an_option_are_kept_in_order():
