@@ -26,7 +26,9 @@ with like; ``tiny`` = the built-in tiny env with the tiny random model (smoke).
 
 ``--prefix-ab`` also runs each case (by default only ``sciworld``, the quickstart batch) with ``trainer.share_prefix=false`` (every trajectory forwarded whole, the
 layout before the group-shared prefix): same seed, so the same rollouts and the same update, timed twice;
-``train/shared_token_frac`` is the share of the update's trajectory tokens the shared prefix saves.
+``train/shared_token_frac`` is the share of the update's trajectory tokens the shared prefix saves;
+``prefix_on_over_off/iteration_same_rollout`` is the off run's iteration with its update time replaced by the
+on run's (the two share their rollouts by construction, so this removes the rollout phase's run-to-run noise).
 ``--generator-ab`` runs every case again with ``rollout.generator=vllm`` (rollout and iteration ratios hf/vllm).
 
 Run: ``python -m benchmarks.iteration [--quick|--tiny] [--cases ...] [--kv-ab] [--prefix-ab] [--generator-ab]``.
@@ -220,6 +222,10 @@ def _ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
         if off and off["breakdown_s"]["update"]:
             out[f"{name}/prefix_on_over_off/update"] = r["breakdown_s"]["update"] / off["breakdown_s"]["update"]
             out[f"{name}/prefix_on_over_off/iteration"] = r["iteration_s"] / off["iteration_s"]
+            # the A/B runs share their rollouts (same seed; the update comes after), so the update's saving
+            # on the same iteration is the off run with its update replaced: free of the rollout phase's noise
+            out[f"{name}/prefix_on_over_off/iteration_same_rollout"] = (
+                (off["iteration_s"] - off["breakdown_s"]["update"] + r["breakdown_s"]["update"]) / off["iteration_s"])
             out[f"{name}/prefix_on_over_off/peak_rss"] = r["peak_rss_mb"] / off["peak_rss_mb"]
     return out
 
