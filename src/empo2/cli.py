@@ -566,6 +566,9 @@ def unrecognized_message(extras: list[str], parser: argparse.ArgumentParser) -> 
 def build_parser() -> argparse.ArgumentParser:
     p = StrictParser(prog="empo2", description="EMPO² / multi-step GRPO for LLM agents on text environments")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    from empo2 import __version__
+
+    p.add_argument("--version", action="version", version=f"empo2 {__version__}")
     sub = p.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("train", help="train a policy")

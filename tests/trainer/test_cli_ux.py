@@ -249,3 +249,11 @@ def test_eval_tables_say_the_units(finished, capsys):
     out = capsys.readouterr().out
     assert "score (0–100) [95% CI]" in out and "success rate [95% CI]" in out
     assert "success rate: the share of successful episodes" in out and "mean score (0–100)" in out
+
+
+def test_version(capsys):
+    from empo2 import __version__
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"empo2 {__version__}"
