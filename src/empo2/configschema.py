@@ -32,6 +32,9 @@ def doc(help_text: str, **kw: Any) -> Any:
 
 def _suggest(key: str, valid: list[str]) -> str:
     close = difflib.get_close_matches(key, valid, n=3, cutoff=0.5)
+    if close:  # further suggestions only when nearly as close as the best (``iteratons``: not ``threads``)
+        score = {c: difflib.SequenceMatcher(None, key, c).ratio() for c in close}
+        close = [c for c in close if score[c] >= score[close[0]] - 0.1]
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return f"valid keys: {', '.join(sorted(valid))}.{hint}"
 

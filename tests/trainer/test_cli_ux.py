@@ -257,3 +257,11 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"empo2 {__version__}"
+
+
+def test_config_key_suggestions_are_only_the_close_ones():
+    from empo2.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as e:
+        load_config(None, ["trainer.iteratons=2"])
+    assert "Did you mean 'iterations'?" in str(e.value)  # not also 'micro_batch_tokens', 'threads'
