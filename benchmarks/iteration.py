@@ -141,6 +141,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--kv-ab", action="store_true", help="also run each case with rollout.kv_cache=false")
     p.add_argument("--prefix-ab", action="store_true",
                    help="also run each case with trainer.share_prefix=false (update before the group-shared prefix)")
+    p.add_argument("--off-first", action="store_true",
+                   help="run the 'prefix off' variant of a case before the shared-prefix one (order check)")
     p.add_argument("--generator-ab", action="store_true",
                    help="also run each case with rollout.generator=vllm (needs the '.[vllm]' extra)")
     p.add_argument("--_worker", default="", help=argparse.SUPPRESS)
@@ -165,6 +167,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         variants = ([("", [])] + ([("kv off", ["rollout.kv_cache=false"])] if args.kv_ab else [])
                     + ([("prefix off", ["trainer.share_prefix=false"])] if args.prefix_ab or c in PREFIX_AB else []))
         variants += [("vllm", ["rollout.generator=vllm"])] if args.generator_ab else []
+        if args.off_first:
+            variants = sorted(variants, key=lambda v: v[0] != "prefix off")
         for label, extra in variants:
             name = c + (f" ({label})" if label else "")
             r = run_case(name, cfg, ovr + extra, args.threads)
