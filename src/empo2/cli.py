@@ -292,7 +292,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
     from empo2.config import EnvConfig
     from empo2.envs.registry import FAMILIES, make_family
-    from empo2.trainer.progress import make_console
+    from empo2.console import make_console
 
     console = make_console()
     if args.env and args.env not in FAMILIES:
@@ -362,7 +362,7 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
 
     from empo2.memory.store import MemoryStore
     from empo2.memory.transfer import shown_iteration
-    from empo2.trainer.progress import make_console
+    from empo2.console import make_console
 
     run = memory_run(args)
     path = run / "memory.sqlite"

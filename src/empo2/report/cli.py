@@ -22,7 +22,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     except (ReportError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    from empo2.trainer.progress import make_console
+    from empo2.console import make_console
 
     if paths.seeds:
         print(paths.seeds)  # plain Markdown: the config diff, the seed table and the paired differences

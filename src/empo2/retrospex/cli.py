@@ -19,7 +19,7 @@ def _checkpoint_cfg(ckpt: Path, overrides: list[str]) -> Any:
 
 def cmd_sft(args: argparse.Namespace) -> int:
     """``empo2 sft --config X [key=value ...]``: imitation warm-up; prints the epochs and the checkpoint."""
-    from empo2.trainer.progress import make_console
+    from empo2.console import make_console
 
     from empo2.config import load_config
     from empo2.trainer.sft import run_sft
@@ -39,7 +39,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 def cmd_collect(args: argparse.Namespace) -> int:
     """``empo2 retrospex collect --checkpoint CKPT``: critic data from the checkpoint's rollouts."""
-    from empo2.trainer.progress import make_console
+    from empo2.console import make_console
 
     from empo2.retrospex.collect import collect_critic_data
     from empo2.trainer.loop import build_setup
@@ -60,7 +60,7 @@ def cmd_collect(args: argparse.Namespace) -> int:
 
 def cmd_critic(args: argparse.Namespace) -> int:
     """``empo2 retrospex critic --data FILE --out DIR``: train and save the IQL critic."""
-    from empo2.trainer.progress import make_console
+    from empo2.console import make_console
 
     from empo2.config import load_config
     from empo2.retrospex.pipeline import train_critic_folder
@@ -78,7 +78,7 @@ def cmd_critic(args: argparse.Namespace) -> int:
 
 def cmd_pipeline(args: argparse.Namespace) -> int:
     """``empo2 retrospex pipeline --config X``: SFT → critic data → critic → eval with and without rescoring."""
-    from empo2.trainer.progress import make_console
+    from empo2.console import make_console
     from rich.table import Table
 
     from empo2.config import load_config

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from empo2.console import make_console  # noqa: F401 - used here and re-exported (callers import it from here too)
+
 
 def fmt_duration(seconds: float) -> str:
     """``seconds`` as ``0.4 s``, ``28 s``, ``5 min 40 s`` or ``1 h 02 min``."""
@@ -51,19 +53,6 @@ def folder_bytes(path: Path) -> int:
             if not os.path.islink(p):
                 total += os.lstat(p).st_size
     return total
-
-
-def make_console(quiet: bool = False) -> Any:
-    """A rich console on stdout. Off a terminal (piped, redirected) lines are never hard-wrapped
-    (soft wrap: a long error, warning or path stays one line) and tables are laid out 160 columns
-    wide (unless ``COLUMNS`` is set) instead of rich's default of 80. ``quiet`` silences it (the
-    non-zero ranks under torchrun). Every command prints through one of these."""
-    from rich.console import Console
-
-    console = Console(quiet=quiet)
-    if not console.is_terminal:
-        console = Console(width=None if "COLUMNS" in os.environ else 160, quiet=quiet, soft_wrap=True)
-    return console
 
 
 class Phase:
