@@ -118,10 +118,16 @@ def _worker(config: str, overrides: list[str], warm: int = 0) -> dict[str, Any]:
     setup_s = time.perf_counter() - t0
     try:
         warm_metrics = [_keep(tr.iteration(it)) for it in range(warm)]
+        before = resource.getrusage(resource.RUSAGE_SELF)
         m = tr.iteration(warm)
+        after = resource.getrusage(resource.RUSAGE_SELF)
     finally:
         tr.close()
-    return {"setup_s": setup_s, "metrics": _keep(m), "warm_iterations": warm, "warm_metrics": warm_metrics, "maxrss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    return {"setup_s": setup_s, "metrics": _keep(m), "warm_iterations": warm, "warm_metrics": warm_metrics,
+            # CPU seconds of this process's threads in the timed iteration (not the JVMs'): less sensitive than
+            # the wall time to other processes on the machine
+            "iteration_cpu_s": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+            "maxrss_before_timed_mb": before.ru_maxrss / 1024, "maxrss_self_mb": after.ru_maxrss / 1024,
             "kv_cache": bool(cfg.rollout.kv_cache) if hasattr(cfg.rollout, "kv_cache") else None,
             "episodes": cfg.rollout.tasks_per_iteration * cfg.rollout.group_size, "max_turns": cfg.env.max_turns,
             "max_new_tokens": cfg.action.max_new_tokens, "action_mode": cfg.action.mode, "model": cfg.model.name_or_path,
@@ -207,7 +213,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rows.append(r)
             warm_s = ", ".join(f"{w.get('time/iteration', 0.0):.1f}" for w in r["warm_metrics"])
             print(f"{name}: iteration {r['iteration_s']:.1f} s (setup {r['setup_s']:.1f} s"
-                  + (f"; warm iterations {warm_s} s" if warm else "") + "), peak RSS "
+                  + (f"; warm iterations {warm_s} s" if warm else "") + f"; CPU {r['iteration_cpu_s']:.1f} s), peak RSS "
                   f"{r['peak_rss_mb']:.0f} MiB; " + ", ".join(f"{k} {v:.1f} s" for k, v in r["breakdown_s"].items()),
                   flush=True)
     run.results = {"cases": rows}
@@ -226,6 +232,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print_table("update layout", ["case", "forward tokens", "shared token frac", "update s"],
                 [[r["case"], r["metrics"].get("train/forward_tokens"), r["metrics"].get("train/shared_token_frac"),
                   r["breakdown_s"]["update"]] for r in rows])
+    print_table("timed iteration: wall and CPU seconds (CPU: the Python process's threads, not the JVMs); peak RSS MiB of "
+                "the subprocess, and of its Python process before and after the timed iteration",
+                ["case", "iteration s", "CPU s", "peak RSS", "Python: before timed", "after timed"],
+                [[r["case"], r["iteration_s"], r["iteration_cpu_s"], r["peak_rss_mb"], r["maxrss_before_timed_mb"],
+                  r["maxrss_self_mb"]] for r in rows])
     print_table(f"memory and update ({timed})", ["case", "memory entries", "retrieval hit rate", "tips per step",
                                                  "modes plain/on/off", "off-policy samples", "seq tokens",
                                                  "forward tokens", "shared frac"],
@@ -269,6 +280,8 @@ def _ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
     if e and g and g["iteration_s"]:
         out["empo2_over_grpo/iteration"] = e["iteration_s"] / g["iteration_s"]
         out["empo2_over_grpo/peak_rss"] = e["peak_rss_mb"] / g["peak_rss_mb"]
+        if g.get("iteration_cpu_s"):
+            out["empo2_over_grpo/iteration_cpu"] = e["iteration_cpu_s"] / g["iteration_cpu_s"]
         for k in PARTS + ("other",):
             if g["breakdown_s"][k] >= 0.05:  # not the µs of a part GRPO does not run (hook, tips)
                 out[f"empo2_over_grpo/{k}"] = e["breakdown_s"][k] / g["breakdown_s"][k]

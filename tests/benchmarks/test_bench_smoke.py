@@ -113,7 +113,8 @@ def test_iteration(out):
     assert set(case["breakdown_s"]) == {"generation", "env", "hook", "tips", "update", "other"}
     assert case["breakdown_s"]["hook"] > 0 and case["breakdown_s"]["tips"] > 0  # empo2.p = 1
     # the timed iteration is the second: the first one's tips are in the memory and retrieved
-    assert case["warm_iterations"] == 1 and len(case["warm_metrics"]) == 1
+    assert case["warm_iterations"] == 1 and len(case["warm_metrics"]) == 1 and case["iteration_cpu_s"] > 0
+    assert case["maxrss_self_mb"] >= case["maxrss_before_timed_mb"] > 0
     assert case["metrics"]["memory/size"] > case["warm_metrics"][0]["memory/size"] > 0
     assert case["metrics"]["memory/retrieval_hit_rate"] > 0 == case["warm_metrics"][0]["memory/retrieval_hit_rate"]
 
