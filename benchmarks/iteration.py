@@ -100,7 +100,7 @@ def _keep(m: dict[str, float]) -> dict[str, float]:
     return {k: v for k, v in m.items() if k.startswith(("time/", "rollout/", "memory/", "train/seq_tokens", "train/tokens",
                                                         "train/micro_batches", "train/skipped", "train/updated_tokens",
                                                         "train/shared_token_frac", "train/forward_tokens",
-                                                        "train/off_policy_samples"))
+                                                        "train/off_policy_samples", "sys/"))
             and not k.startswith("memory/size/")}
 
 
