@@ -6,7 +6,10 @@ clear message with exit status 2, without a traceback.
 On a machine already busy at start, ``main`` sets ``OMP_WAIT_POLICY=PASSIVE`` before torch is
 imported and says so in one warning line, logged when the model loads, so a bad input's one-line
 error comes alone (``empo2.threads``; opt out: ``EMPO2_OMP_AUTO=0`` or set ``OMP_WAIT_POLICY``
-yourself). Nothing imported at module level here may import torch.
+yourself). Nothing imported at module level here, nor by ``main`` before it runs a command, may import
+torch or transformers (``empo2.errors``): a command that needs no model (``envs``, ``config keys``,
+``memory``, ``report``, a config error) starts in well under a second instead of 5–7 s
+(``tests/trainer/test_cli_ux.py``); each command imports what it needs, after checking its inputs.
 """
 
 from __future__ import annotations
@@ -51,21 +54,23 @@ def _setup_logging(verbose: bool, listing: bool = False) -> None:
     for noisy in ("transformers", "httpx", "urllib3", "sentence_transformers", "filelock", "bm25s",
                   "scienceworld"):  # py4j: envs/scienceworld/jvm.py keeps it quiet
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    try:
-        import transformers
-
+    # transformers (and huggingface_hub, for its progress bars) read these when first imported, i.e.
+    # only by a command that loads a model: importing transformers here would cost every command seconds
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:  # imported already (main() called in-process): too late for those
+        transformers = sys.modules["transformers"]
         transformers.utils.logging.set_verbosity_error()
         transformers.utils.logging.disable_progress_bar()
-    except Exception:
-        pass
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from empo2.config import load_config
+
+    cfg = load_config(args.config, args.overrides)  # before the heavy imports: a bad config fails at once
     from empo2.trainer.loop import Trainer
     from empo2.trainer.progress import make_console, table_before_after
 
-    cfg = load_config(args.config, args.overrides)
     main_rank = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 talks
     console = make_console(quiet=not main_rank)
     if args.resume:
@@ -714,18 +719,15 @@ def main(argv: list[str] | None = None) -> int:
     computes = args.command in _COMPUTE_COMMANDS
     omp = apply_omp_wait_policy() if computes else OmpDecision(False, "not a compute command")
 
+    # empo2.errors holds the classes whose own modules import torch: nothing here imports it
     from empo2.configschema import ConfigError
-    from empo2.envs.base import UnknownTaskError
-    from empo2.policy.loading import ModelNotFoundError
-    from empo2.trainer.checkpoint import CheckpointError
-
-    from empo2.envs.base import EnvError
+    from empo2.envs.base import EnvError, UnknownTaskError
     from empo2.envs.webshop.data import DataFileError
+    from empo2.errors import CheckpointError, EnvironmentFailedError, ModelNotFoundError, RankFailedError
     from empo2.memory.embedder import EmbedderUnavailableError
     from empo2.memory.store import MemoryStoreError
     from empo2.memory.transfer import MemoryImportError
     from empo2.trajfile import TrajectoryFileError
-    from empo2.trainer.loop import EnvironmentFailedError
 
     user_errors: tuple[type[BaseException], ...] = (
         ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError, MemoryStoreError,
@@ -737,8 +739,6 @@ def main(argv: list[str] | None = None) -> int:
         defer_warning(omp.reason)
     else:
         log.debug("OpenMP: %s", omp.reason)
-    from empo2.distributed import RankFailedError
-
     try:
         return int(args.fn(args) or 0)
     except RankFailedError as e:  # under torchrun: another rank failed and printed its error

@@ -265,3 +265,68 @@ def test_config_key_suggestions_are_only_the_close_ones():
     with pytest.raises(ConfigError) as e:
         load_config(None, ["trainer.iteratons=2"])
     assert "Did you mean 'iterations'?" in str(e.value)  # not also 'micro_batch_tokens', 'threads'
+
+
+def _memory_with(folder: Path, *tips: str) -> Path:
+    """A run folder whose memory holds ``tips`` (one episode of one step each, scores 10, 20, ...)."""
+    import numpy as np
+
+    from empo2.memory.store import MemoryStore, build_entries
+
+    key = np.ones(4, dtype=np.float32) / 2.0
+    folder.mkdir(parents=True, exist_ok=True)
+    with MemoryStore(folder / "memory.sqlite", dim=4) as s:
+        for i, tip in enumerate(tips):
+            s.add(build_entries("tiny/fetch-key/0", key, "k", tip, 10.0 * (i + 1), 0, ["look"]))
+    return folder
+
+
+_HEAVY = ("torch", "transformers", "sentence_transformers", "matplotlib", "mlflow", "ray")
+
+
+def _modules_after(argv: list[str], cwd: Path) -> tuple[int, list[str]]:
+    """Exit status of ``empo2 ARGV`` run by ``main`` in a fresh interpreter, and which of ``_HEAVY`` it imported."""
+    import os
+    import subprocess
+    import sys
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = (f"import sys, json\nfrom empo2.cli import main\nrc = main({argv!r})\n"
+            f"print('MODULES', json.dumps([rc, [m for m in {_HEAVY!r} if m in sys.modules]]))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    line = [x for x in out.stdout.splitlines() if x.startswith("MODULES ")]
+    assert line, out.stderr
+    rc, mods = json.loads(line[-1].split(" ", 1)[1])
+    return rc, mods
+
+
+def test_commands_without_a_model_import_neither_torch_nor_transformers(tmp_path):
+    """``config keys``, a config error, ``memory show``/``export`` and ``envs`` used to import torch and
+    transformers first (5–7 s before anything happened); ``report`` needs matplotlib, nothing more."""
+    root = Path(__file__).resolve().parents[2]
+    run = _memory_with(tmp_path / "run", "a tip")
+    assert _modules_after(["config", "keys"], tmp_path) == (0, [])
+    assert _modules_after(["train", "--config", str(root / "configs" / "quickstart.yaml"), "trainer.iteratons=3"],
+                          tmp_path) == (2, [])
+    assert _modules_after(["memory", "show", str(run)], tmp_path) == (0, [])
+    assert _modules_after(["memory", "export", str(run), "--out", str(tmp_path / "m.jsonl")], tmp_path) == (0, [])
+    assert _modules_after(["envs", "tiny"], tmp_path) == (0, [])
+
+
+def test_report_imports_no_torch(finished, tmp_path):
+    _, run = finished
+    assert _modules_after(["report", str(run), "--out", str(tmp_path / "rep")], tmp_path) == (0, ["matplotlib"])
+    assert (tmp_path / "rep" / "report.md").is_file()
+
+
+def test_every_name_of_empo2_algo_resolves():
+    """``empo2.algo`` loads its names on first use (so that ``empo2.algo.stats`` needs no torch)."""
+    import empo2.algo as algo
+
+    assert sorted(algo.__all__) == sorted(algo._MODULE_OF)
+    for name in algo.__all__:
+        assert getattr(algo, name) is getattr(__import__(f"empo2.algo.{algo._MODULE_OF[name]}",
+                                                         fromlist=[name]), name)
+    with pytest.raises(AttributeError):
+        algo.no_such_name  # noqa: B018
