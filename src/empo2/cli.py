@@ -364,10 +364,11 @@ def import_arguments(args: argparse.Namespace) -> tuple[Path, Path, list[str]]:
 
 def cmd_memory_show(args: argparse.Namespace) -> int:
     from rich.table import Table
+    from rich.text import Text
 
     from empo2.memory.store import MemoryStore
     from empo2.memory.transfer import shown_iteration
-    from empo2.console import make_console
+    from empo2.console import clipped, make_console
 
     run = memory_run(args)
     path = run / "memory.sqlite"
@@ -399,15 +400,18 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
     if args.top:
         entries = entries[:args.top]
     console = make_console()
+    cut = "" if args.full else ("; a tip longer than two lines is cut (…): --full prints every tip whole, "
+                                "`memory export` writes them to a file")
     t = Table(title=f"memory of {run}: {len(entries)} tips shown",
               caption="iter: the training iteration (adapt: the trial) that wrote the tip, counted from 1 as in the "
-                      "logs and `memory export`; 'imported': from `memory import`, with the iteration its row gave")
+                      f"logs and `memory export`; 'imported': from `memory import`, with the iteration its row gave{cut}")
     for c in ("bucket", "score", "iter", "tip"):
         t.add_column(c, overflow="fold")
     for e in entries:
         n = shown_iteration(e.iteration)
         it = str(n) if e.iteration >= 0 else f"{n} (imported)" if n else "imported"
-        t.add_row(e.bucket, f"{e.score:.1f}", it, e.tip)
+        # Text: a tip's brackets are text, not rich markup (a tip with "[/]" would stop the command)
+        t.add_row(Text(e.bucket), f"{e.score:.1f}", it, Text(e.tip) if args.full else clipped(e.tip))
     console.print(t)
     return 0
 
@@ -639,13 +643,17 @@ def build_parser() -> argparse.ArgumentParser:
                                    "--run RUN works in each as well (import's older form is FILE.jsonl --run RUN).")
     msub = m.add_subparsers(dest="memory_command", required=True)
     run_help = "run folder, e.g. runs/sciworld_empo2_cpu"
-    ms = msub.add_parser("show", help="print stored tips with scores", usage="%(prog)s RUN [--task TEXT] [--top N]",
+    ms = msub.add_parser("show", help="print stored tips with scores",
+                         usage="%(prog)s RUN [--task TEXT] [--top N] [--full]",
                          description="The stored tips of RUN (also accepted: --run RUN), best score first; the iter "
-                                     "column counts training iterations from 1, as the logs do.")
+                                     "column counts training iterations from 1, as the logs do. A tip longer than two "
+                                     "lines of the table is cut with …; --full prints it whole.")
     ms.add_argument("run", nargs="?", default=None, metavar="RUN", help=run_help)
     ms.add_argument("--run", dest="run_option", default=None, metavar="RUN", help="the same as the positional RUN")
     ms.add_argument("--task", default=None, help="only buckets containing this text")
     ms.add_argument("--top", type=int, default=20, help="show the N best-scoring tips (0 = all)")
+    ms.add_argument("--full", action="store_true",
+                    help="print every tip whole (default: at most two lines each, cut with …)")
     ms.set_defaults(fn=cmd_memory_show)
     mi = msub.add_parser("import", help="add tips from a JSON Lines file to a run's memory (all rows or none)",
                          usage="%(prog)s RUN FILE.jsonl [--config CFG] [key=value ...]\n"

@@ -281,6 +281,35 @@ def _memory_with(folder: Path, *tips: str) -> Path:
     return folder
 
 
+GIBBERISH = ("November 11th, a date ahead of a new employee @ Product.Time [/] [bold]not markup[/bold]\n\n"
+             + " ".join(f"word{i}" for i in range(400)) + " THE-END")
+
+
+def _tip_cells(out: str) -> list[str]:
+    """The tip column (the last of four) of each table line of ``empo2 memory show``'s output."""
+    return [line.split("│")[4].strip() for line in out.splitlines() if line.count("│") == 5]
+
+
+def test_memory_show_cuts_long_tips_to_two_lines_and_full_prints_them_whole(tmp_path, capsys, monkeypatch):
+    run = _memory_with(tmp_path / "run", "short tip", GIBBERISH)
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["memory", "show", str(run)]) == 0
+    out = capsys.readouterr().out
+    cells = _tip_cells(out)
+    assert len(cells) == 3  # the long tip (best score first) in two lines, the short one
+    assert cells[0].startswith("November 11th") and cells[1].endswith("…") and "THE-END" not in out
+    assert "[/] [bold]not markup[/bold]" in " ".join(cells[:2])  # brackets are text, not rich markup
+    assert "short tip" in cells and "--full" in out
+    assert max(len(line) for line in out.splitlines() if "│" in line) <= 100
+    assert main(["memory", "show", str(run), "--full"]) == 0
+    out = capsys.readouterr().out
+    assert " ".join(_tip_cells(out)).count("word") == 400 and "THE-END" in out and "…" not in out
+    # export keeps the text as stored
+    assert main(["memory", "export", str(run), "--out", str(tmp_path / "m.jsonl")]) == 0
+    rows = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert GIBBERISH in {r["text"] for r in rows}
+
+
 _HEAVY = ("torch", "transformers", "sentence_transformers", "matplotlib", "mlflow", "ray")
 
 
