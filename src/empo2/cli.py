@@ -104,7 +104,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from empo2.trainer.evaluate import check_eval_path, eval_variations, evaluate, variations_note, write_eval
     from empo2.trainer.loop import build_setup, fail_if_all_crashed, train_variations
-    from empo2.trainer.progress import SCORE_HEADER, SUCCESS_HEADER, Progress, eval_note, make_console, score_legend
+    from empo2.trainer.progress import (FAILURE_HEADER, SCORE_HEADER, SUCCESS_HEADER, Progress, eval_note, fmt_score,
+                                        fmt_success, make_console, score_legend)
     from empo2.config import Config, load_config
     from empo2.trainer.setup import run_config
 
@@ -180,14 +181,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     t = Table(title=f"empo2 eval {ckpt} — split {split}, temperature {temperature}, "
                     f"{'with memory ' + args.with_memory if args.with_memory else 'no memory'}"
                     f"{', Retrospex critic ' + args.retrospex if args.retrospex else ''}")
-    for c in ("task / variation", "episodes", SCORE_HEADER, "successes", SUCCESS_HEADER, "steps"):
+    for c in ("task / variation", "episodes", SCORE_HEADER, "successes", SUCCESS_HEADER, "steps", FAILURE_HEADER):
         t.add_column(c)
     per_var = list(res.per_variation.items()) if len(res.per_variation) <= 30 else []
     rows = per_var + list(res.per_task.items()) + [("ALL", res.overall)]
     for name, s in rows:
-        t.add_row(name, str(s.episodes), f"{s.score:.1f} [{s.score_ci[0]:.1f}, {s.score_ci[1]:.1f}]",
-                  f"{s.successes}/{s.episodes}", f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]",
-                  f"{s.steps:.1f}")
+        t.add_row(name, str(s.episodes), fmt_score(s), f"{s.successes}/{s.episodes}", fmt_success(s),
+                  f"{s.steps:.1f}", f"{s.failure_rate:.2f}")
     console.print(t)
     console.print(score_legend(cfg.env.name))
     console.print(f"evaluated on {variations_note(res)}")
@@ -195,11 +195,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "settings give the same number" if seed_it == trained else "not the training-time evaluation's stream")
     console.print(f"sampling seed: run.seed={cfg.run.seed}, evaluation stream of iteration {seed_it}: {same} "
                   f"(another sample: --seed-iteration N or run.seed=N)")
-    console.print(f"mean score (0–100) {res.overall.score:.1f} (authors' convention, a failure keeps its last "
-                  f"non-negative score: {res.overall.score_last_nonneg:.1f})  success rate (0–1) "
-                  f"{res.overall.success_rate:.2f}  "
-                  f"→ {out}")
+    # the figures of the table's ALL row, with its labels: one convention in every table the CLI prints
+    console.print(f"{SCORE_HEADER} {fmt_score(res.overall)}  {SUCCESS_HEADER} {fmt_success(res.overall)}  "
+                  f"on {res.overall.episodes} episodes → {out}")
     if res.retrospex:
+        console.print(f"for comparison with the Retrospex paper only: score (0–100) with a failed episode "
+                      f"keeping its last non-negative score instead of 0 (the authors' convention) "
+                      f"{res.overall.score_last_nonneg:.1f}")
         console.print(f"Retrospex: the critic changed {res.retrospex['changed']:.0f} of "
                       f"{res.retrospex['decisions']:.0f} choices (k={res.retrospex['k']}, d={res.retrospex['d']}, "
                       f"b={res.retrospex['b']})")
@@ -229,7 +231,8 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     from empo2.trainer.adapt import adapt, write_adapt
     from empo2.trainer.empo2_hooks import make_runtime
     from empo2.trainer.loop import build_setup
-    from empo2.trainer.progress import SCORE_HEADER, SUCCESS_HEADER, Progress, make_console, score_legend
+    from empo2.trainer.progress import (SCORE_HEADER, SUCCESS_HEADER, Progress, fmt_score, fmt_success, make_console,
+                                        score_legend)
 
     ckpt = Path(args.checkpoint)
     if args.trials < 1:
@@ -281,8 +284,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     for c in ("trial", "episodes", SCORE_HEADER, SUCCESS_HEADER):
         t.add_column(c)
     for k, s in enumerate(res.trials, 1):
-        t.add_row(str(k), str(s.episodes), f"{s.score:.1f} [{s.score_ci[0]:.1f}, {s.score_ci[1]:.1f}]",
-                  f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]")
+        t.add_row(str(k), str(s.episodes), fmt_score(s), fmt_success(s))
     console.print(t)
     console.print(score_legend(cfg.env.name))
     imp = res.improvement_pct()

@@ -248,7 +248,29 @@ def test_eval_tables_say_the_units(finished, capsys):
     assert main(["eval", "--checkpoint", str(run / "checkpoints" / "last"), "--out", str(run / "u.json")]) == 0
     out = capsys.readouterr().out
     assert "score (0–100) [95% CI]" in out and "success rate [95% CI]" in out
-    assert "success rate: the share of successful episodes" in out and "mean score (0–100)" in out
+    assert "success rate: the share of successful episodes" in out
+
+
+def test_eval_and_the_training_table_print_one_score_under_one_label(finished, capsys):
+    """``empo2 eval`` printed its table's score and, below it, "mean score (0–100)" beside a second
+    convention (a failure keeping its last non-negative score); the training table prints neither."""
+    from empo2.trainer.evaluate import read_eval
+    from empo2.trainer.progress import FAILURE_HEADER, SCORE_HEADER, SUCCESS_HEADER, fmt_score, table_before_after
+
+    _, run = finished
+    after = read_eval(run / "eval_after.json")
+    capsys.readouterr()
+    table_before_after(None, after)  # what `empo2 train` prints at the end
+    train_out = capsys.readouterr().out
+    assert main(["eval", "--checkpoint", str(run / "checkpoints" / "last"), "--out", str(run / "one.json")]) == 0
+    out = capsys.readouterr().out
+    figure = fmt_score(after.overall)  # the same weights and seed stream: the same figure
+    assert figure in train_out
+    assert figure in next(line for line in out.splitlines() if line.startswith("│ ALL"))
+    assert f"{SCORE_HEADER} {figure}" in out  # the summary line: the table's label, the table's figure
+    for header in (SCORE_HEADER, SUCCESS_HEADER, FAILURE_HEADER):
+        assert header in out and header in train_out, header
+    assert "mean score" not in out and "authors' convention" not in out and "non-negative" not in out
 
 
 def test_version(capsys):
