@@ -494,12 +494,18 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_config_keys(args: argparse.Namespace) -> int:
+    """``empo2 config keys``: every config key with its default, valid range and meaning, as plain lines.
+
+    Printed through the rich console (unstyled, never wrapped), which ends quietly when its reader
+    stops reading (``empo2 config keys | head``) instead of reporting a broken pipe as an error."""
     from empo2.config import RANGES, Config
     from empo2.configschema import help_table
+    from empo2.console import make_console
 
+    console = make_console()
     for key, default, help_text in help_table(Config):
         valid = f"  (valid: {RANGES[key]})" if key in RANGES else ""
-        print(f"{key} = {default}{valid}\n    {help_text}")
+        console.print(f"{key} = {default}{valid}\n    {help_text}", markup=False, highlight=False, soft_wrap=True)
     return 0
 
 

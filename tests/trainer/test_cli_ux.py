@@ -381,3 +381,21 @@ def test_every_name_of_empo2_algo_resolves():
                                                          fromlist=[name]), name)
     with pytest.raises(AttributeError):
         algo.no_such_name  # noqa: B018
+
+
+def test_config_keys_into_a_closed_pipe_ends_quietly():
+    """``empo2 config keys | head`` printed ``error: Broken pipe`` (exit 2) once head had its lines."""
+    import os
+    import subprocess
+    import sys
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the first line: every write fails with EPIPE
+    try:
+        out = subprocess.run([sys.executable, "-m", "empo2.cli", "config", "keys"], stdout=w, stderr=subprocess.PIPE,
+                             env=env, text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert out.stderr == "" and out.returncode == 1  # rich's console: quiet, status 1 as Python's own recipe
