@@ -399,12 +399,15 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
         if k not in best or (e.score, e.seq) > (best[k].score, best[k].seq):
             best[k] = e
     entries = sorted(best.values(), key=lambda e: (-e.score, -e.seq))
+    stored = len(entries)
     if args.top:
         entries = entries[:args.top]
+    shown = (f"{len(entries)} tips" if len(entries) == stored else
+             f"the {len(entries)} best-scoring of {stored} tips (--top 0 shows all)")
     console = make_console()
     cut = "" if args.full else ("; a tip longer than two lines is cut (…): --full prints every tip whole, "
                                 "`memory export` writes them to a file")
-    t = Table(title=f"memory of {run}: {len(entries)} tips shown",
+    t = Table(title=f"memory of {run}: {shown}",
               caption="iter: the training iteration (adapt: the trial) that wrote the tip, counted from 1 as in the "
                       f"logs and `memory export`; 'imported': from `memory import`, with the iteration its row gave{cut}")
     for c in ("bucket", "score", "iter", "tip"):

@@ -399,3 +399,13 @@ def test_config_keys_into_a_closed_pipe_ends_quietly():
     finally:
         os.close(w)
     assert out.stderr == "" and out.returncode == 1  # rich's console: quiet, status 1 as Python's own recipe
+
+
+def test_memory_show_says_when_top_left_tips_out(tmp_path, capsys):
+    """``--top`` (default 20) showed "20 tips shown" of a memory holding more, with no word of the rest."""
+    run = _memory_with(tmp_path / "run", "first tip", "second tip", "third tip")
+    assert main(["memory", "show", str(run), "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "the 2 best-scoring of 3 tips (--top 0 shows all)" in out and "first tip" not in out
+    assert main(["memory", "show", str(run)]) == 0
+    assert f"memory of {run}: 3 tips\n" in capsys.readouterr().out
