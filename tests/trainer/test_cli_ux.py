@@ -409,3 +409,22 @@ def test_memory_show_says_when_top_left_tips_out(tmp_path, capsys):
     assert "the 2 best-scoring of 3 tips (--top 0 shows all)" in out and "first tip" not in out
     assert main(["memory", "show", str(run)]) == 0
     assert f"memory of {run}: 3 tips\n" in capsys.readouterr().out
+
+
+def test_transformers_imported_after_the_logging_set_up_is_still_quiet():
+    """``_setup_logging`` no longer imports transformers (seconds for every command); it sets the
+    variables transformers and huggingface_hub read when a command imports them: errors only, no bars."""
+    import os
+    import subprocess
+    import sys
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS")}
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    code = ("import logging, sys\nfrom empo2.cli import _setup_logging\n_setup_logging(False)\n"
+            "assert 'transformers' not in sys.modules\nimport transformers\n"
+            "from huggingface_hub.utils import are_progress_bars_disabled\n"
+            "print(transformers.utils.logging.get_verbosity() == logging.ERROR, "
+            "transformers.utils.logging.is_progress_bar_enabled(), are_progress_bars_disabled())")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["True", "False", "True"], out.stderr
