@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,9 @@ class GoldSelector:
 
     def __init__(self, gold: dict[tuple[str, int], list[str]]):
         self.gold = gold
+        self.spelling: dict[tuple[str, int, int], str] = {}
+        """(task, variation, turn) → ``verbatim`` (the gold action is an admissible action as written),
+        ``case`` (only up to case) or ``not admissible``."""
 
     def select(self, engine: Any, live: list[Any], admissible: list[list[str] | None], settings: Any,
                iteration: int) -> list[Any]:
@@ -49,7 +53,10 @@ class GoldSelector:
             action = oracle_next_action(self.gold[(st.spec.task.task, st.spec.task.variation)],
                                         [s.action for s in st.steps]) or "look around"
             spelt = {a.strip().lower(): a.strip() for a in adm or []}
-            action = spelt.get(action.strip().lower(), action.strip())
+            action = action.strip()
+            self.spelling[(st.spec.task.task, st.spec.task.variation, st.turn)] = (
+                "verbatim" if action in spelt.values() else "case" if action.lower() in spelt else "not admissible")
+            action = spelt.get(action.lower(), action)
             ids = engine.fmt.encode(action) + [engine.end_id]
             out.append(Generation(ids=ids, logps=[0.0] * len(ids), stop="eos"))
         return out
@@ -72,9 +79,10 @@ def replay(cfg_path: str | None, memory_file: Path, variations: list[int], overr
     split, every task of the config) through the engine with the run's runtime, and re-query under ``settings``.
 
     Returns:
-        ``{"config": {top_k, threshold, key_text, recent_turns, embedder}, "import": the CLI's return code,
-        "states": [per gold state: task, variation, turn, gold, shown (tips), top_ok, top_similarity, n_shown, n_actions,
-        requery {"k:tau": [[text, similarity], ...]}], "summary": {"k:tau": {states, top_hit_rate, tips_per_step,
+        ``{"config": {top_k, threshold, key_text, recent_turns, embedder, compare, ties},
+        "states": [per gold state: task, variation, turn, gold, admissible (its spelling: verbatim, case, not
+        admissible), shown (tips), top_ok, top_similarity, n_shown, n_actions, requery {"k:tau": [[text,
+        similarity], ...]}], "summary": {"k:tau": {states, top_hit_rate, tips_per_step,
         several_actions_share, none_share}}}``; the config's own (k, τ) is always in ``summary`` and its
         re-query must equal what the engine showed (``requery_matches_shown``).
 
@@ -105,8 +113,8 @@ def replay(cfg_path: str | None, memory_file: Path, variations: list[int], overr
         runtime = make_runtime(cfg, setup, run_dir, read_only=True)
         specs = [EpisodeSpec(TaskSpec(setup.family.name, t, v, "train"), task_index=i, rollout=0, group=i,
                              mode=Mode.ON_TIPS) for i, (t, v) in enumerate(pairs)]
-        trajs = setup.engine.run(specs, setup.settings(1.0), iteration=0, hook=runtime.step_hook(),
-                                 selector=GoldSelector(gold))
+        selector = GoldSelector(gold)
+        trajs = setup.engine.run(specs, setup.settings(1.0), iteration=0, hook=runtime.step_hook(), selector=selector)
         own = (mcfg.top_k, mcfg.threshold)
         grid = [own] + [s for s in settings if s != own]
         states = []
@@ -115,7 +123,8 @@ def replay(cfg_path: str | None, memory_file: Path, variations: list[int], overr
             for j, s in enumerate(t.steps):
                 want = imperative_tip(gold[(t.task.task, t.task.variation)][j])
                 row: dict[str, Any] = {"task": t.task.task, "variation": t.task.variation, "turn": j,
-                                       "gold": s.action, "shown": list(s.tips), "requery": {}}
+                                       "gold": s.action, "shown": list(s.tips), "requery": {},
+                                       "admissible": selector.spelling.get((t.task.task, t.task.variation, j))}
                 for k, tau in grid:
                     hits = runtime.memory.query([t.task.bucket], embs[j][None, :], tau, k, compare=mcfg.compare,
                                                 ties=mcfg.ties)[0]
@@ -165,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="other (k, τ) to re-query the replayed states with, as K:TAU")
     p.add_argument("--out", type=Path, default=None, help="folder of oracle_replay.json and the run folder "
                    "(default: a temporary folder, removed)")
-    args, overrides = p.parse_known_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    overrides = [a for a in argv if "=" in a and not a.startswith("-")]  # key=value, anywhere on the line
+    args = p.parse_args([a for a in argv if a not in overrides])
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     with tempfile.TemporaryDirectory() as tmp:
         out = args.out or Path(tmp)
@@ -178,9 +189,9 @@ def main(argv: list[str] | None = None) -> int:
         (out / "oracle_replay.json").write_text(json.dumps(res, indent=1))
     c = res["config"]
     print_table(f"gold-path replay: tips shown by the engine (k {c['top_k']}, τ {c['threshold']}, {c['key_text']})",
-                ["variation", "turn", "gold action", "shown", "first names the gold action", "its cosine",
+                ["variation", "turn", "gold action", "admissible", "shown", "first names the gold action", "its cosine",
                  "actions named", "first tip shown"],
-                [[r["variation"], r["turn"], r["gold"], r["n_shown"], r["top_ok"], r["top_similarity"], r["n_actions"],
+                [[r["variation"], r["turn"], r["gold"], r["admissible"], r["n_shown"], r["top_ok"], r["top_similarity"], r["n_actions"],
                   r["shown"][0] if r["shown"] else "–"] for r in res["states"]])
     print_table("re-queried under other (k, τ)", ["k:τ", "states", "first tip right", "tips per step",
                                                   "block names > 1 action", "no tip"],

@@ -453,10 +453,17 @@ def cmd_memory_oracle(args: argparse.Namespace) -> int:
     from empo2.trainer.demos import gold_records, variation_pairs
     from empo2.trainer.tipdemos import oracle_memory_rows
 
-    cfg = load_config(args.config, args.overrides)
+    # key=value overrides may follow --task / --variations (argparse hands them to those lists)
+    overrides = list(args.overrides) + [x for x in (args.task or []) + (args.variations or []) if "=" in x]
+    task_names = [x for x in args.task or [] if "=" not in x]
+    given = [x for x in args.variations or [] if "=" not in x]
+    bad = [x for x in given if not x.isdigit()]
+    if bad:
+        raise ConfigError(f"--variations takes variation indices (e.g. --variations 0 1 2 3), got {bad}")
+    cfg = load_config(args.config, overrides)
     family = make_family(cfg.env)
-    tasks = [family.resolve_task(t) for t in (args.task or cfg.env.tasks)]
-    only = args.variations if args.variations is not None else list(cfg.env.variations)
+    tasks = [family.resolve_task(t) for t in (task_names or cfg.env.tasks)]
+    only = [int(x) for x in given] if given else list(cfg.env.variations)
     for t in tasks:
         train = set(family.variations(t, "train"))
         missing = sorted(set(only) - train)
@@ -720,7 +727,7 @@ def build_parser() -> argparse.ArgumentParser:
     mo.add_argument("--config", required=True, help="the config the run will train with (env, key text, max turns)")
     mo.add_argument("--out", required=True, help="JSON Lines output file")
     mo.add_argument("--task", nargs="+", default=None, help="task names or ids (default: the config's env.tasks)")
-    mo.add_argument("--variations", nargs="+", type=int, default=None,
+    mo.add_argument("--variations", nargs="+", default=None,
                     help="train variations (default: the config's env.variations, or every train variation)")
     mo.add_argument("overrides", nargs="*", help="key=value overrides of the config")
     mo.set_defaults(fn=cmd_memory_oracle)
