@@ -7,8 +7,9 @@ This check imports such a file into a fresh run folder exactly as ``benchmarks.l
 given variation through the real rollout engine with the run's EMPO² runtime as its step hook
 (``trainer.empo2_hooks.make_runtime``, read-only; rollouts in ``on_policy_tips`` mode): the engine builds
 the chat, the runtime embeds the state text with the config's embedder and retrieves with its τ, k,
-compare and ties, the engine shows the block. Only the action is scripted (``GoldSelector``: the gold
-action's ids plus the end-of-turn id, what constrained decoding emits for it). Per state it records
+compare and ties, the engine shows the block. Only the action is scripted (``GoldSelector``: the actions
+the file's rows name, in step order — the gold path the file was written from — each as its ids plus
+the end-of-turn id, what constrained decoding emits for it). Per state it records
 the tips shown, whether the first one names this state's gold action ("Next action: <gold action>")
 and its cosine (1: the state's own entry), how many were shown and how many distinct actions they name; then the same state embeddings are queried again
 (``memory.query``, the runtime's call) under other (k, τ) settings (``--settings K:TAU ...``).
@@ -97,7 +98,8 @@ def replay(cfg_path: str | None, memory_file: Path, variations: list[int], overr
     from empo2.trainer.demos import variation_pairs
     from empo2.trainer.empo2_hooks import make_runtime
     from empo2.trainer.loop import build_setup
-    from empo2.trainer.tipdemos import imperative_tip
+    from empo2.memory.transfer import read_import_file
+    from empo2.trainer.tipdemos import NEXT_ACTION_PREFIX, imperative_tip
 
     rc = cli(["memory", "import", str(run_dir), str(memory_file), *overrides]
              + (["--config", cfg_path] if cfg_path else []))
@@ -108,8 +110,15 @@ def replay(cfg_path: str | None, memory_file: Path, variations: list[int], overr
     setup = build_setup(cfg, pool_size=1)
     try:
         pairs = variation_pairs(setup.family, setup.tasks, variations, 0)
-        env = setup.pool.get(0)
-        gold = {(t, v): env.gold_path(TaskSpec(setup.family.name, t, v, "train")) for t, v in pairs}
+        # the path the file was written from: its rows' actions in step order (with action.mode constrained
+        # `memory oracle` leaves inadmissible gold actions out, so this is what a constrained policy can play)
+        gold: dict[tuple[str, int], list[str]] = {}
+        for r in sorted(read_import_file(memory_file, setup.family), key=lambda r: r.step):
+            _, task, var = r.bucket.split("/")
+            gold.setdefault((task, int(var)), []).append(r.tip[len(NEXT_ACTION_PREFIX):])
+        missing = [p for p in pairs if p not in gold]
+        if missing:
+            raise SystemExit(f"{memory_file} has no oracle tips of {missing}")
         runtime = make_runtime(cfg, setup, run_dir, read_only=True)
         specs = [EpisodeSpec(TaskSpec(setup.family.name, t, v, "train"), task_index=i, rollout=0, group=i,
                              mode=Mode.ON_TIPS) for i, (t, v) in enumerate(pairs)]

@@ -475,16 +475,21 @@ def cmd_memory_oracle(args: argparse.Namespace) -> int:
     if out.is_dir():
         raise ConfigError(f"--out {out} is a folder; give a file path, e.g. --out {out / 'oracle.jsonl'}")
     mcfg = cfg.empo2.memory
-    records = gold_records(family, pairs, num_workers=max(1, min(cfg.env.num_workers, 4)))
+    # a constrained policy can take only admissible actions: its gold path skips the others (e.g. ScienceWorld's
+    # "open door to …" when the easy simplification opened every door), or no rollout would ever reach the keys
+    constrained = cfg.action.mode == "constrained"
+    records = gold_records(family, pairs, num_workers=max(1, min(cfg.env.num_workers, 4)), admissible_only=constrained)
     rows = [row for r in records
             for row in oracle_memory_rows(r, mcfg.key_text, mcfg.recent_turns, cfg.env.max_turns)]
     if not rows:
         raise ConfigError(f"no gold path of {len(pairs)} task variation(s) ended in success; nothing to write")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    print(f"{len(rows)} oracle tips of {len(records)} gold paths ({len(pairs) - len(records)} skipped) written to "
-          f"{out} (key_text={mcfg.key_text}, recent_turns={mcfg.recent_turns}, max_turns={cfg.env.max_turns}); "
-          f"import them with: empo2 memory import RUN {out} --config CFG")
+    skipped = sorted({a for r in records for a in r.get("skipped_actions", [])})
+    print(f"{len(rows)} oracle tips of {len(records)} gold paths ({len(pairs) - len(records)} failed) written to "
+          f"{out} (key_text={mcfg.key_text}, recent_turns={mcfg.recent_turns}, max_turns={cfg.env.max_turns}"
+          + (f"; inadmissible gold actions left out: {', '.join(skipped)}" if skipped else "")
+          + f"); import them with: empo2 memory import RUN {out} --config CFG")
     return 0
 
 
@@ -718,8 +723,9 @@ def build_parser() -> argparse.ArgumentParser:
                                         "as JSON Lines to import",
                          usage="%(prog)s --config CFG --out FILE.jsonl [--task T ...] [--variations V ...] "
                                "[key=value ...]",
-                         description="Plays the gold path of each train variation and writes one import row per "
-                                     "state: text = entry = 'Next action: <the gold action of that state>', score "
+                         description="Plays the gold path of each train variation (with action.mode "
+                                     "constrained only its admissible actions, the path a constrained policy can "
+                                     "take) and writes one import row per state: text = entry = 'Next action: <the gold action of that state>', score "
                                      "100, state = the key text a rollout on the gold path embeds there (the "
                                      "config's empo2.memory.key_text / recent_turns; the first env.max_turns "
                                      "states). Import with `empo2 memory import RUN FILE.jsonl --config CFG`; "

@@ -14,7 +14,9 @@ import yaml
 
 from benchmarks import oracle_memory
 from empo2.cli import USER_ERROR, main
+from empo2.envs.tiny.env import TinyEnv, TinyFamily
 from empo2.memory.store import MemoryStore
+from empo2.trainer.demos import gold_records
 from empo2.trainer.tipdemos import imperative_tip, oracle_memory_rows
 
 
@@ -78,3 +80,17 @@ def test_oracle_command_names_a_bad_variation(tmp_path, capsys):
                  "--variations", "8"]) == USER_ERROR  # a test variation: no gold path is played there
     assert "no train variation(s) [8]" in capsys.readouterr().err
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_constrained_gold_path_skips_inadmissible_actions(monkeypatch):
+    """As ScienceWorld's ``open door to …`` under the easy simplification (doors already open): an action a
+    constrained policy cannot emit is left out, and the others are spelt as the admissible list spells them."""
+    monkeypatch.setattr(TinyEnv, "gold_path", lambda self, task: ["Go East", "open door to east", "go east", "take key"])
+    whole, = gold_records(TinyFamily(), [("fetch-key", 0)], num_workers=1)
+    assert [s["action"] for s in whole["steps"]] == ["Go East", "open door to east", "go east", "take key"]
+    assert "skipped_actions" not in whole
+    rec, = gold_records(TinyFamily(), [("fetch-key", 0)], num_workers=1, admissible_only=True)
+    assert rec["success"] and rec["skipped_actions"] == ["open door to east"]
+    assert [s["action"] for s in rec["steps"]] == ["go east", "go east", "take key"]
+    assert [r["text"] for r in oracle_memory_rows(rec, "recent_window", 2)] == [
+        "Next action: go east", "Next action: go east", "Next action: take key"]

@@ -142,7 +142,9 @@ def oracle_memory_rows(record: dict[str, Any], key_mode: str, recent_turns: int,
 
     Args:
         record: a gold episode record (``trainer.demos.gold_records``: ``task``, ``variation``,
-            ``task_description``, ``steps[j].observation`` / ``.action``).
+            ``task_description``, ``steps[j].observation`` / ``.action``); for a run with ``action.mode:
+            constrained`` one played with ``admissible_only`` (only the gold actions a constrained policy
+            can emit, spelt as the admissible list spells them: the keys of the later states contain them).
         key_mode, recent_turns: ``empo2.memory.key_text`` and ``empo2.memory.recent_turns`` of the run
             that will import the rows.
         max_turns: only the first ``max_turns`` states (``env.max_turns``: a rollout never reaches later
