@@ -63,7 +63,7 @@ EMPO2 = ["empo2.p=0.5"]
 ORACLE_RETRIEVAL = ["empo2.memory.threshold=0.99", "empo2.memory.top_k=1"]
 """Retrieval of the ``*_oracle`` arms: only the state's own tip. An oracle memory (``empo2 memory oracle``) keys
 each "Next action: …" tip by the exact state text a rollout on the gold path embeds (cosine 1), but on 7-1 the
-keys of neighbouring gold states are 0.86–0.97 alike with all-MiniLM-L6-v2, and retrieval ranks the tips that
+keys of a path's other states are up to 0.97 alike with all-MiniLM-L6-v2, and retrieval ranks the tips that
 pass τ by score, newest first among equal scores — not by similarity: at the config's τ 0.5 / k 4 a gold state
 was shown 2.8 tips naming 2–4 actions, the first one its own in 4 of 10 states (the last state of each path),
 and k 1 alone keeps that wrong first tip. τ 0.99 passes only the state's own key (10 of 10; docs/learning.md
