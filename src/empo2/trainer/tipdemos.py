@@ -18,7 +18,10 @@ The loss is on the gold action in every case (``trainer.sft``). Use tasks other 
 run on (issue #18: never warm up on the target task's own gold paths for a method comparison).
 
 ``oracle_next_action`` gives, for a diagnostic, the next gold action of an episode that may have left
-the gold path (tips "naming the right steps"; docs/learning.md "Tips at 135M").
+the gold path (tips "naming the right steps"; docs/learning.md "Tips at 135M"). ``oracle_memory_rows``
+turns a gold path into an oracle *memory*: one ``empo2 memory import`` row per state, "Next action: <its
+gold action>" keyed by the state text a rollout embeds there (``empo2 memory oracle``; docs/learning.md
+"An oracle memory").
 """
 
 from __future__ import annotations
