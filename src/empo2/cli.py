@@ -456,6 +456,57 @@ def cmd_memory_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_memory_oracle(args: argparse.Namespace) -> int:
+    """``empo2 memory oracle --config CFG --out FILE.jsonl``: an oracle memory as import rows, one per gold-path
+    state (``trainer.tipdemos.oracle_memory_rows``; docs/learning.md "An oracle memory")."""
+    import json
+
+    from empo2.config import load_config
+    from empo2.configschema import ConfigError
+    from empo2.envs.registry import make_family
+    from empo2.trainer.demos import gold_records, variation_pairs
+    from empo2.trainer.tipdemos import oracle_memory_rows
+
+    # key=value overrides may follow --task / --variations (argparse hands them to those lists)
+    overrides = list(args.overrides) + [x for x in (args.task or []) + (args.variations or []) if "=" in x]
+    task_names = [x for x in args.task or [] if "=" not in x]
+    given = [x for x in args.variations or [] if "=" not in x]
+    bad = [x for x in given if not x.isdigit()]
+    if bad:
+        raise ConfigError(f"--variations takes variation indices (e.g. --variations 0 1 2 3), got {bad}")
+    cfg = load_config(args.config, overrides)
+    family = make_family(cfg.env)
+    tasks = [family.resolve_task(t) for t in (task_names or cfg.env.tasks)]
+    only = [int(x) for x in given] if given else list(cfg.env.variations)
+    for t in tasks:
+        train = set(family.variations(t, "train"))
+        missing = sorted(set(only) - train)
+        if missing:
+            raise ConfigError(f"{t} has no train variation(s) {missing}: gold paths are played on train variations "
+                              f"({min(train)}..{max(train)} of {t})")
+    pairs = variation_pairs(family, tasks, only, 0)
+    out = Path(args.out)
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a folder; give a file path, e.g. --out {out / 'oracle.jsonl'}")
+    mcfg = cfg.empo2.memory
+    # a constrained policy can take only admissible actions: its gold path skips the others (e.g. ScienceWorld's
+    # "open door to …" when the easy simplification opened every door), or no rollout would ever reach the keys
+    constrained = cfg.action.mode == "constrained"
+    records = gold_records(family, pairs, num_workers=max(1, min(cfg.env.num_workers, 4)), admissible_only=constrained)
+    rows = [row for r in records
+            for row in oracle_memory_rows(r, mcfg.key_text, mcfg.recent_turns, cfg.env.max_turns)]
+    if not rows:
+        raise ConfigError(f"no gold path of {len(pairs)} task variation(s) ended in success; nothing to write")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    skipped = sorted({a for r in records for a in r.get("skipped_actions", [])})
+    print(f"{len(rows)} oracle tips of {len(records)} gold paths ({len(pairs) - len(records)} failed) written to "
+          f"{out} (key_text={mcfg.key_text}, recent_turns={mcfg.recent_turns}, max_turns={cfg.env.max_turns}"
+          + (f"; inadmissible gold actions left out: {', '.join(skipped)}" if skipped else "")
+          + f"); import them with: empo2 memory import RUN {out} --config CFG")
+    return 0
+
+
 def cmd_memory_export(args: argparse.Namespace) -> int:
     """``empo2 memory export RUN --out FILE.jsonl``: every stored entry as an import row."""
     import json
@@ -691,6 +742,25 @@ def build_parser() -> argparse.ArgumentParser:
     me.add_argument("--out", required=True, help="JSON Lines output file")
     me.add_argument("--task", default=None, help="only buckets containing this text")
     me.set_defaults(fn=cmd_memory_export)
+
+    mo = msub.add_parser("oracle", help="write oracle tips (\"Next action: <gold action>\" per gold-path state) "
+                                        "as JSON Lines to import",
+                         usage="%(prog)s --config CFG --out FILE.jsonl [--task T ...] [--variations V ...] "
+                               "[key=value ...]",
+                         description="Plays the gold path of each train variation (with action.mode "
+                                     "constrained only its admissible actions, the path a constrained policy can "
+                                     "take) and writes one import row per state: text = entry = 'Next action: <the gold action of that state>', score "
+                                     "100, state = the key text a rollout on the gold path embeds there (the "
+                                     "config's empo2.memory.key_text / recent_turns; the first env.max_turns "
+                                     "states). Import with `empo2 memory import RUN FILE.jsonl --config CFG`; "
+                                     "see docs/learning.md 'An oracle memory'.")
+    mo.add_argument("--config", required=True, help="the config the run will train with (env, key text, max turns)")
+    mo.add_argument("--out", required=True, help="JSON Lines output file")
+    mo.add_argument("--task", nargs="+", default=None, help="task names or ids (default: the config's env.tasks)")
+    mo.add_argument("--variations", nargs="+", default=None,
+                    help="train variations (default: the config's env.variations, or every train variation)")
+    mo.add_argument("overrides", nargs="*", help="key=value overrides of the config")
+    mo.set_defaults(fn=cmd_memory_oracle)
 
     c = sub.add_parser("config", help="config helpers")
     csub = c.add_subparsers(dest="config_command", required=True)
