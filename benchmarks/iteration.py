@@ -1,9 +1,9 @@
 """One full training iteration on ScienceWorld and WebShop, broken down by cost, with peak RSS.
 
 Each case runs in its own subprocess (clean memory, its own JVMs): it builds an
-``empo2.trainer.loop.Trainer`` from a config plus overrides (1 iteration, no evaluation, no
-progress display, no TensorBoard, a temporary run folder), calls ``Trainer.iteration(0)`` once and
-reports the ``time/…`` metrics it returns:
+``empo2.trainer.loop.Trainer`` from a config plus overrides (no evaluation, no progress display, no
+TensorBoard, a temporary run folder), calls ``Trainer.iteration(0)`` once and reports the ``time/…``
+metrics it returns:
 
 - ``generation`` — the rollout's batched sampling calls (incl. building constrained-action tries);
 - ``env`` — environment resets, steps and admissible-action queries (threads);
@@ -31,7 +31,19 @@ layout before the group-shared prefix): same seed, so the same rollouts and the 
 on run's (the two share their rollouts by construction, so this removes the rollout phase's run-to-run noise).
 ``--generator-ab`` runs every case again with ``rollout.generator=vllm`` (rollout and iteration ratios hf/vllm).
 
-Run: ``python -m benchmarks.iteration [--quick|--tiny] [--cases ...] [--kv-ab] [--prefix-ab] [--generator-ab]``.
+``--warm-iterations K`` runs ``Trainer.iteration(0 … K-1)`` untimed in the same subprocess (same Trainer: the
+update and weight sync, the memory writes, the novelty counts carry over, as in ``Trainer.train``; no
+checkpoint is written) and times ``Trainer.iteration(K)``: for EMPO² an iteration whose memory holds the
+tips of the earlier ones, so tip-bearing prompts and tip-stripped off-policy samples are in it (iteration 1
+from an empty memory has neither). The memory is keyed by task + variation and, at seed 0, the recipe's
+5 variations give disjoint pairs in iterations 0 and 1 ([0, 3] then [2, 4]), so the warm sciworld cases
+also set ``env.variations=[0,3]`` (``WARM``): every iteration runs those two buckets, as the full recipe's 4 of 5
+variations per iteration mostly do. Peak RSS then covers set-up + the warm + the timed iterations. The
+report's "memory and update" table shows what differs: memory size, retrieval hit rate, tips per step,
+modes, off-policy (tip-stripped) samples, trained and forwarded tokens.
+
+Run: ``python -m benchmarks.iteration [--quick|--tiny] [--cases ...] [--kv-ab] [--prefix-ab] [--generator-ab]
+[--warm-iterations K]``.
 """
 
 from __future__ import annotations
@@ -48,9 +60,9 @@ from typing import Any
 
 from benchmarks.common import REPO_ROOT, Run, add_common_args, fmt, pick, print_table, target
 
-COMMON = ["trainer.iterations=1", "eval.before_after=false", "run.progress=false", "trainer.tensorboard=false",
+COMMON = ["eval.before_after=false", "run.progress=false", "trainer.tensorboard=false",
           "algo.entropy_coef=1e-9"]
-"""Overrides of every case. ``algo.entropy_coef=1e-9`` keeps the trainer from skipping the update when every
+"""Overrides of every case (``run_case`` adds ``trainer.iterations`` = warm + timed). ``algo.entropy_coef=1e-9`` keeps the trainer from skipping the update when every
 advantage of the iteration is 0 (common with 4–8 episodes), so the update is always timed; its effect on the
 weights is nil."""
 REDUCED = ["rollout.tasks_per_iteration=2", "rollout.group_size=4", "env.max_turns=5"]
@@ -72,14 +84,29 @@ CASES: dict[str, tuple[str, list[str]]] = {
 QUICK: dict[str, list[str]] = {"webshop_empo2": ["env.max_turns=4"], "webshop": ["env.max_turns=4"]}
 """Extra overrides of ``--quick`` (keeps ``make bench`` within its budget)."""
 
+WARM: dict[str, list[str]] = {"sciworld_grpo": ["env.variations=[0,3]"], "sciworld_empo2": ["env.variations=[0,3]"],
+                              "tiny": ["env.variations=[0]"]}
+"""Extra overrides of ``--warm-iterations K > 0``: the timed iteration's buckets (task + variation) are the warm
+ones' (module docstring)."""
+
 PREFIX_AB = ("sciworld",)
 """Cases always run twice, with and without ``trainer.share_prefix`` (the update before/after headline)."""
 
 PARTS = ("generation", "env", "hook", "tips", "update")
 
 
-def _worker(config: str, overrides: list[str]) -> dict[str, Any]:
-    """Build a Trainer, run one iteration, return its metrics (runs in the subprocess)."""
+def _keep(m: dict[str, float]) -> dict[str, float]:
+    """The metrics a case reports: timings, rollout, memory (not per bucket) and the update's counts."""
+    return {k: v for k, v in m.items() if k.startswith(("time/", "rollout/", "memory/", "train/seq_tokens", "train/tokens",
+                                                        "train/micro_batches", "train/skipped", "train/updated_tokens",
+                                                        "train/shared_token_frac", "train/forward_tokens",
+                                                        "train/off_policy_samples"))
+            and not k.startswith("memory/size/")}
+
+
+def _worker(config: str, overrides: list[str], warm: int = 0) -> dict[str, Any]:
+    """Build a Trainer, run ``warm`` untimed iterations and the timed one, return the metrics (runs in the
+    subprocess)."""
     import resource
 
     from empo2.config import load_config
@@ -90,15 +117,17 @@ def _worker(config: str, overrides: list[str]) -> dict[str, Any]:
     tr = Trainer(cfg)
     setup_s = time.perf_counter() - t0
     try:
-        m = tr.iteration(0)
+        warm_metrics = [_keep(tr.iteration(it)) for it in range(warm)]
+        before = resource.getrusage(resource.RUSAGE_SELF)
+        m = tr.iteration(warm)
+        after = resource.getrusage(resource.RUSAGE_SELF)
     finally:
         tr.close()
-    keep = {k: v for k, v in m.items() if k.startswith(("time/", "rollout/", "train/seq_tokens", "train/tokens",
-                                                         "train/micro_batches", "train/skipped", "memory/size",
-                                                         "train/shared_token_frac", "train/forward_tokens",
-                                                         "memory/tips_written"))
-            and not k.startswith("memory/size/")}
-    return {"setup_s": setup_s, "metrics": keep, "maxrss_self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    return {"setup_s": setup_s, "metrics": _keep(m), "warm_iterations": warm, "warm_metrics": warm_metrics,
+            # CPU seconds of this process's threads in the timed iteration (not the JVMs'): less sensitive than
+            # the wall time to other processes on the machine
+            "iteration_cpu_s": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
+            "maxrss_before_timed_mb": before.ru_maxrss / 1024, "maxrss_self_mb": after.ru_maxrss / 1024,
             "kv_cache": bool(cfg.rollout.kv_cache) if hasattr(cfg.rollout, "kv_cache") else None,
             "episodes": cfg.rollout.tasks_per_iteration * cfg.rollout.group_size, "max_turns": cfg.env.max_turns,
             "max_new_tokens": cfg.action.max_new_tokens, "action_mode": cfg.action.mode, "model": cfg.model.name_or_path,
@@ -106,13 +135,15 @@ def _worker(config: str, overrides: list[str]) -> dict[str, Any]:
             "few_shot": cfg.action.few_shot, "update_skipped": bool(m.get("train/skipped", 0.0))}
 
 
-def run_case(name: str, config: str, overrides: list[str], threads: int) -> dict[str, Any]:
-    """Run one case in a subprocess; add its wall time and ``ru_maxrss`` (``os.wait4``)."""
+def run_case(name: str, config: str, overrides: list[str], threads: int, warm: int = 0) -> dict[str, Any]:
+    """Run one case in a subprocess (``warm`` untimed iterations first); add its wall time and ``ru_maxrss``
+    (``os.wait4``: set-up, warm and timed iterations)."""
     with tempfile.TemporaryDirectory(prefix="empo2-bench-") as tmp:
-        ovr = COMMON + [f"run.dir={tmp}", f"run.name={name}", f"trainer.threads={threads}"] + overrides
+        ovr = (COMMON + [f"trainer.iterations={warm + 1}", f"run.dir={tmp}", f"run.name={name}",
+                         f"trainer.threads={threads}"] + overrides)
         out_file = Path(tmp) / "result.json"
-        cmd = [sys.executable, "-m", "benchmarks.iteration", "--_worker", json.dumps({"config": config, "overrides": ovr}),
-               "--_out", str(out_file)]
+        spec = {"config": config, "overrides": ovr, "warm": warm}
+        cmd = [sys.executable, "-m", "benchmarks.iteration", "--_worker", json.dumps(spec), "--_out", str(out_file)]
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         # read the output while it runs (avoids a full pipe), then reap with wait4 for this child's rusage
@@ -145,25 +176,32 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                    help="run the 'prefix off' variant of a case before the shared-prefix one (order check)")
     p.add_argument("--generator-ab", action="store_true",
                    help="also run each case with rollout.generator=vllm (needs the '.[vllm]' extra)")
+    p.add_argument("--warm-iterations", type=int, default=0, metavar="K",
+                   help="run K untimed iterations before the timed one in each case (same Trainer: memory, weights)")
     p.add_argument("--_worker", default="", help=argparse.SUPPRESS)
     p.add_argument("--_out", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args._worker:
         spec = json.loads(args._worker)
-        res = _worker(spec["config"], spec["overrides"])
+        res = _worker(spec["config"], spec["overrides"], spec.get("warm", 0))
         Path(args._out).write_text(json.dumps(res))
         return res
     cases = args.cases or pick(args, tiny=["tiny"], quick=["sciworld", "sciworld_grpo", "sciworld_empo2", "webshop_empo2"],
                                full=["sciworld", "sciworld_grpo", "sciworld_empo2", "webshop", "webshop_empo2"])
+    if args.warm_iterations < 0:
+        p.error("--warm-iterations must be >= 0")
+    warm = args.warm_iterations
     run = Run("iteration", args)
     quick = QUICK if args.quick else {}
-    run.config = {"cases": {c: {"config": CASES[c][0], "overrides": COMMON + CASES[c][1] + quick.get(c, [])}
+    extra_of = {c: quick.get(c, []) + (WARM.get(c, []) if warm else []) for c in cases}
+    run.config = {"cases": {c: {"config": CASES[c][0],
+                                "overrides": COMMON + [f"trainer.iterations={warm + 1}"] + CASES[c][1] + extra_of[c]}
                             for c in cases},
                   "threads": args.threads, "kv_ab": args.kv_ab, "prefix_ab": args.prefix_ab,
-                  "generator_ab": args.generator_ab}
+                  "generator_ab": args.generator_ab, "warm_iterations": warm}
     rows = []
     for c in cases:
-        cfg, ovr = CASES[c][0], CASES[c][1] + quick.get(c, [])
+        cfg, ovr = CASES[c][0], CASES[c][1] + extra_of[c]
         variants = ([("", [])] + ([("kv off", ["rollout.kv_cache=false"])] if args.kv_ab else [])
                     + ([("prefix off", ["trainer.share_prefix=false"])] if args.prefix_ab or c in PREFIX_AB else []))
         variants += [("vllm", ["rollout.generator=vllm"])] if args.generator_ab else []
@@ -171,9 +209,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             variants = sorted(variants, key=lambda v: v[0] != "prefix off")
         for label, extra in variants:
             name = c + (f" ({label})" if label else "")
-            r = run_case(name, cfg, ovr + extra, args.threads)
+            r = run_case(name, cfg, ovr + extra, args.threads, warm)
             rows.append(r)
-            print(f"{name}: iteration {r['iteration_s']:.1f} s (setup {r['setup_s']:.1f} s), peak RSS "
+            warm_s = ", ".join(f"{w.get('time/iteration', 0.0):.1f}" for w in r["warm_metrics"])
+            print(f"{name}: iteration {r['iteration_s']:.1f} s (setup {r['setup_s']:.1f} s"
+                  + (f"; warm iterations {warm_s} s" if warm else "") + f"; CPU {r['iteration_cpu_s']:.1f} s), peak RSS "
                   f"{r['peak_rss_mb']:.0f} MiB; " + ", ".join(f"{k} {v:.1f} s" for k, v in r["breakdown_s"].items()),
                   flush=True)
     run.results = {"cases": rows}
@@ -181,7 +221,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     table = [[r["case"], r["iteration_s"]]
              + [f"{fmt(r['breakdown_s'][k])} ({100 * (r['breakdown_frac'][k] or 0):.0f}%)" for k in PARTS + ("other",)]
              + [r["peak_rss_mb"]] for r in rows]
-    print_table(f"one training iteration ({args.threads} threads): seconds (% of the iteration)", cols, table)
+    timed = f"iteration {warm + 1} after {warm} untimed" if warm else "iteration 1"
+    print_table(f"one training iteration ({timed}; {args.threads} threads): seconds (% of the iteration); "
+                f"peak RSS of the subprocess (set-up{' + warm' if warm else ''} + timed)", cols, table)
     print_table("iteration sizes", ["case", "episodes × max turns", "action mode", "kv cache", "grad. ckpt",
                                     "micro-batch tok", "seq tokens trained", "micro-batches", "set-up s", "wall s"],
                 [[r["case"], f"{r['episodes']} × {r['max_turns']}", r["action_mode"], r["kv_cache"],
@@ -190,6 +232,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print_table("update layout", ["case", "forward tokens", "shared token frac", "update s"],
                 [[r["case"], r["metrics"].get("train/forward_tokens"), r["metrics"].get("train/shared_token_frac"),
                   r["breakdown_s"]["update"]] for r in rows])
+    print_table("timed iteration: wall and CPU seconds (CPU: the Python process's threads, not the JVMs); peak RSS MiB of "
+                "the subprocess, and of its Python process before and after the timed iteration",
+                ["case", "iteration s", "CPU s", "peak RSS", "Python: before timed", "after timed"],
+                [[r["case"], r["iteration_s"], r["iteration_cpu_s"], r["peak_rss_mb"], r["maxrss_before_timed_mb"],
+                  r["maxrss_self_mb"]] for r in rows])
+    print_table(f"memory and update ({timed})", ["case", "memory entries", "retrieval hit rate", "tips per step",
+                                                 "modes plain/on/off", "off-policy samples", "seq tokens",
+                                                 "forward tokens", "shared frac"],
+                [[r["case"], r["metrics"].get("memory/size"), r["metrics"].get("memory/retrieval_hit_rate"),
+                  r["metrics"].get("memory/tips_per_step"), _modes(r["metrics"]),
+                  r["metrics"].get("train/off_policy_samples"), r["metrics"].get("train/seq_tokens"),
+                  r["metrics"].get("train/forward_tokens"), r["metrics"].get("train/shared_token_frac")] for r in rows])
+    if warm:
+        run.notes.append(f"timed: iteration {warm + 1} after {warm} untimed iteration(s) in the same Trainer; "
+                         "peak RSS covers set-up + warm + timed iterations")
     run.results["ratios"] = _ratios(rows)
     if run.results["ratios"]:
         print_table("ratios (measured side by side in this run)", ["ratio", "value"],
@@ -209,6 +266,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return run.finish()
 
 
+def _modes(m: dict[str, float]) -> str:
+    """``plain/on/off`` rollout counts of an iteration (``rollout/mode/…``)."""
+    return "/".join(f"{m.get(f'rollout/mode/{k}', 0.0):.0f}" for k in ("plain", "on_policy_tips", "off_policy"))
+
+
 def _ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
     """Side-by-side ratios of one run: EMPO² over GRPO (iteration, each part, peak RSS) and, per case run with
     ``--prefix-ab``, shared prefix over whole trajectories (update, iteration)."""
@@ -218,9 +280,14 @@ def _ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
     if e and g and g["iteration_s"]:
         out["empo2_over_grpo/iteration"] = e["iteration_s"] / g["iteration_s"]
         out["empo2_over_grpo/peak_rss"] = e["peak_rss_mb"] / g["peak_rss_mb"]
+        if g.get("iteration_cpu_s"):
+            out["empo2_over_grpo/iteration_cpu"] = e["iteration_cpu_s"] / g["iteration_cpu_s"]
         for k in PARTS + ("other",):
-            if g["breakdown_s"][k]:
+            if g["breakdown_s"][k] >= 0.05:  # not the µs of a part GRPO does not run (hook, tips)
                 out[f"empo2_over_grpo/{k}"] = e["breakdown_s"][k] / g["breakdown_s"][k]
+        for k in ("seq_tokens", "forward_tokens"):
+            if g["metrics"].get(f"train/{k}"):
+                out[f"empo2_over_grpo/{k}"] = e["metrics"].get(f"train/{k}", 0.0) / g["metrics"][f"train/{k}"]
     for name, r in by.items():
         off = by.get(f"{name} (prefix off)")
         if off and off["breakdown_s"]["update"]:

@@ -107,11 +107,16 @@ def test_shared_prefix(out):
 def test_iteration(out):
     from benchmarks import iteration
 
-    d = _run(iteration, out)
+    d = _run(iteration, out, "--warm-iterations", "1")
     (case,) = d["results"]["cases"]
     assert case["case"] == "tiny" and case["iteration_s"] > 0 and case["peak_rss_mb"] > 0
     assert set(case["breakdown_s"]) == {"generation", "env", "hook", "tips", "update", "other"}
     assert case["breakdown_s"]["hook"] > 0 and case["breakdown_s"]["tips"] > 0  # empo2.p = 1
+    # the timed iteration is the second: the first one's tips are in the memory and retrieved
+    assert case["warm_iterations"] == 1 and len(case["warm_metrics"]) == 1 and case["iteration_cpu_s"] > 0
+    assert case["maxrss_self_mb"] >= case["maxrss_before_timed_mb"] > 0
+    assert case["metrics"]["memory/size"] > case["warm_metrics"][0]["memory/size"] > 0
+    assert case["metrics"]["memory/retrieval_hit_rate"] > 0 == case["warm_metrics"][0]["memory/retrieval_hit_rate"]
 
 
 def test_peak_rss(out):
