@@ -13,7 +13,8 @@ task, variation and sampling seed per episode id), so arms are compared pair by 
 Arms (``ARMS``): ``base`` (no training), ``grpo``, ``gigpo``, ``empo2`` (p = 0.5, self-written tips),
 ``empo2_novelty`` (+ the novelty reward in the advantage), ``empo2_q0`` (q = 0: every memory rollout
 trained with its tips, i.e. no off-policy distillation), ``memory_only`` (frozen weights), ``empo2_oracle``
-(the memory seeded from ``--memory-import FILE.jsonl`` before training, e.g. oracle tips); and the
+(the memory seeded from ``--memory-import FILE.jsonl`` before training — the oracle tips of ``empo2 memory
+oracle`` — and retrieving only a state's own tip, ``ORACLE_RETRIEVAL``); and the
 ``init_*`` arms, the same starting from the warm-up checkpoint ``--init CKPT`` (e.g. a tip-reading
 ``empo2 sft`` policy): ``init_base``, ``init_grpo``, ``init_empo2``, ``init_empo2_oracle``.
 
@@ -59,6 +60,14 @@ from typing import Any
 from benchmarks.common import REPO_ROOT, RESULTS_DIR, Run, add_common_args, print_table
 
 EMPO2 = ["empo2.p=0.5"]
+ORACLE_RETRIEVAL = ["empo2.memory.threshold=0.99", "empo2.memory.top_k=1"]
+"""Retrieval of the ``*_oracle`` arms: only the state's own tip. An oracle memory (``empo2 memory oracle``) keys
+each "Next action: …" tip by the exact state text a rollout on the gold path embeds (cosine 1), but on 7-1 the
+keys of a path's other states are up to 0.97 alike with all-MiniLM-L6-v2, and retrieval ranks the tips that
+pass τ by score, newest first among equal scores — not by similarity: at the config's τ 0.5 / k 4 a gold state
+was shown 2.8 tips naming 2–4 actions, the first one its own in 4 of 10 states (the last state of each path),
+and k 1 alone keeps that wrong first tip. τ 0.99 passes only the state's own key (10 of 10; docs/learning.md
+"An oracle memory"); the run's self-written tips (keyed by episodes' final states) then hardly ever pass."""
 ARMS: dict[str, list[str]] = {
     "base": ["trainer.iterations=0"],
     "grpo": ["empo2.p=0.0"],
@@ -67,7 +76,7 @@ ARMS: dict[str, list[str]] = {
     "empo2_novelty": [*EMPO2, "empo2.intrinsic.enabled=true", "empo2.intrinsic.in_advantage=true"],
     "empo2_q0": [*EMPO2, "empo2.q=0.0"],
     "memory_only": ["empo2.p=1.0", "empo2.q=0.0", "trainer.update=false"],
-    "empo2_oracle": EMPO2,
+    "empo2_oracle": [*EMPO2, *ORACLE_RETRIEVAL],
 }
 """arm → overrides on top of the shared config. EMPO² settings other than those named here (memory,
 tips, q, granularity) live in the config file, so GRPO is exactly EMPO² with p = 0. The ``init_<arm>``

@@ -6,7 +6,10 @@ clear message with exit status 2, without a traceback.
 On a machine already busy at start, ``main`` sets ``OMP_WAIT_POLICY=PASSIVE`` before torch is
 imported and says so in one warning line, logged when the model loads, so a bad input's one-line
 error comes alone (``empo2.threads``; opt out: ``EMPO2_OMP_AUTO=0`` or set ``OMP_WAIT_POLICY``
-yourself). Nothing imported at module level here may import torch.
+yourself). Nothing imported at module level here, nor by ``main`` before it runs a command, may import
+torch or transformers (``empo2.errors``): a command that needs no model (``envs``, ``config keys``,
+``memory``, ``report``, a config error) starts in well under a second instead of 5–7 s
+(``tests/trainer/test_cli_ux.py``); each command imports what it needs, after checking its inputs.
 """
 
 from __future__ import annotations
@@ -51,21 +54,23 @@ def _setup_logging(verbose: bool, listing: bool = False) -> None:
     for noisy in ("transformers", "httpx", "urllib3", "sentence_transformers", "filelock", "bm25s",
                   "scienceworld"):  # py4j: envs/scienceworld/jvm.py keeps it quiet
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    try:
-        import transformers
-
+    # transformers (and huggingface_hub, for its progress bars) read these when first imported, i.e.
+    # only by a command that loads a model: importing transformers here would cost every command seconds
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    if "transformers" in sys.modules:  # imported already (main() called in-process): too late for those
+        transformers = sys.modules["transformers"]
         transformers.utils.logging.set_verbosity_error()
         transformers.utils.logging.disable_progress_bar()
-    except Exception:
-        pass
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from empo2.config import load_config
+
+    cfg = load_config(args.config, args.overrides)  # before the heavy imports: a bad config fails at once
     from empo2.trainer.loop import Trainer
     from empo2.trainer.progress import make_console, table_before_after
 
-    cfg = load_config(args.config, args.overrides)
     main_rank = int(os.environ.get("RANK", "0")) == 0  # under torchrun only rank 0 talks
     console = make_console(quiet=not main_rank)
     if args.resume:
@@ -99,7 +104,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from empo2.trainer.evaluate import check_eval_path, eval_variations, evaluate, variations_note, write_eval
     from empo2.trainer.loop import build_setup, fail_if_all_crashed, train_variations
-    from empo2.trainer.progress import SCORE_HEADER, SUCCESS_HEADER, Progress, eval_note, make_console, score_legend
+    from empo2.trainer.progress import (FAILURE_HEADER, SCORE_HEADER, SUCCESS_HEADER, Progress, eval_note, fmt_score,
+                                        fmt_success, make_console, score_legend)
     from empo2.config import Config, load_config
     from empo2.trainer.setup import run_config
 
@@ -175,14 +181,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     t = Table(title=f"empo2 eval {ckpt} — split {split}, temperature {temperature}, "
                     f"{'with memory ' + args.with_memory if args.with_memory else 'no memory'}"
                     f"{', Retrospex critic ' + args.retrospex if args.retrospex else ''}")
-    for c in ("task / variation", "episodes", SCORE_HEADER, "successes", SUCCESS_HEADER, "steps"):
+    for c in ("task / variation", "episodes", SCORE_HEADER, "successes", SUCCESS_HEADER, "steps", FAILURE_HEADER):
         t.add_column(c)
     per_var = list(res.per_variation.items()) if len(res.per_variation) <= 30 else []
     rows = per_var + list(res.per_task.items()) + [("ALL", res.overall)]
     for name, s in rows:
-        t.add_row(name, str(s.episodes), f"{s.score:.1f} [{s.score_ci[0]:.1f}, {s.score_ci[1]:.1f}]",
-                  f"{s.successes}/{s.episodes}", f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]",
-                  f"{s.steps:.1f}")
+        t.add_row(name, str(s.episodes), fmt_score(s), f"{s.successes}/{s.episodes}", fmt_success(s),
+                  f"{s.steps:.1f}", f"{s.failure_rate:.2f}")
     console.print(t)
     console.print(score_legend(cfg.env.name))
     console.print(f"evaluated on {variations_note(res)}")
@@ -190,11 +195,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
             "settings give the same number" if seed_it == trained else "not the training-time evaluation's stream")
     console.print(f"sampling seed: run.seed={cfg.run.seed}, evaluation stream of iteration {seed_it}: {same} "
                   f"(another sample: --seed-iteration N or run.seed=N)")
-    console.print(f"mean score (0–100) {res.overall.score:.1f} (authors' convention, a failure keeps its last "
-                  f"non-negative score: {res.overall.score_last_nonneg:.1f})  success rate (0–1) "
-                  f"{res.overall.success_rate:.2f}  "
-                  f"→ {out}")
+    # the figures of the table's ALL row, with its labels: one convention in every table the CLI prints
+    console.print(f"{SCORE_HEADER} {fmt_score(res.overall)}  {SUCCESS_HEADER} {fmt_success(res.overall)}  "
+                  f"on {res.overall.episodes} episodes → {out}")
     if res.retrospex:
+        console.print(f"for comparison with the Retrospex paper only: score (0–100) with a failed episode "
+                      f"keeping its last non-negative score instead of 0 (the authors' convention) "
+                      f"{res.overall.score_last_nonneg:.1f}")
         console.print(f"Retrospex: the critic changed {res.retrospex['changed']:.0f} of "
                       f"{res.retrospex['decisions']:.0f} choices (k={res.retrospex['k']}, d={res.retrospex['d']}, "
                       f"b={res.retrospex['b']})")
@@ -224,7 +231,8 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     from empo2.trainer.adapt import adapt, write_adapt
     from empo2.trainer.empo2_hooks import make_runtime
     from empo2.trainer.loop import build_setup
-    from empo2.trainer.progress import SCORE_HEADER, SUCCESS_HEADER, Progress, make_console, score_legend
+    from empo2.trainer.progress import (SCORE_HEADER, SUCCESS_HEADER, Progress, fmt_score, fmt_success, make_console,
+                                        score_legend)
 
     ckpt = Path(args.checkpoint)
     if args.trials < 1:
@@ -276,8 +284,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
     for c in ("trial", "episodes", SCORE_HEADER, SUCCESS_HEADER):
         t.add_column(c)
     for k, s in enumerate(res.trials, 1):
-        t.add_row(str(k), str(s.episodes), f"{s.score:.1f} [{s.score_ci[0]:.1f}, {s.score_ci[1]:.1f}]",
-                  f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]")
+        t.add_row(str(k), str(s.episodes), fmt_score(s), fmt_success(s))
     console.print(t)
     console.print(score_legend(cfg.env.name))
     imp = res.improvement_pct()
@@ -359,10 +366,11 @@ def import_arguments(args: argparse.Namespace) -> tuple[Path, Path, list[str]]:
 
 def cmd_memory_show(args: argparse.Namespace) -> int:
     from rich.table import Table
+    from rich.text import Text
 
     from empo2.memory.store import MemoryStore
     from empo2.memory.transfer import shown_iteration
-    from empo2.console import make_console
+    from empo2.console import clipped, make_console
 
     run = memory_run(args)
     path = run / "memory.sqlite"
@@ -391,18 +399,24 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
         if k not in best or (e.score, e.seq) > (best[k].score, best[k].seq):
             best[k] = e
     entries = sorted(best.values(), key=lambda e: (-e.score, -e.seq))
+    stored = len(entries)
     if args.top:
         entries = entries[:args.top]
+    shown = (f"{len(entries)} tips" if len(entries) == stored else
+             f"the {len(entries)} best-scoring of {stored} tips (--top 0 shows all)")
     console = make_console()
-    t = Table(title=f"memory of {run}: {len(entries)} tips shown",
+    cut = "" if args.full else ("; a tip longer than two lines is cut (…): --full prints every tip whole, "
+                                "`memory export` writes them to a file")
+    t = Table(title=f"memory of {run}: {shown}",
               caption="iter: the training iteration (adapt: the trial) that wrote the tip, counted from 1 as in the "
-                      "logs and `memory export`; 'imported': from `memory import`, with the iteration its row gave")
+                      f"logs and `memory export`; 'imported': from `memory import`, with the iteration its row gave{cut}")
     for c in ("bucket", "score", "iter", "tip"):
         t.add_column(c, overflow="fold")
     for e in entries:
         n = shown_iteration(e.iteration)
         it = str(n) if e.iteration >= 0 else f"{n} (imported)" if n else "imported"
-        t.add_row(e.bucket, f"{e.score:.1f}", it, e.tip)
+        # Text: a tip's brackets are text, not rich markup (a tip with "[/]" would stop the command)
+        t.add_row(Text(e.bucket), f"{e.score:.1f}", it, Text(e.tip) if args.full else clipped(e.tip))
     console.print(t)
     return 0
 
@@ -439,6 +453,57 @@ def cmd_memory_import(args: argparse.Namespace) -> int:
           f"({snap['duplicates']} already there, {snap['evicted']} evicted by the cap of "
           f"{cfg.empo2.memory.capacity} per bucket); it now holds {snap['entries']} entries in "
           f"{len(snap['buckets'])} buckets")
+    return 0
+
+
+def cmd_memory_oracle(args: argparse.Namespace) -> int:
+    """``empo2 memory oracle --config CFG --out FILE.jsonl``: an oracle memory as import rows, one per gold-path
+    state (``trainer.tipdemos.oracle_memory_rows``; docs/learning.md "An oracle memory")."""
+    import json
+
+    from empo2.config import load_config
+    from empo2.configschema import ConfigError
+    from empo2.envs.registry import make_family
+    from empo2.trainer.demos import gold_records, variation_pairs
+    from empo2.trainer.tipdemos import oracle_memory_rows
+
+    # key=value overrides may follow --task / --variations (argparse hands them to those lists)
+    overrides = list(args.overrides) + [x for x in (args.task or []) + (args.variations or []) if "=" in x]
+    task_names = [x for x in args.task or [] if "=" not in x]
+    given = [x for x in args.variations or [] if "=" not in x]
+    bad = [x for x in given if not x.isdigit()]
+    if bad:
+        raise ConfigError(f"--variations takes variation indices (e.g. --variations 0 1 2 3), got {bad}")
+    cfg = load_config(args.config, overrides)
+    family = make_family(cfg.env)
+    tasks = [family.resolve_task(t) for t in (task_names or cfg.env.tasks)]
+    only = [int(x) for x in given] if given else list(cfg.env.variations)
+    for t in tasks:
+        train = set(family.variations(t, "train"))
+        missing = sorted(set(only) - train)
+        if missing:
+            raise ConfigError(f"{t} has no train variation(s) {missing}: gold paths are played on train variations "
+                              f"({min(train)}..{max(train)} of {t})")
+    pairs = variation_pairs(family, tasks, only, 0)
+    out = Path(args.out)
+    if out.is_dir():
+        raise ConfigError(f"--out {out} is a folder; give a file path, e.g. --out {out / 'oracle.jsonl'}")
+    mcfg = cfg.empo2.memory
+    # a constrained policy can take only admissible actions: its gold path skips the others (e.g. ScienceWorld's
+    # "open door to …" when the easy simplification opened every door), or no rollout would ever reach the keys
+    constrained = cfg.action.mode == "constrained"
+    records = gold_records(family, pairs, num_workers=max(1, min(cfg.env.num_workers, 4)), admissible_only=constrained)
+    rows = [row for r in records
+            for row in oracle_memory_rows(r, mcfg.key_text, mcfg.recent_turns, cfg.env.max_turns)]
+    if not rows:
+        raise ConfigError(f"no gold path of {len(pairs)} task variation(s) ended in success; nothing to write")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    skipped = sorted({a for r in records for a in r.get("skipped_actions", [])})
+    print(f"{len(rows)} oracle tips of {len(records)} gold paths ({len(pairs) - len(records)} failed) written to "
+          f"{out} (key_text={mcfg.key_text}, recent_turns={mcfg.recent_turns}, max_turns={cfg.env.max_turns}"
+          + (f"; inadmissible gold actions left out: {', '.join(skipped)}" if skipped else "")
+          + f"); import them with: empo2 memory import RUN {out} --config CFG")
     return 0
 
 
@@ -483,12 +548,18 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_config_keys(args: argparse.Namespace) -> int:
+    """``empo2 config keys``: every config key with its default, valid range and meaning, as plain lines.
+
+    Printed through the rich console (unstyled, never wrapped), which ends quietly when its reader
+    stops reading (``empo2 config keys | head``) instead of reporting a broken pipe as an error."""
     from empo2.config import RANGES, Config
     from empo2.configschema import help_table
+    from empo2.console import make_console
 
+    console = make_console()
     for key, default, help_text in help_table(Config):
         valid = f"  (valid: {RANGES[key]})" if key in RANGES else ""
-        print(f"{key} = {default}{valid}\n    {help_text}")
+        console.print(f"{key} = {default}{valid}\n    {help_text}", markup=False, highlight=False, soft_wrap=True)
     return 0
 
 
@@ -634,13 +705,17 @@ def build_parser() -> argparse.ArgumentParser:
                                    "--run RUN works in each as well (import's older form is FILE.jsonl --run RUN).")
     msub = m.add_subparsers(dest="memory_command", required=True)
     run_help = "run folder, e.g. runs/sciworld_empo2_cpu"
-    ms = msub.add_parser("show", help="print stored tips with scores", usage="%(prog)s RUN [--task TEXT] [--top N]",
+    ms = msub.add_parser("show", help="print stored tips with scores",
+                         usage="%(prog)s RUN [--task TEXT] [--top N] [--full]",
                          description="The stored tips of RUN (also accepted: --run RUN), best score first; the iter "
-                                     "column counts training iterations from 1, as the logs do.")
+                                     "column counts training iterations from 1, as the logs do. A tip longer than two "
+                                     "lines of the table is cut with …; --full prints it whole.")
     ms.add_argument("run", nargs="?", default=None, metavar="RUN", help=run_help)
     ms.add_argument("--run", dest="run_option", default=None, metavar="RUN", help="the same as the positional RUN")
     ms.add_argument("--task", default=None, help="only buckets containing this text")
     ms.add_argument("--top", type=int, default=20, help="show the N best-scoring tips (0 = all)")
+    ms.add_argument("--full", action="store_true",
+                    help="print every tip whole (default: at most two lines each, cut with …)")
     ms.set_defaults(fn=cmd_memory_show)
     mi = msub.add_parser("import", help="add tips from a JSON Lines file to a run's memory (all rows or none)",
                          usage="%(prog)s RUN FILE.jsonl [--config CFG] [key=value ...]\n"
@@ -667,6 +742,25 @@ def build_parser() -> argparse.ArgumentParser:
     me.add_argument("--out", required=True, help="JSON Lines output file")
     me.add_argument("--task", default=None, help="only buckets containing this text")
     me.set_defaults(fn=cmd_memory_export)
+
+    mo = msub.add_parser("oracle", help="write oracle tips (\"Next action: <gold action>\" per gold-path state) "
+                                        "as JSON Lines to import",
+                         usage="%(prog)s --config CFG --out FILE.jsonl [--task T ...] [--variations V ...] "
+                               "[key=value ...]",
+                         description="Plays the gold path of each train variation (with action.mode "
+                                     "constrained only its admissible actions, the path a constrained policy can "
+                                     "take) and writes one import row per state: text = entry = 'Next action: <the gold action of that state>', score "
+                                     "100, state = the key text a rollout on the gold path embeds there (the "
+                                     "config's empo2.memory.key_text / recent_turns; the first env.max_turns "
+                                     "states). Import with `empo2 memory import RUN FILE.jsonl --config CFG`; "
+                                     "see docs/learning.md 'An oracle memory'.")
+    mo.add_argument("--config", required=True, help="the config the run will train with (env, key text, max turns)")
+    mo.add_argument("--out", required=True, help="JSON Lines output file")
+    mo.add_argument("--task", nargs="+", default=None, help="task names or ids (default: the config's env.tasks)")
+    mo.add_argument("--variations", nargs="+", default=None,
+                    help="train variations (default: the config's env.variations, or every train variation)")
+    mo.add_argument("overrides", nargs="*", help="key=value overrides of the config")
+    mo.set_defaults(fn=cmd_memory_oracle)
 
     c = sub.add_parser("config", help="config helpers")
     csub = c.add_subparsers(dest="config_command", required=True)
@@ -714,18 +808,15 @@ def main(argv: list[str] | None = None) -> int:
     computes = args.command in _COMPUTE_COMMANDS
     omp = apply_omp_wait_policy() if computes else OmpDecision(False, "not a compute command")
 
+    # empo2.errors holds the classes whose own modules import torch: nothing here imports it
     from empo2.configschema import ConfigError
-    from empo2.envs.base import UnknownTaskError
-    from empo2.policy.loading import ModelNotFoundError
-    from empo2.trainer.checkpoint import CheckpointError
-
-    from empo2.envs.base import EnvError
+    from empo2.envs.base import EnvError, UnknownTaskError
     from empo2.envs.webshop.data import DataFileError
+    from empo2.errors import CheckpointError, EnvironmentFailedError, ModelNotFoundError, RankFailedError
     from empo2.memory.embedder import EmbedderUnavailableError
     from empo2.memory.store import MemoryStoreError
     from empo2.memory.transfer import MemoryImportError
     from empo2.trajfile import TrajectoryFileError
-    from empo2.trainer.loop import EnvironmentFailedError
 
     user_errors: tuple[type[BaseException], ...] = (
         ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError, MemoryStoreError,
@@ -737,8 +828,6 @@ def main(argv: list[str] | None = None) -> int:
         defer_warning(omp.reason)
     else:
         log.debug("OpenMP: %s", omp.reason)
-    from empo2.distributed import RankFailedError
-
     try:
         return int(args.fn(args) or 0)
     except RankFailedError as e:  # under torchrun: another rank failed and printed its error

@@ -30,6 +30,8 @@ from typing import Any, Sequence
 
 import torch
 
+from empo2.errors import RankFailedError as RankFailedError  # defined there: cheap for empo2.cli
+
 log = logging.getLogger(__name__)
 
 STRATEGIES = ("single", "ddp", "fsdp")
@@ -37,12 +39,6 @@ STRATEGIES = ("single", "ddp", "fsdp")
 
 class DistributedSetupError(RuntimeError):
     """``trainer.strategy`` ddp/fsdp outside ``torchrun`` (the message has the command)."""
-
-
-class RankFailedError(RuntimeError):
-    """Another rank failed (``DistContext.fail``) while this one waited at a ``barrier``: this rank
-    stops too, at once, instead of waiting for the process group's timeout. The failed rank prints
-    the error; this one only exits (``empo2.cli`` returns the run-failed status without a message)."""
 
 
 FAILED_KEY = "empo2/failed"

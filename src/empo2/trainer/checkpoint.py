@@ -38,6 +38,7 @@ import yaml
 
 from safetensors import SafetensorError
 
+from empo2.errors import CheckpointError as CheckpointError  # defined there: cheap for empo2.cli
 from empo2.trainer.metrics import json_ready
 from empo2.trainer.safestate import SafeStateError, load_state_files, save_state, state_files
 
@@ -51,10 +52,6 @@ LEGACY_RNG = "rng.pt"
 WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors", "model.safetensors.index.json")
 _NUM = re.compile(r"^iter-(\d+)$")
 _GB = 1024 ** 3
-
-
-class CheckpointError(RuntimeError):
-    """A checkpoint folder is missing, incomplete or unsafe (the message names the file and the fix)."""
 
 
 class CheckpointWriteError(CheckpointError):

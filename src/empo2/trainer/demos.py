@@ -47,15 +47,29 @@ def variation_pairs(family: EnvFamily, tasks: list[str], only: list[int], per_ta
     return out
 
 
-def _play_gold(pool: EnvPool, slot: int, task: TaskSpec) -> dict[str, Any] | str:
-    """One gold episode as a record, or an error message."""
+def _play_gold(pool: EnvPool, slot: int, task: TaskSpec, admissible_only: bool = False) -> dict[str, Any] | str:
+    """One gold episode as a record, or an error message.
+
+    ``admissible_only``: the path a constrained policy can take — a gold action that is not among the
+    state's admissible actions (case-insensitive; e.g. ScienceWorld's ``open door to …`` when the ``easy``
+    simplification opens every door) is skipped, not stepped, and the others are taken spelt as the
+    admissible list spells them (what constrained decoding emits); the record lists the skipped actions
+    under ``skipped_actions``.
+    """
     env = pool.get(slot)
+    skipped: list[str] = []
     try:
         actions = env.gold_path(task)  # type: ignore[attr-defined]
         obs = env.reset(task)
         steps, last, score = [], obs.text, obs.score
         success = done = False
         for a in actions:
+            if admissible_only:
+                spelt = {x.strip().lower(): x.strip() for x in env.admissible_actions()}
+                if a.strip().lower() not in spelt:
+                    skipped.append(a)
+                    continue
+                a = spelt[a.strip().lower()]
             r = env.step(a)
             steps.append({"observation": last, "action": a, "reward": r.reward, "score": r.score, "valid": r.valid})
             last, score = r.observation, r.score
@@ -68,14 +82,17 @@ def _play_gold(pool: EnvPool, slot: int, task: TaskSpec) -> dict[str, Any] | str
     return {"id": f"gold-{task.task}-{task.variation}", "task": task.task, "variation": task.variation,
             "split": task.split, "task_description": obs.task_description, "initial_score": obs.score,
             "score": score, "success": success, "done": done, "crashed": False, "final_observation": last,
-            "steps": steps}
+            "steps": steps, **({"skipped_actions": skipped} if admissible_only else {})}
 
 
 def gold_records(family: EnvFamily, pairs: list[tuple[str, int]], num_workers: int = 4,
-                 split: str = "train") -> list[dict[str, Any]]:
+                 split: str = "train", admissible_only: bool = False) -> list[dict[str, Any]]:
     """Gold-path episodes of ``pairs`` = [(task, variation)], played on ``num_workers`` environments.
 
     Only episodes that end in success are returned; the others (and env errors) are logged.
+    ``admissible_only``: play only the gold actions that are admissible where they come (``_play_gold``),
+    the path of a constrained policy; a variation whose shortened path does not succeed (e.g. it needs an
+    ambiguity answer) falls back to its whole gold path, with a warning.
 
     Raises:
         ConfigError: the environment has no gold paths (ScienceWorld's simulator, WebShop's rule expert and the
@@ -90,7 +107,13 @@ def gold_records(family: EnvFamily, pairs: list[tuple[str, int]], num_workers: i
         for w in range(0, len(pairs), n):
             wave = pairs[w:w + n]
             specs = [TaskSpec(family.name, t, v, split) for t, v in wave]
-            for res in pool.map(lambda i, s: _play_gold(pool, i, s), range(len(specs)), specs):
+            for i, res in enumerate(pool.map(lambda i, s: _play_gold(pool, i, s, admissible_only), range(len(specs)),
+                                             specs)):
+                if admissible_only and isinstance(res, dict) and not res["success"]:
+                    log.warning("the admissible part of the gold path of %s/%s (without %s) ends at score %s; "
+                                "using the whole gold path", res["task"], res["variation"], res["skipped_actions"],
+                                res["score"])
+                    res = _play_gold(pool, i, specs[i])
                 if isinstance(res, str):
                     log.warning("gold path skipped: %s", res)
                 elif not res["success"]:

@@ -64,6 +64,24 @@ tokens); the tip prompts are sampled in chunks of rows that fit it (``sampling.c
 docs/performance.md §7."""
 
 
+def rollout_state_text(messages: list[tuple[str, str]], task_description: str, observation: str, turn: int,
+                       mode: str, recent_turns: int) -> str:
+    """The state text a rollout embeds before turn ``turn`` (``Empo2Runtime.before_turn``): ``memory.text.key_text``
+    of the tip-free chat so far plus the coming user turn exactly as the prompt will show it
+    (``agent.prompts.user_text``: task + observation at turn 0).
+
+    Args:
+        messages: the episode's ``(role, content)`` turns so far (``EpisodeChat.messages``: user turns as
+            ``user_text``, assistant turns as the decoded action, stripped).
+        task_description, observation, turn: the coming user turn (``turn`` counted from 0).
+        mode, recent_turns: ``empo2.memory.key_text`` / ``recent_turns``.
+
+    Oracle memories (``trainer.tipdemos.oracle_memory_rows``) build their keys with it, so a rollout on
+    the gold path queries with exactly the key of its state's tip.
+    """
+    return key_text(list(messages) + [("user", user_text(task_description, observation, turn))], mode, recent_turns)
+
+
 class Empo2Runtime(Method):
     """Memory, retrieval, novelty and tips of one run: the ``Method`` of EMPO² and of the memory-only
     baseline (``trainer.update: false``; ``trainer.method`` has the table of hooks).
@@ -120,8 +138,8 @@ class Empo2Runtime(Method):
         """The state text of ``st`` before its coming turn: the tip-free chat plus the coming user turn
         exactly as the prompt will show it (task + observation at turn 0), so a state has the same
         text in its own query and inside later keys (docs/algorithms.md, EMPO² memory at run time: the state text)."""
-        msgs = list(st.chat.messages) + [("user", user_text(st.task_description, st.observation, st.turn))]
-        return key_text(msgs, self.mcfg.key_text, self.mcfg.recent_turns)
+        return rollout_state_text(st.chat.messages, st.task_description, st.observation, st.turn, self.mcfg.key_text,
+                                  self.mcfg.recent_turns)
 
     def before_turn(self, states: list[EpisodeState]) -> None:
         """Set ``state.tips`` for every live episode (batched embedding) and keep the state embedding.

@@ -32,8 +32,9 @@ from empo2.algo.returns import episode_return
 from empo2.config import Config, config_to_dict, run_trackers
 from empo2.configschema import ConfigError
 from empo2.distributed import combine_metrics, init_distributed, rank_device
-from empo2.envs.base import EnvError, EnvFamily, TaskSpec, UnknownTaskError
+from empo2.envs.base import EnvFamily, TaskSpec, UnknownTaskError
 from empo2.envs.registry import make_family
+from empo2.errors import EnvironmentFailedError as EnvironmentFailedError  # defined there: cheap for empo2.cli
 from empo2.policy.loading import check_model_source, load_policy, policy_weights, save_weights
 from empo2.records import Trajectory
 from empo2.rollout.engine import EpisodeSpec
@@ -117,11 +118,6 @@ def train_variations(cfg: Config, family: EnvFamily) -> dict[str, list[int]]:
             raise ConfigError(f"env.variations {cfg.env.variations} leaves no {cfg.env.train_split} variation of {t!r}; "
                               f"pick variations of the {cfg.env.train_split} split (see `empo2 envs`)")
     return out
-
-
-class EnvironmentFailedError(EnvError):
-    """Every episode of a rollout or evaluation crashed: the environment does not work (the message
-    names the last error); the run stops, its last checkpoint stays loadable."""
 
 
 class Trainer:

@@ -235,8 +235,7 @@ def trajectories_note(trajs: list[Any]) -> str:
 def eval_note(res: Any) -> str:
     """``score 6.2 [0.0, 85.7], success 0.00 [0.00, 0.66] on 2 'test' episodes`` for an ``EvalResult``."""
     o = res.overall
-    return (f"score {o.score:.1f} [{o.score_ci[0]:.1f}, {o.score_ci[1]:.1f}], success {o.success_rate:.2f} "
-            f"[{o.success_ci[0]:.2f}, {o.success_ci[1]:.2f}] on {o.episodes} '{res.split}' episodes")
+    return f"score {fmt_score(o)}, success {fmt_success(o)} on {o.episodes} '{res.split}' episodes"
 
 
 def update_note(train: dict[str, float]) -> str:
@@ -311,6 +310,20 @@ SCORE_HEADER = "score (0–100) [95% CI]"
 """Column header of a mean episode score in every table the CLI prints (eval, adapt, train)."""
 SUCCESS_HEADER = "success rate [95% CI]"
 """Column header of the share of successful episodes (0–1) in every table the CLI prints."""
+FAILURE_HEADER = "failure rate (scored 0)"
+"""Column header of the share of failed episodes (ScienceWorld's −100, the tiny pit), each of which
+enters the score as 0, in the evaluation tables the CLI prints."""
+
+
+def fmt_score(s: Any) -> str:
+    """``6.2 [0.0, 85.7]``: an ``EvalSummary``'s mean score (0–100, a failure counts 0) and its 95% CI,
+    as every table and line under ``SCORE_HEADER`` shows it."""
+    return f"{s.score:.1f} [{s.score_ci[0]:.1f}, {s.score_ci[1]:.1f}]"
+
+
+def fmt_success(s: Any) -> str:
+    """``0.25 [0.05, 0.70]``: an ``EvalSummary``'s success rate (0–1) and its Wilson 95% CI (``SUCCESS_HEADER``)."""
+    return f"{s.success_rate:.2f} [{s.success_ci[0]:.2f}, {s.success_ci[1]:.2f}]"
 
 _SCORE_MEANING = {
     "scienceworld": "score: ScienceWorld's task score, 0–100, a failed episode counts 0; success: the task "
@@ -342,18 +355,16 @@ def table_before_after(before: Any, after: Any, console: Any = None, env: str = 
     t.add_column(SCORE_HEADER, justify="right")
     t.add_column(SUCCESS_HEADER, justify="right")
     t.add_column("steps", justify="right")
-    t.add_column("failure rate (counted as 0)", justify="right")
+    t.add_column(FAILURE_HEADER, justify="right")
     for name, r in (("before training", before), ("after training", after)):
         if r is None:
             continue
         o = r.overall
-        t.add_row(name, str(o.episodes), f"{o.score:.1f} [{o.score_ci[0]:.1f}, {o.score_ci[1]:.1f}]",
-                  f"{o.success_rate:.2f} [{o.success_ci[0]:.2f}, {o.success_ci[1]:.2f}]", f"{o.steps:.1f}",
-                  f"{o.failure_rate:.2f}")
+        t.add_row(name, str(o.episodes), fmt_score(o), fmt_success(o), f"{o.steps:.1f}", f"{o.failure_rate:.2f}")
     console.print(t)
     console.print(score_legend(env))
 
 
 __all__ = ["Phase", "Progress", "make_console", "iteration_line", "table_before_after", "score_legend",
-           "SCORE_HEADER", "SUCCESS_HEADER", "fmt_duration", "fmt_bytes",
+           "SCORE_HEADER", "SUCCESS_HEADER", "FAILURE_HEADER", "fmt_score", "fmt_success", "fmt_duration", "fmt_bytes",
            "trajectories_note", "eval_note", "update_note", "checkpoint_note", "model_note", "tips_note"]
