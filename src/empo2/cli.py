@@ -467,14 +467,13 @@ def cmd_memory_oracle(args: argparse.Namespace) -> int:
     from empo2.trainer.demos import gold_records, variation_pairs
     from empo2.trainer.tipdemos import oracle_memory_rows
 
-    # key=value overrides may follow --task / --variations (argparse hands them to those lists)
-    overrides = list(args.overrides) + [x for x in (args.task or []) + (args.variations or []) if "=" in x]
-    task_names = [x for x in args.task or [] if "=" not in x]
-    given = [x for x in args.variations or [] if "=" not in x]
+    # key=value overrides after --task / --variations are in args.overrides already (StrictParser.parse_args)
+    task_names = args.task or []
+    given = args.variations or []
     bad = [x for x in given if not x.isdigit()]
     if bad:
         raise ConfigError(f"--variations takes variation indices (e.g. --variations 0 1 2 3), got {bad}")
-    cfg = load_config(args.config, overrides)
+    cfg = load_config(args.config, args.overrides)
     family = make_family(cfg.env)
     tasks = [family.resolve_task(t) for t in (task_names or cfg.env.tasks)]
     only = [int(x) for x in given] if given else list(cfg.env.variations)
@@ -579,16 +578,29 @@ class StrictParser(argparse.ArgumentParser):
 
         ``key=value`` overrides given after an option (``train --config X a=1 --resume b=2``),
         which argparse leaves over once its positionals are matched, join the sub-command's
-        trailing ``nargs="*"`` positional, in order."""
+        trailing ``nargs="*"`` positional, in order; so do those a list option (``nargs="+"``) took
+        in after its values (``memory oracle --variations 0 1 a=1``: ``a=1`` is an override)."""
         StrictParser._argv = list(sys.argv[1:] if args is None else args)
         ns, extras = self.parse_known_args(args, namespace)
+        parser = _chosen_parser(self, ns)
+        tail = [a for a in parser._actions if not a.option_strings and a.nargs == "*"]
         if extras:
-            parser = _chosen_parser(self, ns)
-            tail = [a for a in parser._actions if not a.option_strings and a.nargs == "*"]
             if tail and not any(x.startswith("-") for x in extras):
                 setattr(ns, tail[-1].dest, list(getattr(ns, tail[-1].dest) or []) + extras)
             else:
                 parser.error(unrecognized_message(extras, parser))
+        if tail:
+            for a in parser._actions:
+                values = getattr(ns, a.dest, None) if a.option_strings and a.nargs == "+" else None
+                moved = [v for v in values or [] if isinstance(v, str) and "=" in v and not v.startswith("-")]
+                if not moved:
+                    continue
+                kept = [v for v in values or [] if v not in moved]
+                if not kept:
+                    parser.error(f"argument {a.option_strings[-1]}: expected at least one value before the "
+                                 f"key=value overrides {moved}")
+                setattr(ns, a.dest, kept)
+                setattr(ns, tail[-1].dest, list(getattr(ns, tail[-1].dest) or []) + moved)
         return ns
 
 

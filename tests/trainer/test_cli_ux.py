@@ -214,6 +214,15 @@ def test_overrides_after_an_option_are_kept_in_order():
     assert args.resume and args.overrides == ["a=1", "b=2"]
 
 
+def test_overrides_after_a_list_option_join_the_overrides(capsys):
+    args = build_parser().parse_args(["memory", "oracle", "--config", "x.yaml", "--out", "o.jsonl", "a=1",
+                                      "--task", "7-1", "b=2", "--variations", "0", "3", "c=3"])
+    assert args.task == ["7-1"] and args.variations == ["0", "3"] and args.overrides == ["a=1", "b=2", "c=3"]
+    with pytest.raises(SystemExit):  # an override where a value was due: a clear error, not an empty list
+        build_parser().parse_args(["memory", "oracle", "--config", "x.yaml", "--out", "o.jsonl", "--variations", "a=1"])
+    assert "--variations: expected at least one value" in capsys.readouterr().err
+
+
 def test_the_run_line_comes_only_after_the_inputs_are_checked(finished, tmp_path, monkeypatch, capsys):
     import sys
 
