@@ -63,14 +63,19 @@ class GoldSelector:
         return out
 
 
+def _tip_line(entry: str) -> str:
+    """An oracle entry's imperative line: the `` (step j)`` suffix ``oracle_memory_rows`` gives a repeated action dropped."""
+    return entry.split(" (step ")[0]
+
+
 def _names(tips: list[str]) -> list[str]:
     """The actions an oracle block names (the text after "Next action: ", a "(step j)" suffix dropped)."""
     from empo2.trainer.tipdemos import NEXT_ACTION_PREFIX
 
     out = []
-    for t in tips:
+    for t in map(_tip_line, tips):
         a = t[len(NEXT_ACTION_PREFIX):] if t.startswith(NEXT_ACTION_PREFIX) else t
-        out.append(a.split(" (step ")[0].strip().lower())
+        out.append(a.strip().lower())
     return out
 
 
@@ -138,7 +143,7 @@ def replay(cfg_path: str | None, memory_file: Path, variations: list[int], overr
                     hits = runtime.memory.query([t.task.bucket], embs[j][None, :], tau, k, compare=mcfg.compare,
                                                 ties=mcfg.ties)[0]
                     row["requery"][f"{k}:{tau}"] = [[h.text, round(float(h.similarity), 4)] for h in hits]
-                row["top_ok"] = bool(s.tips) and s.tips[0].split(" (step ")[0] == want
+                row["top_ok"] = bool(s.tips) and _tip_line(s.tips[0]) == want
                 first = row["requery"][f"{own[0]}:{own[1]}"][:1]
                 row["top_similarity"] = first[0][1] if first else None  # 1.0: the state's own entry
                 row["n_shown"] = len(s.tips)
@@ -154,7 +159,7 @@ def replay(cfg_path: str | None, memory_file: Path, variations: list[int], overr
         n = max(len(blocks), 1)
         summary[key] = {
             "states": len(blocks),
-            "top_hit_rate": sum(bool(b) and b[0][0].split(" (step ")[0] == imperative_tip(r["gold"]) for b, r in blocks) / n,
+            "top_hit_rate": sum(bool(b) and _tip_line(b[0][0]) == imperative_tip(r["gold"]) for b, r in blocks) / n,
             "tips_per_step": sum(len(b) for b, _ in blocks) / n,
             "several_actions_share": sum(len(set(_names([x[0] for x in b]))) > 1 for b, _ in blocks) / n,
             "none_share": sum(not b for b, _ in blocks) / n}
