@@ -32,8 +32,9 @@ resumes where it stopped; ``--redo STAGE`` recomputes one):
     P(gold next action) and the share of states where it is the argmax; for a misleading tip
     ("Next action: <another admissible action>"), P(the named action) vs its P without tip.
 ``play``     (with ``--episodes``) tip-free score on test variations, and the score when every step shows
-    an oracle tip ``"Next action: <next gold action>"`` (``trainer.tipdemos.oracle_next_action``:
-    tips naming the right steps; a diagnostic of reading only, no retrieval involved).
+    an oracle tip ``"Next action: <next gold action>"`` (``trainer.tipdemos.oracle_next_action`` along the
+    gold path a constrained policy can take: tips naming the right, admissible steps; a diagnostic of
+    reading only, no retrieval involved), with the share of steps that took the oracle's action in both.
 
 Run ``python -m benchmarks.tips --out DIR [--checkpoint CKPT --label after]`` (stages ``all`` by
 default; ``--tiny`` is a smoke test with the tiny env and random model). Results: docs/learning.md
@@ -428,34 +429,64 @@ class OracleTips(StepHook):
             self.shown += bool(st.tips)
 
 
+def oracle_follow(actions: list[str], gold: list[str]) -> tuple[int, int]:
+    """(steps whose action is the oracle's next gold action, steps with an oracle action) of one episode.
+
+    The oracle action of step k is ``oracle_next_action(gold, actions[:k])``, the tip ``OracleTips``
+    shows there; in an episode played without tips it is the action such a tip would have named, so
+    the two arms' rates are the tip-following rate and its no-tip baseline.
+    """
+    from empo2.trainer.tipdemos import oracle_next_action
+
+    took = named = 0
+    for k, a in enumerate(actions):
+        nxt = oracle_next_action(gold, actions[:k])
+        if nxt:
+            named += 1
+            took += a.strip().lower() == nxt.strip().lower()
+    return took, named
+
+
 def stage_play(args: argparse.Namespace, cfg: Any, setup: Any, out: Path) -> dict:
-    from empo2.envs.base import TaskSpec
+    """Tip-free score vs the score with an oracle tip at every step, on ``--episodes`` test episodes.
+
+    The oracle follows the gold path a constrained policy can take (``trainer.demos.gold_records`` with
+    ``admissible_only`` when ``action.mode`` is constrained: ScienceWorld's ``open door to …`` under the
+    ``easy`` simplification is not admissible and is left out), so every tip names an admissible
+    action. Each arm records ``follow`` = (steps that took the oracle action, steps with one).
+    """
     from empo2.records import Mode
+    from empo2.trainer.demos import gold_records
     from empo2.trainer.evaluate import eval_episodes, evaluate
 
     path = out / f"play-{args.label}.json"
     res: dict[str, Any] = json.loads(path.read_text()) if path.exists() and "play" not in args.redo else {}
     settings = setup.settings(cfg.eval.temperature)
-    if "no_tips" not in res:
-        r, _ = evaluate(setup.engine, setup.family, setup.tasks, "test", args.episodes, settings)
-        res["no_tips"] = {"score": r.overall.score, "score_ci": r.overall.score_ci, "success": r.overall.success_rate,
-                          "episodes": r.episodes}
-        _dump(path, res)
-    if "oracle_tips" not in res:
-        specs = eval_episodes(setup.family, setup.tasks, "test", args.episodes)
-        env = setup.pool.get(0)
-        gold = {(s.task.task, s.task.variation): env.gold_path(TaskSpec(setup.family.name, s.task.task,
-                                                                        s.task.variation, "test")) for s in specs}
-        hook = OracleTips(gold)
+    specs = eval_episodes(setup.family, setup.tasks, "test", args.episodes)
+    pairs = sorted({(s.task.task, s.task.variation) for s in specs})
+    recs = gold_records(setup.family, pairs, num_workers=min(4, len(pairs)), split="test",
+                        admissible_only=cfg.action.mode == "constrained")
+    gold = {(r["task"], r["variation"]): [str(st["action"]) for st in r["steps"]] for r in recs}
+
+    def follow(episodes: list[dict[str, Any]]) -> list[int]:
+        tn = [oracle_follow(e["actions"], gold.get((e["task"], e["variation"]), [])) for e in episodes]
+        return [sum(t for t, _ in tn), sum(n for _, n in tn)]
+
+    arms = {"no_tips": None, "oracle_tips": OracleTips(gold)}
+    for arm, hook in arms.items():
+        if arm in res:
+            continue
         r, _ = evaluate(setup.engine, setup.family, setup.tasks, "test", args.episodes, settings, hook=hook,
-                        mode=Mode.ON_TIPS)
-        res["oracle_tips"] = {"score": r.overall.score, "score_ci": r.overall.score_ci,
-                              "success": r.overall.success_rate, "episodes": r.episodes, "tips_shown": hook.shown}
+                        mode=Mode.ON_TIPS if hook is not None else Mode.PLAIN)
+        res[arm] = {"score": r.overall.score, "score_ci": r.overall.score_ci, "success": r.overall.success_rate,
+                    "successes": r.overall.successes, "episodes": r.episodes, "follow": follow(r.episodes),
+                    **({"tips_shown": hook.shown} if hook is not None else {})}
         _dump(path, res)
-    print_table(f"play on test variations ({args.label}, T {cfg.eval.temperature})",
-                ["arm", "episodes", "score [95% CI]", "success"],
+    print_table(f"play on test variations ({args.label}, T {cfg.eval.temperature}, {cfg.env.max_turns} turns)",
+                ["arm", "episodes", "score [95% CI]", "successes", "took the oracle's action"],
                 [[k, len(v["episodes"]), f"{v['score']:.1f} [{v['score_ci'][0]:.1f}, {v['score_ci'][1]:.1f}]",
-                  v["success"]] for k, v in res.items()])
+                  f"{v.get('successes', '–')}/{len(v['episodes'])}",
+                  f"{v['follow'][0]}/{v['follow'][1]}" if "follow" in v else "–"] for k, v in res.items()])
     return res
 
 
@@ -485,7 +516,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("overrides", nargs="*", default=[], help=argparse.SUPPRESS)
     args, extra = p.parse_known_args(argv)
     args.probe_forms = ["none"] + [f for f in args.probe_forms if f != "none"]
-    args.overrides = extra
+    # key=value overrides typed after the stages land in the stages positional: move them
+    args.overrides = [a for a in args.stages if "=" in a] + extra
+    args.stages = [a for a in args.stages if "=" not in a] or ["all"]
     stages = {"collect", "write", "read", "play"} if "all" in args.stages else set(args.stages)
     unknown = stages - {"collect", "write", "read", "play"}
     if unknown:

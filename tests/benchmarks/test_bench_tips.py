@@ -33,6 +33,9 @@ def test_tips_benchmark_stages_and_resume(tmp_path):
         assert 0.0 <= row["none"]["p_gold"] <= 1.0 and row["gold"] != row["misleading_action"]
     play = json.loads((tmp_path / "play-base.json").read_text())
     assert len(play["no_tips"]["episodes"]) == 2 and play["oracle_tips"]["tips_shown"] > 0
+    for arm in ("no_tips", "oracle_tips"):  # (steps that took the oracle action, steps with one)
+        took, named = play[arm]["follow"]
+        assert 0 <= took <= named <= sum(len(e["actions"]) for e in play[arm]["episodes"]) and named > 0
     before = [(tmp_path / f).stat().st_mtime_ns for f in ("trajectories.jsonl", "read-base.json", "play-base.json")]
     assert tips.main(argv) == 0  # resumed: nothing sampled again (the write stage only rescores the saved tips)
     assert [(tmp_path / f).stat().st_mtime_ns for f in ("trajectories.jsonl", "read-base.json", "play-base.json")] == before
@@ -47,3 +50,24 @@ def test_coherence_measure():
     assert not tips.coherence("November 11th, a date ahead of a new employee at Product Time.", ep)[0]
     assert not tips.coherence("Go to the kitchen. Then go outside to the parrot.", ep)[0]  # two sentences
     assert tips.coherence(None, ep) == (False, 0.0)
+
+
+def test_oracle_follow_counts_the_tip_of_each_step():
+    gold = ["go to hallway", "go to outside", "focus on bee"]
+    # step 0 takes the tip, step 1 wanders (tip still "go to outside"), step 2 takes it, step 3 does not
+    assert tips.oracle_follow(["go to hallway", "look around", "Go to outside ", "look around"], gold) == (2, 4)
+    assert tips.oracle_follow(gold + ["wait"], gold) == (3, 3)  # no oracle action after the gold path ends
+    assert tips.oracle_follow([], gold) == (0, 0)
+
+
+def test_overrides_after_the_stages_are_overrides(tmp_path, monkeypatch):
+    seen = {}
+
+    def stop(args):
+        seen.update(stages=args.stages, over=args.overrides)
+        raise KeyboardInterrupt  # parsed: stop before a model loads
+
+    monkeypatch.setattr(tips, "_config", stop)
+    with pytest.raises(KeyboardInterrupt):
+        tips.main(["play", "--out", str(tmp_path), "env.max_turns=12"])
+    assert seen == {"stages": ["play"], "over": ["env.max_turns=12"]}
