@@ -190,7 +190,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                   f"{s.steps:.1f}", f"{s.failure_rate:.2f}")
     console.print(t)
     console.print(score_legend(cfg.env.name))
-    console.print(f"evaluated on {variations_note(res)}")
+    console.print(f"evaluated: {variations_note(res)}")
     same = ("the stream of the training-time evaluation of these weights (eval_after / eval_iterK), so the same "
             "settings give the same number" if seed_it == trained else "not the training-time evaluation's stream")
     console.print(f"sampling seed: run.seed={cfg.run.seed}, evaluation stream of iteration {seed_it}: {same} "
