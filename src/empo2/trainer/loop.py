@@ -50,7 +50,7 @@ from empo2.trainer.evaluate import EvalResult, eval_variations, evaluate, read_e
 from empo2.trainer.learner import Learner
 from empo2.trainer.method import Method, make_method
 from empo2.trainer.metrics import (
-    SCORE_TABLE_COLUMNS, MetricsSink, NullSink, RunLogger, group_score_rows, rollout_metrics)
+    MetricsSink, NullSink, RunLogger, group_score_rows, merge_score_table, rollout_metrics)
 from empo2.trainer.trackers import check_trackers
 from empo2.trainer.progress import (
     Progress, checkpoint_note, eval_note, tips_note, trajectories_note, update_note)
@@ -358,10 +358,8 @@ class Trainer:
         d = self.run_dir / "trajectories"
         d.mkdir(exist_ok=True)
         table = d / "scores.tsv"  # per-group score table, one block of rows per iteration
-        rows = group_score_rows(trajs, it + 1)
-        old = table.read_text().splitlines() if table.is_file() else ["\t".join(SCORE_TABLE_COLUMNS)]
-        keep = [ln for ln in old[1:] if ln.split("\t", 1)[0] != str(it + 1)]  # a re-run iteration replaces its rows
-        lines = [old[0]] + keep + ["\t".join(str(r[c]) for c in SCORE_TABLE_COLUMNS) for r in rows]
+        old = table.read_text().splitlines() if table.is_file() else []
+        lines = merge_score_table(old, group_score_rows(trajs, it + 1), it + 1)
         tmp = table.with_suffix(".tmp")
         tmp.write_text("\n".join(lines) + "\n")
         os.replace(tmp, table)
