@@ -46,7 +46,7 @@ def test_markdown_table_has_both_runs_with_their_algorithms(built_report):
     synth = row["empo2-synth"]
     assert "55.0 [35.0, 75.0] (before 5.0)" in synth  # final eval from eval_after.json with its CI
     assert "0.50 [0.20, 0.80]" in synth
-    assert "12/12" in synth and "60.0 (it 11)" in synth and "30.0 s" in synth
+    assert "12/12" in synth and "60.0 (it 11; mean 32.5)" in synth and "30.0 s" in synth  # mean: 5·78/12
     assert "| 110 |" in synth  # env steps: 11 rows of 10, one None
     assert "| 18 (stalled 3 it, longest 2) |" in synth  # 9 iterations of 2 AdamW steps, none in 4, 5 and 9
     assert "![learning_curves](learning_curves.png)" in md and "![diagnostics](diagnostics.png)" in md

@@ -61,9 +61,9 @@ def _write_run(root: Path, name: str, seed: int, p: float, scores: list[float], 
     (run / "checkpoints" / "last").symlink_to("iter-00002")
     (run / "adapt-boil").mkdir()
     (run / "adapt-boil" / "adapt.json").write_text(json.dumps(
-        {"tasks": ["boil"], "split": "test", "trials": [{"score": 10.0 + seed, "success_rate": 0.0},
-                                                         {"score": 12.0, "success_rate": 0.0},
-                                                         {"score": 30.0 + seed, "success_rate": 0.5}]}))
+        {"tasks": ["boil"], "split": "test", "trials": [{"episodes": 2, "score": 10.0 + seed, "success_rate": 0.0},
+                                                         {"episodes": 2, "score": 12.0, "success_rate": 0.0},
+                                                         {"episodes": 2, "score": 30.0 + seed, "success_rate": 0.5}]}))
     return run
 
 
@@ -185,6 +185,7 @@ def test_cli_prints_seed_table_paired_difference_and_config_diff(two_methods, tm
     assert "| env.max_turns (turns) |" in printed  # the headline key first, before empo2.p
     assert printed.index("env.max_turns") < printed.index("| empo2.p (EMPO² p) |")
     assert "Score (0–100) [95% CI over seeds]" in printed and "20.0 [3.6, 36.4]" in printed and "45.0 [28.6, 61.4]" in printed
+    assert "| C · GRPO | 3 of 3 | adapt adapt-boil trial 1 | boil | 2 | 11.0 [8.5, 13.5] | 0.00 [0.00, 0.00] | — |" in printed
     # report order is alphabetical: A = empo2-s*, B = grpo-long, C = grpo-s*; "C − A" is GRPO − EMPO²
     assert "| C · GRPO − A · EMPO² | final | 4 paired | -25.0 [-45.5, -4.5] | paired t | -3.87 (3) | 0.030 |" in printed
     # grpo-long plays 10 turns: its episodes are not those of the 5-turn runs
@@ -202,3 +203,34 @@ def test_a_single_run_has_no_seed_section(two_methods, tmp_path):
     runs = load_runs([two_methods / "grpo-s0"])
     md = markdown_report(runs, [], None, tmp_path)
     assert "Methods over seeds" not in md and "differ in configuration" not in md and "**[A]**" not in md
+
+
+def test_other_evaluations_and_adapt_trials_show_in_a_single_run_report(two_methods, tmp_path):
+    """Issue #23 item 5: a single-run report listed neither `empo2 eval` results nor adapt trials; the
+    two-run seed table showed adapt rows without their task, episodes "—", beside the training score."""
+    from empo2.report.table import markdown_report
+
+    run = two_methods / "grpo-s0"
+    first, last = [0.0, 50.0, 25.0], [50.0, 50.0, 25.0]
+    eps = [[{"id": k, "task": "melt", "variation": k, "seed": [0, 20_000_000 + t, k, 0], "score": x, "crashed": False}
+            for k, x in enumerate(xs)] for t, xs in ((0, first), (1, last))]
+    (run / "adapt-melt").mkdir()
+    (run / "adapt-melt" / "adapt.json").write_text(json.dumps(
+        {"tasks": ["melt"], "split": "test", "temperature": 0.4, "max_turns": 5, "trial_episodes": eps,
+         "trials": [{"episodes": 3, "score": 25.0, "score_ci": [0.0, 87.1], "success_rate": 0.0,
+                     "success_ci": [0.0, 0.56]},
+                    {"episodes": 3, "score": 125 / 3, "score_ci": [5.5, 77.8], "success_rate": 0.0,
+                     "success_ci": [0.0, 0.56]}]}))
+    md = markdown_report(load_runs([run]), [], None, tmp_path)
+    assert "## Other evaluations" in md
+    assert "| grpo-s0 | eval test | test | boil, melt | 4 | 8.8 [0.0, 100.0] | 0.00 [0.00, 1.00] | — |" in md
+    assert "| grpo-s0 | adapt adapt-boil trial 1 | test | boil | 2 | 10.0 | 0.00 | — |" in md
+    from empo2.algo.stats import welch_diff
+    _, lo, hi, *_ = welch_diff(first, last)
+    assert (f"| grpo-s0 | adapt adapt-melt trial 2 | test | melt | 3 | 41.7 [5.5, 77.8] | 0.00 [0.00, 0.56] | "
+            f"+16.7 [{lo:+.1f}, {hi:+.1f}], unpaired |") in md
+    # the seed table: adapt rows name their task and episodes, and carry no training score
+    rows = {(r.method.label.split(" · ")[1], r.evaluation): r for r in seed_rows(group_methods(load_runs([two_methods])))}
+    adapt = rows[("GRPO", "adapt adapt-boil trial 1")]
+    assert adapt.tasks == ("boil",) and adapt.episodes_per_seed == 2 and adapt.best_train is None
+    assert rows[("GRPO", "final")].best_train is not None and rows[("GRPO", "final")].tasks == ("boil", "melt")

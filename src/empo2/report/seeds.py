@@ -35,7 +35,7 @@ from typing import Any
 
 from empo2.algo.stats import mean_ci
 from empo2.configschema import flatten_dotted
-from empo2.report.runs import RunData, final_eval, finite, series, training_rows
+from empo2.report.runs import RunData, adapt_trial_record, final_eval, finite, series, training_rows
 from empo2.trainer.compare import ScoreDifference, score_difference
 
 IGNORED_KEYS_PREFIXES = ("run.",)
@@ -149,16 +149,6 @@ def _from_eval(d: dict[str, Any], max_turns: Any = None) -> EvalScore | None:
     n = o.get("episodes")
     return EvalScore(score, finite(o.get("success_rate")), n if isinstance(n, int) else None,
                      tuple(sorted(d.get("per_task") or {})), record if d.get("episodes") else None)
-
-
-def adapt_trial_record(adapt: dict[str, Any], k: int) -> dict[str, Any] | None:
-    """Trial ``k`` (0-based) of an ``adapt.json`` as an evaluation record (``AdaptResult.trial_record``),
-    or None when the file kept no per-episode scores."""
-    eps = adapt.get("trial_episodes") or []
-    if k >= len(eps) or not eps[k]:
-        return None
-    return {"split": adapt.get("split"), "temperature": adapt.get("temperature"),
-            "max_turns": adapt.get("max_turns"), "episodes": eps[k]}
 
 
 def run_evaluations(run: RunData) -> dict[str, EvalScore]:
