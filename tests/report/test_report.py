@@ -70,7 +70,9 @@ def _train(run: dict) -> list[dict]:
 def test_viewer_ids_are_one_based_and_a_step_shows_each_tip_once():
     from empo2.report.viewer import display_id, unique_tips
 
-    assert display_id("it2-t0-r3") == "it3-t1-r4" and display_id("custom") == "custom"
+    assert display_id("it2-t0-r3", 3) == "it3-t1-r4" and display_id("custom", 3) == "custom"  # an older file
+    assert display_id("it3-t1-r4", 3) == "it3-t1-r4"  # stored from 1 (records.episode_id): shown as stored
+    assert display_id("it0-t0-r1", 1) == "it1-t1-r2"  # files numbered from iter-00000: iteration 1 holds it0
     assert unique_tips(["a", "b", "a", "b", "c"], 100) == ["a", "b", "c"]
     from empo2.memory.text import step_entry_text
 
@@ -122,6 +124,19 @@ def test_viewer_caps_iterations_and_says_so(built_report):
     real = next(r for r in data["runs"] if r["name"] == "grpo-tiny")
     assert [it["index"] for it in _train(real)] == [1, 2, 3] and real["note"] == ""
     assert all(len(it["episodes"]) == 4 for it in _train(real))
+
+
+def test_stored_ids_count_from_one_like_the_logs(real_run, built_report):
+    """Issue #23 item 6: ``trajectories/iter-00001.jsonl`` stored ``it0-t0-r0`` while the logs and the
+    viewer say ``it1-t1-r1``; the files now hold the id the user sees, and the viewer shows it as stored."""
+    from empo2.records import episode_id
+
+    assert episode_id(4, 0, 0) == "it5-t1-r1"
+    recs = [json.loads(x) for x in (real_run / "trajectories" / "iter-00001.jsonl").read_text().splitlines()]
+    assert recs[0]["id"] == "it1-t1-r1" and all(r["id"].startswith("it1-") for r in recs)
+    real = next(r for r in _viewer_data(built_report.viewer.read_text())["runs"] if r["name"] == "grpo-tiny")
+    shown = [(e["id"], e["stored_id"]) for e in _train(real)[2]["episodes"]]
+    assert shown and all(a == b and a.startswith("it3-") for a, b in shown)
 
 
 def test_viewer_numbers_iterations_like_metrics_rows(built_report, make_synthetic_run):

@@ -352,7 +352,9 @@ class Trainer:
 
     def _save_trajectories(self, trajs: list[Trajectory], it: int) -> None:
         """Human-readable episodes of this iteration (``<run>/trajectories/iter-K.jsonl``, K = ``it + 1``:
-        numbered like ``metrics.jsonl`` rows and ``checkpoints/iter-K``)."""
+        numbered like ``metrics.jsonl`` rows and ``checkpoints/iter-K``), each with its id ``itK-tT-rR``
+        counted from 1 as the logs count (``records.episode_id``), and the group score table
+        ``scores.tsv`` (``group_score_rows``)."""
         import json
 
         d = self.run_dir / "trajectories"
