@@ -305,3 +305,25 @@ def test_cli_prints_each_output_once_unwrapped_with_units(make_synthetic_run, tm
         assert cli.main(["report", str(run), "--out", str(out)]) == 0
     said = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out) + "".join(r.getMessage() for r in caplog.records)
     assert said.count(str(out / "report.md")) == 1
+
+
+def test_a_report_of_other_runs_is_not_replaced_without_force(make_synthetic_run, tmp_path, capsys):
+    """Issue #23 item 7: both README report commands wrote report/, the second silently replacing the first."""
+    import empo2.cli as cli
+
+    a, b = make_synthetic_run("a", iterations=2), make_synthetic_run("b", iterations=2)
+    out = tmp_path / "report"
+    assert cli.main(["report", str(a), "--out", str(out)]) == 0
+    first = (out / "report.md").read_text()
+    assert cli.main(["report", str(a), "--out", str(out)]) == 0  # the same runs: refreshed
+    capsys.readouterr()
+    assert cli.main(["report", str(b), str(a), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"holds a report of {a.resolve()}" in err and "--force" in err
+    assert (out / "report.md").read_text() == first  # untouched
+    assert cli.main(["report", str(a), str(b), "--out", str(out), "--force"]) == 0
+    assert "`b`" in (out / "report.md").read_text()
+    assert cli.main(["report", str(b), str(a), "--out", str(out)]) == 0  # same set, other order
+    (out / "report_runs.json").unlink()  # a report written before the runs were recorded
+    assert cli.main(["report", str(a), str(b), "--out", str(out)]) == 2
+    assert "not recorded" in capsys.readouterr().err
