@@ -324,7 +324,7 @@ class Trainer:
         if self.method.updates_policy:  # Learner.update skips the step when every advantage is 0
             with self.progress.phase(f"{label} update", unit="micro-batches") as ph:
                 train = self.learner.update(samples, iteration=it, on_step=ph.step)
-                ph.note(update_note(train))
+                ph.note(update_note(train, ph.done))
             self.setup.generator.sync_weights(policy_weights(self.setup.policy.model))  # HF: drops stale caches
         else:  # memory-only baseline: weights stay frozen
             train = {"train/skipped": 1.0}
