@@ -287,10 +287,12 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         t.add_row(str(k), str(s.episodes), fmt_score(s), fmt_success(s))
     console.print(t)
     console.print(score_legend(cfg.env.name))
-    imp = res.improvement_pct()
-    imp_text = f"{imp:+.1f}%" if imp == imp else "n/a (trial 1 scored 0)"
-    console.print(f"improvement trial 1 → {args.trials}: {imp_text}  "
-                  f"(weights unchanged: {res.weights_sha256_before == res.weights_sha256_after})  → {out_dir / 'adapt.json'}")
+    diff = res.difference()
+    if diff is not None:
+        imp = res.improvement_pct()
+        rel = f"; relative {imp:+.1f}%" if imp == imp else ""
+        console.print(f"score change trial 1 → {args.trials}: {diff.describe()}{rel}")
+    console.print(f"weights unchanged: {res.weights_sha256_before == res.weights_sha256_after}  → {out_dir / 'adapt.json'}")
     return 0
 
 
