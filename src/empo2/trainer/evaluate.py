@@ -359,7 +359,8 @@ def read_eval(path: Path) -> EvalResult:
             pool = variations
             variations = {}
             for ep in episodes:
-                variations.setdefault(ep["task"], set()).add(ep["variation"])
+                if isinstance(ep.get("variation"), int):
+                    variations.setdefault(ep.get("task"), set()).add(ep["variation"])
             variations = {t: sorted(v) for t, v in variations.items()}
         return EvalResult(split=d["split"], temperature=d["temperature"], overall=_summary(d["overall"]),
                           per_task={k: _summary(v) for k, v in d.get("per_task", {}).items()},
