@@ -474,8 +474,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     plot(agg, out / "learn_curves.png")
     md = markdown(agg, meta)
     (out / "learn.md").write_text(md)
+    # --force: a later call with more arms reports more runs into the same folder, which it owns
     rep = subprocess.run([sys.executable, "-m", "empo2.cli", "report", *[r["run"] for r in runs], "--out",
-                          str(out / "report")], cwd=REPO_ROOT, capture_output=True, text=True)
+                          str(out / "report"), "--force"], cwd=REPO_ROOT, capture_output=True, text=True)
     if rep.returncode != 0:
         bench.notes.append(f"empo2 report failed: {rep.stderr.strip()[-300:]}")
     rows = []

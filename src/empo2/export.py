@@ -154,6 +154,7 @@ def _run_folder(ckpt: Path) -> Path | None:
 
 def model_card(ckpt: Path, config: dict[str, Any], adapter: bool, merged: bool) -> str:
     """The model card (``README.md``): front matter, how to load, training config, evaluation table."""
+    from empo2.policy.loading import quantisation_note
     from empo2.report.runs import algorithm_of, load_run
     from empo2.report.table import per_task_table
 
@@ -164,6 +165,7 @@ def model_card(ckpt: Path, config: dict[str, Any], adapter: bool, merged: bool) 
     trainer = config.get("trainer") or {}
     rollout = config.get("rollout") or {}
     base = str(model.get("name_or_path", "?"))
+    gguf = quantisation_note(base)
     algo = algorithm_of(config).value
     iteration = load_state(ckpt).get("iteration")
     front = {"library_name": "peft" if adapter else "transformers", "pipeline_tag": "text-generation",
@@ -173,6 +175,7 @@ def model_card(ckpt: Path, config: dict[str, Any], adapter: bool, merged: bool) 
              f"A policy trained with **{algo}** by [empo2](https://arxiv.org/abs/2602.23008) on "
              f"`{env.get('name', '?')}` tasks {', '.join(map(str, env.get('tasks') or []))}, exported from "
              f"checkpoint `{Path(ckpt).name}` (iteration {iteration}). Base model: `{base}`"
+             + (f" ({gguf}; the exported weights are fp32)" if gguf else "")
              + (" (LoRA adapter merged into the weights)." if merged else
                 " (LoRA adapter only: load it on top of the base model)." if adapter else "."), "",
              "## Loading", "", "```python"]

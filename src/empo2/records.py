@@ -61,9 +61,17 @@ class Segment:
 
 
 def episode_id(iteration: int, task_index: int, rollout: int) -> str:
-    """The id ``it{iteration}-t{task_index}-r{rollout}`` of an episode (``Trajectory.id``); also the key
-    of its KV cache in the generator (``policy.generator.GenerationRequest.cache_key``)."""
-    return f"it{iteration}-t{task_index}-r{rollout}"
+    """The id of an episode (``Trajectory.id``), every part counted from 1 as the logs count:
+    ``episode_id(4, 0, 0)`` → ``"it5-t1-r1"``, the first rollout of the first task instance of the
+    iteration logged as ``iter 5`` and stored in ``trajectories/iter-00005.jsonl``.
+
+    The arguments are the 0-based indices the code uses (seeds and sorting use those). The id is what
+    a user sees (trajectory files, the report's viewer, messages) and the key of the episode's KV
+    cache in the generator (``policy.generator.GenerationRequest.cache_key``). Files written before
+    this numbering hold 0-based ids (``it4-t0-r0``); the viewer shows those +1
+    (``report.viewer.display_id``).
+    """
+    return f"it{iteration + 1}-t{task_index + 1}-r{rollout + 1}"
 
 
 @dataclass
@@ -143,7 +151,8 @@ class Trajectory:
 
     @property
     def id(self) -> str:
-        """``episode_id(iteration, task_index, rollout)``: unique within a rollout, deterministic."""
+        """``episode_id(iteration, task_index, rollout)`` (counted from 1, ``it5-t1-r1``): unique within a
+        rollout, deterministic."""
         return episode_id(self.iteration, self.task_index, self.rollout)
 
     @property

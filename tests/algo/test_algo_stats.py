@@ -61,3 +61,20 @@ def test_proportion_ci_golden():
 def test_proportion_ci_rejects(args):
     with pytest.raises(ValueError):
         proportion_ci(*args)
+
+
+def test_welch_diff_golden():
+    # xs = 1, 2, 3: mean 2, s² = 1; ys = 4, 6, 8, 10: mean 7, s² = 20/3
+    # se² = 1/3 + (20/3)/4 = 2, t = 5/√2 = 3.5355339
+    # df = 2² / ((1/3)²/2 + (5/3)²/3) = 4 / (1/18 + 25/27) = 4 / (53/54) = 216/53 = 4.0754717
+    diff, lo, hi, t, df, p = stats.welch_diff([1, 2, 3], [4, 6, 8, 10])
+    assert diff == 5.0 and t == pytest.approx(5 / math.sqrt(2))
+    assert df == pytest.approx(216 / 53)
+    half = t_quantile(0.975, 216 / 53) * math.sqrt(2)
+    assert (lo, hi) == pytest.approx((5 - half, 5 + half))
+    assert p == pytest.approx(stats.t_two_sided_p(5 / math.sqrt(2), 216 / 53)) and 0.02 < p < 0.03
+    one = stats.welch_diff([1.0], [2.0, 3.0])
+    assert one[0] == 1.5 and all(math.isnan(v) for v in one[1:])  # no spread from one value
+    assert stats.welch_diff([0.0, 0.0], [0.0, 0.0, 0.0])[:3] == (0.0, 0.0, 0.0)
+    with pytest.raises(ValueError):
+        stats.welch_diff([], [1.0])

@@ -46,7 +46,7 @@ def test_markdown_table_has_both_runs_with_their_algorithms(built_report):
     synth = row["empo2-synth"]
     assert "55.0 [35.0, 75.0] (before 5.0)" in synth  # final eval from eval_after.json with its CI
     assert "0.50 [0.20, 0.80]" in synth
-    assert "12/12" in synth and "60.0 (it 11)" in synth and "30.0 s" in synth
+    assert "12/12" in synth and "60.0 (it 11; mean 32.5)" in synth and "30.0 s" in synth  # mean: 5·78/12
     assert "| 110 |" in synth  # env steps: 11 rows of 10, one None
     assert "| 18 (stalled 3 it, longest 2) |" in synth  # 9 iterations of 2 AdamW steps, none in 4, 5 and 9
     assert "![learning_curves](learning_curves.png)" in md and "![diagnostics](diagnostics.png)" in md
@@ -70,7 +70,9 @@ def _train(run: dict) -> list[dict]:
 def test_viewer_ids_are_one_based_and_a_step_shows_each_tip_once():
     from empo2.report.viewer import display_id, unique_tips
 
-    assert display_id("it2-t0-r3") == "it3-t1-r4" and display_id("custom") == "custom"
+    assert display_id("it2-t0-r3", 3) == "it3-t1-r4" and display_id("custom", 3) == "custom"  # an older file
+    assert display_id("it3-t1-r4", 3) == "it3-t1-r4"  # stored from 1 (records.episode_id): shown as stored
+    assert display_id("it0-t0-r1", 1) == "it1-t1-r2"  # files numbered from iter-00000: iteration 1 holds it0
     assert unique_tips(["a", "b", "a", "b", "c"], 100) == ["a", "b", "c"]
     from empo2.memory.text import step_entry_text
 
@@ -122,6 +124,19 @@ def test_viewer_caps_iterations_and_says_so(built_report):
     real = next(r for r in data["runs"] if r["name"] == "grpo-tiny")
     assert [it["index"] for it in _train(real)] == [1, 2, 3] and real["note"] == ""
     assert all(len(it["episodes"]) == 4 for it in _train(real))
+
+
+def test_stored_ids_count_from_one_like_the_logs(real_run, built_report):
+    """Issue #23 item 6: ``trajectories/iter-00001.jsonl`` stored ``it0-t0-r0`` while the logs and the
+    viewer say ``it1-t1-r1``; the files now hold the id the user sees, and the viewer shows it as stored."""
+    from empo2.records import episode_id
+
+    assert episode_id(4, 0, 0) == "it5-t1-r1"
+    recs = [json.loads(x) for x in (real_run / "trajectories" / "iter-00001.jsonl").read_text().splitlines()]
+    assert recs[0]["id"] == "it1-t1-r1" and all(r["id"].startswith("it1-") for r in recs)
+    real = next(r for r in _viewer_data(built_report.viewer.read_text())["runs"] if r["name"] == "grpo-tiny")
+    shown = [(e["id"], e["stored_id"]) for e in _train(real)[2]["episodes"]]
+    assert shown and all(a == b and a.startswith("it3-") for a, b in shown)
 
 
 def test_viewer_numbers_iterations_like_metrics_rows(built_report, make_synthetic_run):
@@ -290,3 +305,25 @@ def test_cli_prints_each_output_once_unwrapped_with_units(make_synthetic_run, tm
         assert cli.main(["report", str(run), "--out", str(out)]) == 0
     said = re.sub(r"\x1b\[[0-9;]*m", "", capsys.readouterr().out) + "".join(r.getMessage() for r in caplog.records)
     assert said.count(str(out / "report.md")) == 1
+
+
+def test_a_report_of_other_runs_is_not_replaced_without_force(make_synthetic_run, tmp_path, capsys):
+    """Issue #23 item 7: both README report commands wrote report/, the second silently replacing the first."""
+    import empo2.cli as cli
+
+    a, b = make_synthetic_run("a", iterations=2), make_synthetic_run("b", iterations=2)
+    out = tmp_path / "report"
+    assert cli.main(["report", str(a), "--out", str(out)]) == 0
+    first = (out / "report.md").read_text()
+    assert cli.main(["report", str(a), "--out", str(out)]) == 0  # the same runs: refreshed
+    capsys.readouterr()
+    assert cli.main(["report", str(b), str(a), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"holds a report of {a.resolve()}" in err and "--force" in err
+    assert (out / "report.md").read_text() == first  # untouched
+    assert cli.main(["report", str(a), str(b), "--out", str(out), "--force"]) == 0
+    assert "`b`" in (out / "report.md").read_text()
+    assert cli.main(["report", str(b), str(a), "--out", str(out)]) == 0  # same set, other order
+    (out / "report_runs.json").unlink()  # a report written before the runs were recorded
+    assert cli.main(["report", str(a), str(b), "--out", str(out)]) == 2
+    assert "not recorded" in capsys.readouterr().err

@@ -11,8 +11,8 @@ import yaml
 
 from empo2.cli import main
 from empo2.report.runs import load_runs
-from empo2.report.seeds import (comparable_config, config_diff, episode_scores, group_methods, paired_difference,
-                                run_evaluations, seed_rows)
+from empo2.report.seeds import (comparable_config, config_diff, group_methods, paired_difference, run_evaluations,
+                                seed_rows)
 
 # per seed, the scores of the 4 evaluation episodes (two tasks × two variations) of method A;
 # method B scores DELTA more on each episode with every seed
@@ -31,13 +31,16 @@ def _config(seed: int, p: float, name: str, max_turns: int = 5) -> dict:
             "trainer": {"iterations": 2, "lr": 1e-3, "threads": seed + 1}}
 
 
-def _eval_json(scores: list[float]) -> dict:
-    mean = sum(scores) / len(scores)
-    return {"split": "test", "temperature": 0.4,
+def _eval_json(scores: list[float], seed: int = 0, iteration: int = 2, max_turns: int | None = None) -> dict:
+    """An ``EvalResult`` JSON: episode k has id k and seed [run.seed, 10_000_000 + iteration, k, 0]."""
+    mean = sum(max(s, 0.0) for s in scores) / len(scores)
+    return {"split": "test", "temperature": 0.4, **({"max_turns": max_turns} if max_turns else {}),
             "overall": {"episodes": len(scores), "score": mean, "score_ci": [0.0, 100.0],
                         "success_rate": sum(s >= 100 for s in scores) / len(scores), "success_ci": [0.0, 1.0]},
-            "per_task": {}, "episodes": [{"task": t, "variation": v, "score": s, "success": s >= 100,
-                                          "steps": 3, "crashed": False} for (t, v), s in zip(EPISODES, scores)]}
+            "per_task": {"boil": {}, "melt": {}},
+            "episodes": [{"id": k, "task": t, "variation": v, "seed": [seed, 10_000_000 + iteration, k, 0],
+                          "score": s, "success": s >= 100, "steps": 3, "crashed": False}
+                         for k, ((t, v), s) in enumerate(zip(EPISODES, scores))]}
 
 
 def _write_run(root: Path, name: str, seed: int, p: float, scores: list[float], max_turns: int = 5,
@@ -51,16 +54,16 @@ def _write_run(root: Path, name: str, seed: int, p: float, scores: list[float], 
              **({"memory/tip_follow_rate": follow} if follow is not None else {})},
             {"iteration": 2, "eval/tiny/score": sum(scores) / len(scores)}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (run / "eval_after.json").write_text(json.dumps(_eval_json(scores)))
+    (run / "eval_after.json").write_text(json.dumps(_eval_json(scores, seed)))  # max_turns: from config.yaml
     ckpt = run / "checkpoints" / "iter-00002"
     ckpt.mkdir(parents=True)
-    (ckpt / "eval_test.json").write_text(json.dumps(_eval_json([s / 2 for s in scores])))
+    (ckpt / "eval_test.json").write_text(json.dumps(_eval_json([s / 2 for s in scores], seed, max_turns=max_turns)))
     (run / "checkpoints" / "last").symlink_to("iter-00002")
     (run / "adapt-boil").mkdir()
     (run / "adapt-boil" / "adapt.json").write_text(json.dumps(
-        {"tasks": ["boil"], "split": "test", "trials": [{"score": 10.0 + seed, "success_rate": 0.0},
-                                                         {"score": 12.0, "success_rate": 0.0},
-                                                         {"score": 30.0 + seed, "success_rate": 0.5}]}))
+        {"tasks": ["boil"], "split": "test", "trials": [{"episodes": 2, "score": 10.0 + seed, "success_rate": 0.0},
+                                                         {"episodes": 2, "score": 12.0, "success_rate": 0.0},
+                                                         {"episodes": 2, "score": 30.0 + seed, "success_rate": 0.5}]}))
     return run
 
 
@@ -91,8 +94,8 @@ def test_every_evaluation_of_a_run_is_read(two_methods):
     assert ev["final"].score == pytest.approx(17.5)
     assert ev["eval test"].score == pytest.approx(8.75)  # inside checkpoints/, read once despite `last`
     assert ev["adapt adapt-boil trial 3"].score == 30.0
-    assert episode_scores(_eval_json([0.0, -100.0, 5.0, 5.0])) == {"boil:0#0": 0.0, "boil:1#0": 0.0,
-                                                                    "melt:0#0": 5.0, "melt:1#0": 5.0}
+    assert ev["final"].record["max_turns"] == 5  # an older file's setting, from the run's config
+    assert ev["adapt adapt-boil trial 3"].tasks == ("boil",) and ev["adapt adapt-boil trial 3"].record is None
 
 
 def _ci(values: list[float], n_minus_1: int) -> tuple[float, float, float]:
@@ -122,15 +125,55 @@ def test_seed_table_is_mean_and_t_interval_over_seeds(two_methods):
 def test_paired_difference_on_the_same_episodes(two_methods):
     methods = group_methods(load_runs([two_methods]))
     grpo, empo2 = sorted(methods, key=lambda m: m.config["empo2.p"])
-    d = paired_difference(grpo, empo2, "final")
-    # every episode's seed-mean differs by DELTA: mean 25, s = √(500/3), t = 25/(s/2), df 3
+    d = paired_difference(grpo, empo2, "final").diff
+    # seed s of GRPO and seed s of EMPO² played the same episodes: every episode differs by DELTA,
+    # mean 25, s = √(500/3), t = 25/(s/2), df 3
     s = math.sqrt(sum((x - 25.0) ** 2 for x in DELTA) / 3)
-    assert (d.episodes, d.df) == (4, 3)
+    assert d.paired and (d.episodes, d.df) == (4, 3)
     assert d.mean == pytest.approx(25.0)
     assert (d.lo, d.hi) == pytest.approx((25.0 - T975[3] * s / 2, 25.0 + T975[3] * s / 2))
     assert d.t == pytest.approx(25.0 / (s / 2))
     assert d.p == pytest.approx(0.03047, abs=2e-4)  # two-sided P(|T_3| > 3.873)
-    assert paired_difference(grpo, grpo, "final").mean == 0.0
+    assert paired_difference(grpo, grpo, "final").diff.mean == 0.0
+
+
+def _single(root: Path, name: str, p: float, scores: list[float], iteration: int, max_turns: int) -> None:
+    run = root / name
+    run.mkdir(parents=True)
+    cfg = _config(0, p, name, max_turns)
+    cfg["trainer"]["iterations"] = iteration
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    (run / "eval_after.json").write_text(json.dumps(_eval_json(scores, 0, iteration)))
+
+
+def test_runs_whose_episodes_differ_are_compared_unpaired_and_say_why(tmp_path):
+    """Issue #23 item 1: quickstart (5 iterations, 5 turns) vs sciworld_empo2_cpu (3 iterations, 10
+    turns) share task:variation#k but neither the evaluation stream nor max_turns: not paired."""
+    root = tmp_path / "runs"
+    a_scores, b_scores = [0.0, 20.0, 40.0, 10.0], [50.0, 25.0, 60.0, 30.0]
+    _single(root, "quickstart", 0.0, a_scores, 5, 5)
+    _single(root, "empo2_cpu", 0.5, b_scores, 3, 5)
+    grpo, empo2 = sorted(group_methods(load_runs([root])), key=lambda m: m.config["empo2.p"])
+    d = paired_difference(grpo, empo2, "final").diff
+    assert not d.paired
+    assert d.reason == ("episode seeds differ (evaluation stream of iteration 5 vs evaluation stream of "
+                        "iteration 3)")
+    # Welch by hand: means 17.5 and 41.25, variances 291.67 and 272.92 over 4 each
+    va, vb = sum((x - 17.5) ** 2 for x in a_scores) / 3 / 4, sum((x - 41.25) ** 2 for x in b_scores) / 3 / 4
+    df = (va + vb) ** 2 / (va ** 2 / 3 + vb ** 2 / 3)
+    assert (d.mean, d.df, d.n_a, d.n_b) == pytest.approx((23.75, df, 4, 4))
+    from empo2.algo.stats import t_quantile
+    assert d.hi - d.lo == pytest.approx(2 * t_quantile(0.975, df) * math.sqrt(va + vb))
+    # the same stream but another max_turns: still not the same episodes
+    _single(root, "long", 0.5, b_scores, 5, 10)
+    methods = group_methods(load_runs([root / "quickstart", root / "long"]))
+    d = paired_difference(methods[0], methods[1], "final").diff
+    assert not d.paired and d.reason == "evaluation settings differ (max_turns 5 vs 10)"
+    out = tmp_path / "report"
+    assert main(["report", str(root / "quickstart"), str(root / "empo2_cpu"), "--out", str(out)]) == 0
+    md = (out / "report.md").read_text()
+    assert "| 4 vs 4 | +23.8 [" in md and "unpaired Welch t; not paired: episode seeds differ" in md
+    assert "paired t |" not in md
 
 
 def test_cli_prints_seed_table_paired_difference_and_config_diff(two_methods, tmp_path, capsys):
@@ -142,8 +185,12 @@ def test_cli_prints_seed_table_paired_difference_and_config_diff(two_methods, tm
     assert "| env.max_turns (turns) |" in printed  # the headline key first, before empo2.p
     assert printed.index("env.max_turns") < printed.index("| empo2.p (EMPO² p) |")
     assert "Score (0–100) [95% CI over seeds]" in printed and "20.0 [3.6, 36.4]" in printed and "45.0 [28.6, 61.4]" in printed
+    assert "| C · GRPO | 3 of 3 | adapt adapt-boil trial 1 | boil | 2 | 11.0 [8.5, 13.5] | 0.00 [0.00, 0.00] | — |" in printed
     # report order is alphabetical: A = empo2-s*, B = grpo-long, C = grpo-s*; "C − A" is GRPO − EMPO²
-    assert "| C · GRPO − A · EMPO² | final | 4 | -25.0 [-45.5, -4.5] | -3.87 (3) | 0.030 |" in printed
+    assert "| C · GRPO − A · EMPO² | final | 4 paired | -25.0 [-45.5, -4.5] | paired t | -3.87 (3) | 0.030 |" in printed
+    # grpo-long plays 10 turns: its episodes are not those of the 5-turn runs
+    assert "| B · GRPO − A · EMPO² | final | 4 vs 4 |" in printed
+    assert "not paired: evaluation settings differ (max_turns 5 vs 10)" in printed
     md = (out / "report.md").read_text()
     assert md.index("differ in configuration") < md.index("| Run | Algorithm")
     assert "grpo-long **[B]**" in md and "grpo-s0 **[C]**" in md and "empo2-s2 **[A]**" in md
@@ -156,3 +203,34 @@ def test_a_single_run_has_no_seed_section(two_methods, tmp_path):
     runs = load_runs([two_methods / "grpo-s0"])
     md = markdown_report(runs, [], None, tmp_path)
     assert "Methods over seeds" not in md and "differ in configuration" not in md and "**[A]**" not in md
+
+
+def test_other_evaluations_and_adapt_trials_show_in_a_single_run_report(two_methods, tmp_path):
+    """Issue #23 item 5: a single-run report listed neither `empo2 eval` results nor adapt trials; the
+    two-run seed table showed adapt rows without their task, episodes "—", beside the training score."""
+    from empo2.report.table import markdown_report
+
+    run = two_methods / "grpo-s0"
+    first, last = [0.0, 50.0, 25.0], [50.0, 50.0, 25.0]
+    eps = [[{"id": k, "task": "melt", "variation": k, "seed": [0, 20_000_000 + t, k, 0], "score": x, "crashed": False}
+            for k, x in enumerate(xs)] for t, xs in ((0, first), (1, last))]
+    (run / "adapt-melt").mkdir()
+    (run / "adapt-melt" / "adapt.json").write_text(json.dumps(
+        {"tasks": ["melt"], "split": "test", "temperature": 0.4, "max_turns": 5, "trial_episodes": eps,
+         "trials": [{"episodes": 3, "score": 25.0, "score_ci": [0.0, 87.1], "success_rate": 0.0,
+                     "success_ci": [0.0, 0.56]},
+                    {"episodes": 3, "score": 125 / 3, "score_ci": [5.5, 77.8], "success_rate": 0.0,
+                     "success_ci": [0.0, 0.56]}]}))
+    md = markdown_report(load_runs([run]), [], None, tmp_path)
+    assert "## Other evaluations" in md
+    assert "| grpo-s0 | eval test | test | boil, melt | 4 | 8.8 [0.0, 100.0] | 0.00 [0.00, 1.00] | — |" in md
+    assert "| grpo-s0 | adapt adapt-boil trial 1 | test | boil | 2 | 10.0 | 0.00 | — |" in md
+    from empo2.algo.stats import welch_diff
+    _, lo, hi, *_ = welch_diff(first, last)
+    assert (f"| grpo-s0 | adapt adapt-melt trial 2 | test | melt | 3 | 41.7 [5.5, 77.8] | 0.00 [0.00, 0.56] | "
+            f"+16.7 [{lo:+.1f}, {hi:+.1f}], unpaired |") in md
+    # the seed table: adapt rows name their task and episodes, and carry no training score
+    rows = {(r.method.label.split(" · ")[1], r.evaluation): r for r in seed_rows(group_methods(load_runs([two_methods])))}
+    adapt = rows[("GRPO", "adapt adapt-boil trial 1")]
+    assert adapt.tasks == ("boil",) and adapt.episodes_per_seed == 2 and adapt.best_train is None
+    assert rows[("GRPO", "final")].best_train is not None and rows[("GRPO", "final")].tasks == ("boil", "melt")

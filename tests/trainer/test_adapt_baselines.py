@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from safetensors.torch import load_file
 
 from empo2.cli import main
@@ -39,7 +40,11 @@ def test_adapt_leaves_weights_bit_identical_and_reports_trials(tmp_path, capsys)
     assert all((before[k] == after[k]).all() for k in before)
     assert (out / "memory.sqlite").is_file()
     text = capsys.readouterr().out
-    assert "trial 3/3" in text and "improvement" in text
+    assert "trial 3/3" in text and "score change trial 1 → 3: " in text and "points" in text
+    # each trial samples its own stream: the change is unpaired, and says why
+    assert "unpaired Welch test, 2 vs 2 episodes" in text and "adapt trial 1 vs adapt trial 3" in text
+    assert res["difference"]["paired"] is False and res["max_turns"] == 4
+    assert [[e["seed"][1] for e in t] for t in res["trial_episodes"]] == [[20_000_000 + k] * 2 for k in range(3)]
     # a second adapt into the same folder refuses to mix memories
     assert main(["adapt", "--checkpoint", str(ckpt), "--tasks", "fetch-key", "--out", str(out)]) == 2
 
@@ -84,3 +89,29 @@ def test_adapt_json_has_no_nan_when_trial_one_scored_zero():
     zero = AdaptResult(["t"], "test", trials=[s(0.0), s(10.0)])
     assert json.loads(json.dumps(zero.to_json(), allow_nan=False))["improvement_pct"] is None
     assert AdaptResult(["t"], "test", trials=[s(10.0), s(15.0)]).to_json()["improvement_pct"] == 50.0
+
+
+def test_adapt_reports_the_change_in_points_with_a_ci():
+    """Issue #23 item 3: 34.8 → 33.0 was printed as "improvement −5.1%" without an interval; the change
+    is now trial K − trial 1 in score points with its Welch 95% CI (each trial has its own seed stream)."""
+    from empo2.algo.stats import welch_diff
+    from empo2.trainer.adapt import AdaptResult
+    from empo2.trainer.evaluate import EvalSummary
+
+    first, last = [50.0, 25.0, 0.0, 50.0, -100.0], [50.0, 50.0, 0.0, 50.0, 0.0]
+
+    def eps(scores, k):
+        return [{"id": i, "task": "t", "variation": i, "seed": [0, 20_000_000 + k, i, 0], "score": x,
+                 "crashed": False} for i, x in enumerate(scores)]
+
+    def summ(scores):
+        m = sum(max(x, 0.0) for x in scores) / len(scores)
+        return EvalSummary(len(scores), m, (0.0, 100.0), 0.0, (0.0, 0.5), 3.0, (3.0, 3.0), 0.0)
+
+    res = AdaptResult(["t"], "test", trials=[summ(first), summ(last)], trial_episodes=[eps(first, 0), eps(last, 1)],
+                      temperature=0.4, max_turns=5)
+    d = res.difference()
+    want = welch_diff([max(x, 0.0) for x in first], [max(x, 0.0) for x in last])
+    assert not d.paired and (d.mean, d.lo, d.hi) == pytest.approx(want[:3]) and d.mean == pytest.approx(5.0)
+    assert d.describe().startswith(f"+5.0 points [{want[1]:+.1f}, {want[2]:+.1f}] (95% CI, unpaired Welch test")
+    assert res.to_json()["difference"]["mean"] == pytest.approx(5.0)

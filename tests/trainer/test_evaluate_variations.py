@@ -35,8 +35,8 @@ def _eval(policy, fmt, variations, seed=4, episodes=4):
 def test_evaluation_on_trained_variations_is_recorded_and_pairs(tmp_path, tiny_policy, chat_format):
     res = _eval(tiny_policy, chat_format, TRAINED)
     assert [e["variation"] for e in res.episodes] == [1, 3, 1, 3]  # never an untrained variation
-    assert res.variations == TRAINED and res.restricted
-    assert "1, 3 of fetch-key (the ones the run trained on)" in variations_note(res)
+    assert res.variations == TRAINED and res.split_variations == TRAINED and res.restricted and res.max_turns == 3
+    assert variations_note(res) == "4 episodes on all 2 variations the run trained on (1, 3) of fetch-key"
     assert set(res.per_variation) == {"fetch-key/1", "fetch-key/3"}
     assert all(v.episodes == 2 for v in res.per_variation.values())
     assert res.overall.successes == sum(bool(e["success"]) for e in res.episodes)
@@ -47,6 +47,7 @@ def test_evaluation_on_trained_variations_is_recorded_and_pairs(tmp_path, tiny_p
     write_eval(res, tmp_path / "e.json")
     back = read_eval(tmp_path / "e.json")
     assert back.variations == TRAINED and back.restricted and back.overall.successes == res.overall.successes
+    assert back.split_variations == TRAINED and back.max_turns == 3
     assert dataclasses.asdict(back.per_variation["fetch-key/3"]) == dataclasses.asdict(res.per_variation["fetch-key/3"])
     # the same episodes with the same policy: paired difference 0, every action list equal
     again = _eval(tiny_policy, chat_format, TRAINED)
@@ -75,3 +76,27 @@ def test_paired_difference_by_hand():
     lo, hi = d["score_diff_ci"]
     assert lo < d["score_diff"] < hi
     assert (d["success_diff"], d["a_only"], d["b_only"]) == (0.0, 1, 1)
+
+
+def test_variations_record_what_was_played(tmp_path, tiny_policy, chat_format):
+    """Issue #23 item 2: 3 episodes on the 6 train variations play 0, 1, 2; the note and the JSON's
+    ``variations`` say so (the 6 are ``split_variations``), not "every 'train' variation"."""
+    res = _eval(tiny_policy, chat_format, None, episodes=3)
+    assert [e["variation"] for e in res.episodes] == [0, 1, 2]
+    assert res.variations == {"fetch-key": [0, 1, 2]} and res.split_variations == {"fetch-key": list(range(6))}
+    assert variations_note(res) == "3 episodes on 3 of the 6 'train' variations (0–2) of fetch-key"
+    # a file written before split_variations held the pool under "variations": read back as played + pool
+    import json
+    write_eval(res, tmp_path / "e.json")
+    old = json.loads((tmp_path / "e.json").read_text())
+    old["variations"] = old.pop("split_variations")
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    back = read_eval(tmp_path / "old.json")
+    assert back.variations == {"fetch-key": [0, 1, 2]} and back.split_variations == {"fetch-key": list(range(6))}
+
+
+def test_int_ranges():
+    from empo2.trainer.evaluate import int_ranges
+
+    assert int_ranges(list(range(93, 121))) == "93–120"
+    assert int_ranges([9, 1, 3, 4, 5]) == "1, 3–5, 9" and int_ranges([1, 2]) == "1, 2" and int_ranges([]) == ""

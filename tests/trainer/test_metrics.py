@@ -40,8 +40,28 @@ def test_group_score_rows_flag_groups_without_signal():
              _traj(1, 7, 100.0, success=True), _traj(1, 7, -100.0)]
     rows = group_score_rows(trajs, 4)
     assert rows[0] == {"iteration": 4, "task": "t", "variation": 3, "group": 0, "episodes": 2, "score_mean": 50.0,
-                       "score_min": 50.0, "score_max": 50.0, "distinct_scores": 1, "success": 0, "signal": 0}
-    assert rows[1]["signal"] == 1 and rows[1]["success"] == 1 and rows[1]["score_mean"] == 0.0
+                       "score_min": 50.0, "score_max": 50.0, "distinct_scores": 1, "success": 0, "signal": 0,
+                       "failures": 0, "raw_score_mean": 50.0}
+    assert rows[1]["signal"] == 1 and rows[1]["success"] == 1
+    # issue #23 item 4: score_mean counts the failure as 0, as rollout/score_mean does; the raw mean is apart
+    assert (rows[1]["score_mean"], rows[1]["score_min"], rows[1]["failures"], rows[1]["raw_score_mean"]) == (
+        50.0, 0.0, 1, 0.0)
+    m = rollout_metrics([t for t in trajs if not t.crashed])
+    assert m["rollout/score_mean"] == sum(r["score_mean"] for r in rows) / len(rows)  # equal-sized groups
+
+
+def test_score_table_keeps_an_older_tables_rows_under_the_right_names():
+    from empo2.trainer.metrics import SCORE_TABLE_COLUMNS, merge_score_table
+
+    old_head = "iteration\ttask\tvariation\tgroup\tepisodes\tscore_mean\tscore_min\tscore_max\tdistinct_scores\tsuccess\tsignal"
+    old = [old_head, "1\tt\t3\t0\t2\t-25.0\t-100.0\t50.0\t2\t0\t1", "2\tt\t3\t0\t2\t9\t9\t9\t1\t0\t0"]
+    rows = group_score_rows([_traj(0, 3, 50.0), _traj(0, 3, -100.0)], 2)
+    lines = merge_score_table(old, rows, 2)
+    assert lines[0].split("\t") == list(SCORE_TABLE_COLUMNS)
+    first = dict(zip(SCORE_TABLE_COLUMNS, lines[1].split("\t")))
+    assert first["raw_score_mean"] == "-25.0" and first["score_mean"] == first["score_min"] == ""
+    assert len(lines) == 3 and lines[2].split("\t")[:6] == ["2", "t", "3", "0", "2", "25.0"]  # iteration 2 replaced
+    assert merge_score_table(lines, rows, 2) == lines  # the current format is kept as it is
 
 
 def test_rollout_metrics_include_verb_shares():

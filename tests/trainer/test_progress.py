@@ -99,7 +99,31 @@ def test_iteration_line_shows_the_learner_stall_counters_when_present():
                         "train/iterations_without_step": 2.0}) == \
         "skipped (all advantages 0), 2 iterations without an optimiser step"
     assert update_note({"train/optimizer_steps": 4.0, "train/policy_kl": 0.0012}) == \
-        "optimiser steps 4, kl 1.20e-03"
+        "4 optimiser steps, kl 1.20e-03"
+
+
+def test_update_note_says_what_its_counts_count():
+    """Issue #23 item 9: "4/4 micro-batches … optimiser steps 3" did not say why 4 passes made 3 steps."""
+    train = {"train/optimizer_steps": 3.0, "train/mini_batches": 4.0, "train/zero_adv_minibatches_skipped": 1.0,
+             "train/micro_batches": 3.0, "train/policy_kl": 0.0012, "train/loss": 0.1}
+    assert update_note(train, 4) == (
+        "3 optimiser steps (one per mini-batch: 4 mini-batches, 1 skipped, all its advantages 0); "
+        "micro-batches: 3 forward/backward + 1 forward for the KL check, kl 1.20e-03, loss 0.1000")
+    one = {"train/optimizer_steps": 1.0, "train/mini_batches": 1.0, "train/micro_batches": 2.0}
+    assert update_note(one, 2) == "1 optimiser step (one per mini-batch: 1 mini-batch); micro-batches: 2 forward/backward"
+
+
+def test_a_score_interval_without_width_or_without_spread_estimate_says_so():
+    """Issue #23 item 9: 10 episodes all scoring 0 printed "0.0 [0.0, 0.0]" as if the mean were certain."""
+    from empo2.trainer.evaluate import EvalSummary
+    from empo2.trainer.progress import fmt_score
+
+    nan = float("nan")
+    zeros = EvalSummary(10, 0.0, (0.0, 0.0), 0.0, (0.0, 0.28), 5.0, (5.0, 5.0), 0.0)
+    assert fmt_score(zeros) == "0.0 [0.0, 0.0] (all 10 equal: no spread, not certainty)"
+    assert fmt_score(EvalSummary(1, 50.0, (nan, nan), 0.0, (0.0, 0.8), 5.0, (nan, nan), 0.0)) == \
+        "50.0 (1 episode, no CI)"
+    assert fmt_score(EvalSummary(3, 10.0, (0.0, 30.0), 0.0, (0.0, 0.6), 5.0, (4.0, 5.0), 0.0)) == "10.0 [0.0, 30.0]"
 
 
 @pytest.mark.parametrize("seconds,text", [(0.42, "0.4 s"), (28.4, "28 s"), (340, "5 min 40 s"),
@@ -194,8 +218,9 @@ def test_eval_command_prints_its_phases(tmp_path, capsys):
 def test_empo2_run_prints_its_tips_phase_and_adapt_one_line_per_trial(tmp_path, capsys):
     out = _train(tmp_path, capsys, "tips", "empo2.p=1.0", "empo2.memory.embedder=hashing",
                  "empo2.tips.max_new_tokens=8", "eval.before_after=false", iterations=1)
-    assert re.search(r"^iter 1/1 tips: done in .* · \d+ tips written \(\d+ memory entries added\), memory \d+ "
-                     r"entries(; tips sampled during the rollout took .* more)?$", out, re.M)
+    assert re.search(r"^iter 1/1 tips: done in .* · \d+ tips written, stored as \d+ memory entries \(an entry: a "
+                     r"tip with its state key\); memory now \d+ entries(; tips sampled during the rollout took .* "
+                     r"more)?$", out, re.M)
     assert re.findall(r"^iter 1/1 (\w+):", out, re.M) == ["rollout", "tips", "update", "checkpoint"]
     ckpt = tmp_path / "runs" / "tips" / "checkpoints" / "last"
     assert main(["adapt", "--checkpoint", str(ckpt), "--tasks", "fetch-key", "--trials", "2", "--episodes", "2",
@@ -210,7 +235,8 @@ def test_tips_note_names_tips_and_entries_apart_and_adds_the_rollout_share():
     from empo2.trainer.progress import tips_note
 
     m = {"memory/tips_written": 32.0, "memory/entries_added": 180.0, "memory/size": 397.0}
-    assert tips_note(m) == "32 tips written (180 memory entries added), memory 397 entries"
+    assert tips_note(m) == ("32 tips written, stored as 180 memory entries (an entry: a tip with its state key); "
+                            "memory now 397 entries")
     # the phase's own "done in" plus this share is the iteration summary's "tips" time
     assert tips_note(m, during_rollout=89.6).endswith("; tips sampled during the rollout took 1 min 30 s more")
     assert tips_note({}) == ""

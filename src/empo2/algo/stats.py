@@ -2,6 +2,7 @@
 
 * :func:`mean_ci` — Student-t interval of a mean score (e.g. 0..100 per episode).
 * :func:`proportion_ci` — Wilson score interval of a success rate.
+* :func:`welch_diff` — difference of two independent means: Welch interval and t-test.
 
 Plain Python floats in and out. The Student-t quantile comes from ``scipy.stats.t.ppf`` when scipy
 is importable, otherwise from an exact fallback (regularised incomplete beta by continued fraction,
@@ -15,7 +16,7 @@ import math
 import statistics
 from collections.abc import Iterable
 
-__all__ = ["mean_ci", "proportion_ci", "t_quantile"]
+__all__ = ["mean_ci", "proportion_ci", "t_quantile", "t_two_sided_p", "welch_diff"]
 
 
 def _betacf(a: float, b: float, x: float) -> float:
@@ -177,3 +178,46 @@ def t_two_sided_p(t: float, df: float) -> float:
     except ImportError:
         return min(1.0, 2.0 * _t_sf(abs(t), df))
     return float(2.0 * student_t.sf(abs(t), df))
+
+
+def welch_diff(xs: Iterable[float], ys: Iterable[float],
+               level: float = 0.95) -> tuple[float, float, float, float, float, float]:
+    """Difference of two independent means, ȳ − x̄, with Welch's interval and two-sided t-test.
+
+    With sample variances s_x², s_y² (ddof = 1) and sizes n_x, n_y:
+
+        se² = s_x²/n_x + s_y²/n_y
+        df  = se⁴ / ((s_x²/n_x)²/(n_x − 1) + (s_y²/n_y)²/(n_y − 1))     (Welch–Satterthwaite)
+        ȳ − x̄ ± t_{(1+level)/2, df} · se,    p = 2·P(T_df > |ȳ − x̄| / se)
+
+    Args:
+        xs, ys: the two samples (finite numbers, e.g. per-episode scores of two evaluations whose
+            episodes are not the same, so no pairing applies).
+        level: confidence level in (0, 1).
+
+    Returns:
+        ``(ȳ − x̄, lo, hi, t, df, p)`` with t = (ȳ − x̄)/se. With fewer than two values on a side there
+        is no spread estimate: ``lo``, ``hi``, ``t``, ``df``, ``p`` are NaN. When both samples are constant
+        (se = 0) the interval has no width (``lo == hi``, as ``mean_ci`` of constant values) and ``t``,
+        ``df``, ``p`` are NaN.
+
+    Raises:
+        ValueError: an empty sample, a non-finite value, or ``level`` outside (0, 1).
+    """
+    _check_level(level)
+    a, b = [float(v) for v in xs], [float(v) for v in ys]
+    if not a or not b:
+        raise ValueError("welch_diff needs at least one value in each sample")
+    if not all(math.isfinite(v) for v in a + b):
+        raise ValueError("welch_diff values must be finite")
+    diff = statistics.fmean(b) - statistics.fmean(a)
+    if len(a) < 2 or len(b) < 2:
+        return diff, math.nan, math.nan, math.nan, math.nan, math.nan
+    va, vb = statistics.variance(a) / len(a), statistics.variance(b) / len(b)
+    se2 = va + vb
+    if se2 == 0.0:
+        return diff, diff, diff, math.nan, math.nan, math.nan
+    df = se2 * se2 / (va * va / (len(a) - 1) + vb * vb / (len(b) - 1))
+    se = math.sqrt(se2)
+    half = t_quantile((1.0 + level) / 2.0, df) * se
+    return diff, diff - half, diff + half, diff / se, df, t_two_sided_p(diff / se, df)

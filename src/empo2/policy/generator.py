@@ -101,7 +101,7 @@ class GenerationRequest:
             text. At each position only ``trie.allowed(ids generated so far)`` may be sampled, and
             ``Generation.allowed`` records those sets.
         cache_key: the episode this request continues (the engine and the tip writer use
-            ``Trajectory``'s id string ``it{iteration}-t{task}-r{rollout}``; Retrospex prefixes its
+            ``Trajectory``'s id string ``it{iteration}-t{task}-r{rollout}``, ``records.episode_id``; Retrospex prefixes its
             own). With a key, the backend may keep the KV cache of ``prompt_ids`` + the fed
             generated ids under it after the call and continue it in the next call with that key
             (the cache is cropped to the longest common prefix with the new prompt first, so any

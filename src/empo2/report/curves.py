@@ -76,7 +76,7 @@ LEARNING_PANELS = (
 
 DIAGNOSTIC_PANELS = (
     Panel("Intrinsic reward", "mean Σ r_int per episode", "rollout/intrinsic_sum_mean"),
-    Panel("Memory size", "tips stored (entries)", "memory/size"),
+    Panel("Memory size", "memory entries (a tip with its state key)", "memory/size"),
     Panel("Retrieval hit rate", "fraction of steps with ≥ 1 tip", "memory/retrieval_hit_rate", ylim=RATE_LIM),
     Panel("Clip fraction", "fraction of action tokens clipped", "train/clip_frac", per_step=True),
     Panel("Tip following: memory-mode steps", "share of actions a shown tip names", "memory/tip_follow_rate",

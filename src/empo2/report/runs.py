@@ -194,6 +194,17 @@ def _adapts(path: Path) -> dict[str, dict[str, Any]]:
     return out
 
 
+def adapt_trial_record(adapt: dict[str, Any], k: int) -> dict[str, Any] | None:
+    """Trial ``k`` (0-based) of an ``adapt.json`` as an evaluation record (``AdaptResult.trial_record``:
+    settings and episodes, for ``trainer.compare``), or None when the file kept no per-episode scores
+    (written before ``trial_episodes``)."""
+    eps = adapt.get("trial_episodes") or []
+    if k >= len(eps) or not eps[k]:
+        return None
+    return {"split": adapt.get("split"), "temperature": adapt.get("temperature"),
+            "max_turns": adapt.get("max_turns"), "episodes": eps[k]}
+
+
 def load_run(path: Path, name: str | None = None) -> RunData:
     """Load one run folder (missing pieces stay empty)."""
     path = Path(path)

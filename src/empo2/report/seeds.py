@@ -8,13 +8,18 @@ written by ``empo2 eval``, the first and last trial of each ``adapt.json``) the 
 mean over seeds with a Student-t 95% interval over seeds (one value per seed; no interval from one
 seed).
 
-The **paired test** compares two methods on the same evaluation episodes: an episode is identified
-by ``task:variation#k`` (the k-th evaluation episode of that variation; evaluation episodes are
-deterministic, ``empo2.trainer.evaluate.eval_episodes``, so every seed of every method with the same
-``env`` and ``eval`` settings plays the same ones). Each episode's score (0..100, a failure counts 0)
-is averaged over the method's seeds, the per-episode differences B − A are formed, and their mean is
-given with a Student-t 95% interval and the two-sided p-value of the paired t-test (H0: mean
+The **paired test** compares two methods on one evaluation with ``trainer.compare.score_difference``,
+the pairing rule ``empo2 adapt`` and ``trainer.evaluate.paired_difference`` use too: two runs'
+evaluation episodes are the same when id, task, variation and sampling seed (``run.seed``, the
+evaluation stream of the evaluated iteration, k) agree and the evaluation settings (split,
+temperature, ``max_turns``) do. Runs of A and B that played the same episodes (the same seed, the
+same number of iterations, the same settings) are paired episode by episode; each episode's
+difference B − A (score 0..100, a failure counts 0) is averaged over those run pairs, and their
+mean is given with a Student-t 95% interval and the two-sided p-value of the paired t-test (H0: mean
 difference 0). Seed-to-seed variation of training enters only through the per-episode averages.
+When no run of A played the same episodes as a run of B, the row says why ("not paired: episode
+seeds differ (evaluation stream of iteration 5 vs evaluation stream of iteration 3)") and compares
+the per-episode scores unpaired (Welch's t-test).
 
 The **config diff** (run configs compared side by side) lists every key whose value differs between
 config groups, the keys a reader most needs first (``HEADLINE_KEYS``: turns, batch, iterations,
@@ -24,13 +29,14 @@ eval episodes, model, …). See docs/report.md, "Methods over seeds".
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Any
 
-from empo2.algo.stats import mean_ci, t_two_sided_p
+from empo2.algo.stats import mean_ci
 from empo2.configschema import flatten_dotted
-from empo2.report.runs import RunData, final_eval, finite, series, training_rows
+from empo2.report.runs import RunData, adapt_trial_record, final_eval, finite, series, training_rows
+from empo2.trainer.compare import ScoreDifference, score_difference
 
 IGNORED_KEYS_PREFIXES = ("run.",)
 IGNORED_KEYS = frozenset({"trainer.threads", "trainer.tensorboard"})
@@ -116,39 +122,33 @@ class EvalScore:
 
     Attributes:
         score: mean score 0..100; ``success``: success rate 0..1 (None if not recorded).
-        episodes: ``{episode id: score 0..100}`` (``episode_scores``); empty for adapt trials.
+        episodes: how many episodes it finished (None if not recorded).
+        tasks: the tasks it played.
+        record: the evaluation record ``trainer.compare.score_difference`` pairs (``split``,
+            ``temperature``, ``max_turns``, ``episodes``), None when it holds no per-episode scores
+            (an ``adapt.json`` written before trials kept their episodes).
     """
 
     score: float
     success: float | None
-    episodes: dict[str, float] = field(default_factory=dict)
+    episodes: int | None = None
+    tasks: tuple[str, ...] = ()
+    record: dict[str, Any] | None = None
 
 
-def episode_scores(eval_json: dict[str, Any]) -> dict[str, float]:
-    """``{"task:variation#k": score}`` of an ``EvalResult`` JSON's episodes (crashed ones left out).
-
-    The score is ``max(final score, 0)`` (a failure counts 0, as in the evaluation's mean); ``k``
-    numbers repeats of the same variation in file order (0 for the first).
-    """
-    out: dict[str, float] = {}
-    seen: dict[str, int] = {}
-    for ep in eval_json.get("episodes") or []:
-        base = f"{ep.get('task')}:{ep.get('variation')}"
-        k = seen.get(base, 0)
-        seen[base] = k + 1
-        score = finite(ep.get("score"))
-        if ep.get("crashed") or score is None:
-            continue
-        out[f"{base}#{k}"] = max(score, 0.0)
-    return out
-
-
-def _from_eval(d: dict[str, Any]) -> EvalScore | None:
+def _from_eval(d: dict[str, Any], max_turns: Any = None) -> EvalScore | None:
+    """``EvalScore`` of an evaluation JSON; ``max_turns`` fills the setting a file written before it was
+    recorded lacks (the run's ``env.max_turns``, for the evaluations the trainer ran)."""
     o = d.get("overall") or {}
     score = finite(o.get("score"))
     if score is None:
         return None
-    return EvalScore(score, finite(o.get("success_rate")), episode_scores(d))
+    record = dict(d)
+    if record.get("max_turns") is None and max_turns is not None:
+        record["max_turns"] = max_turns
+    n = o.get("episodes")
+    return EvalScore(score, finite(o.get("success_rate")), n if isinstance(n, int) else None,
+                     tuple(sorted(d.get("per_task") or {})), record if d.get("episodes") else None)
 
 
 def run_evaluations(run: RunData) -> dict[str, EvalScore]:
@@ -157,7 +157,7 @@ def run_evaluations(run: RunData) -> dict[str, EvalScore]:
     the first and last trial of each ``adapt.json``."""
     out: dict[str, EvalScore] = {}
     fe = final_eval(run)
-    if fe is not None and (s := _from_eval(fe[1])) is not None:
+    if fe is not None and (s := _from_eval(fe[1], (run.config.get("env") or {}).get("max_turns"))) is not None:
         out["final"] = s
     for tag, d in sorted(run.other_evals.items()):
         if (s := _from_eval(d)) is not None:
@@ -166,7 +166,10 @@ def run_evaluations(run: RunData) -> dict[str, EvalScore]:
         trials = d.get("trials") or []
         for k in sorted({0, len(trials) - 1}):
             if 0 <= k < len(trials) and (score := finite((trials[k] or {}).get("score"))) is not None:
-                out[f"adapt {folder} trial {k + 1}"] = EvalScore(score, finite(trials[k].get("success_rate")))
+                n = trials[k].get("episodes")
+                out[f"adapt {folder} trial {k + 1}"] = EvalScore(
+                    score, finite(trials[k].get("success_rate")), n if isinstance(n, int) else None,
+                    tuple(str(t) for t in d.get("tasks") or []), adapt_trial_record(d, k))
     return out
 
 
@@ -197,7 +200,12 @@ def over_seeds(values: list[float | None]) -> SeedStat | None:
 
 @dataclass(frozen=True)
 class SeedRow:
-    """One row of the seed table: a method on one evaluation."""
+    """One row of the seed table: a method on one evaluation.
+
+    ``tasks``: the tasks the evaluation played (an adapt row's are the adaptation tasks, not the
+    trained ones); ``best_train``: the method's best training score, None on adapt rows (it is a
+    score on the trained tasks, not on the tasks adapted to).
+    """
 
     method: Method
     evaluation: str
@@ -207,6 +215,7 @@ class SeedRow:
     best_train: SeedStat | None
     tip_informative: SeedStat | None
     tip_follow: SeedStat | None
+    tasks: tuple[str, ...] = ()
 
 
 def seed_rows(methods: list[Method]) -> list[SeedRow]:
@@ -224,9 +233,11 @@ def seed_rows(methods: list[Method]) -> list[SeedRow]:
             score = over_seeds([g.score for g in got])
             if score is None:
                 continue
-            sizes = {len(g.episodes) for g in got if g.episodes}
+            sizes = {g.episodes for g in got if g.episodes is not None}
+            tasks = tuple(dict.fromkeys(t for g in got for t in g.tasks))
             rows.append(SeedRow(m, name, score, over_seeds([g.success for g in got]),
-                                sizes.pop() if len(sizes) == 1 else None, best, info, follow))
+                                sizes.pop() if len(sizes) == 1 else None,
+                                None if name.startswith("adapt ") else best, info, follow, tasks))
     return rows
 
 
@@ -234,54 +245,35 @@ def seed_rows(methods: list[Method]) -> list[SeedRow]:
 
 @dataclass(frozen=True)
 class PairedDifference:
-    """Method B minus method A on the evaluation episodes both played.
+    """Method B minus method A on one evaluation (``trainer.compare.score_difference``).
 
     Attributes:
         a, b: the methods; ``evaluation``: which evaluation (``run_evaluations`` name).
-        episodes: paired episodes n; ``mean``: mean of the per-episode score differences (0..100 scale).
-        lo, hi: Student-t 95% interval of that mean (NaN for n < 2).
-        t, df, p: paired t statistic, n − 1, two-sided p-value (NaN when undefined: n < 2, or every
-            difference equal).
+        diff: the ``ScoreDifference``: mean difference in score points (0..100 scale), its Student-t
+            95% interval, ``paired`` (the same episodes, paired t-test) or not (Welch's test, with
+            ``reason``), episode counts, t, df and the two-sided p-value (NaN when undefined).
     """
 
     a: Method
     b: Method
     evaluation: str
-    episodes: int
-    mean: float
-    lo: float
-    hi: float
-    t: float
-    df: int
-    p: float
+    diff: ScoreDifference
 
 
-def _episode_means(m: Method, evaluation: str) -> dict[str, float]:
-    """Each episode's score averaged over the method's seeds that played it."""
-    acc: dict[str, list[float]] = {}
+def _records(m: Method, evaluation: str) -> list[dict[str, Any]]:
+    """The evaluation records of ``evaluation`` of the method's runs (one per seed that has one)."""
+    out = []
     for r in m.runs:
         s = run_evaluations(r).get(evaluation)
-        for ep, v in (s.episodes if s else {}).items():
-            acc.setdefault(ep, []).append(v)
-    return {ep: sum(vs) / len(vs) for ep, vs in acc.items()}
+        if s is not None and s.record is not None:
+            out.append(s.record)
+    return out
 
 
 def paired_difference(a: Method, b: Method, evaluation: str) -> PairedDifference | None:
-    """Paired t-test of B − A over the episodes of ``evaluation`` both methods played (None if none)."""
-    ea, eb = _episode_means(a, evaluation), _episode_means(b, evaluation)
-    common = sorted(set(ea) & set(eb))
-    if not common:
-        return None
-    d = [eb[k] - ea[k] for k in common]
-    mean, lo, hi = mean_ci(d)
-    n = len(d)
-    t = p = math.nan
-    if n >= 2:
-        sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
-        if sd > 0:
-            t = mean / (sd / math.sqrt(n))
-            p = t_two_sided_p(t, n - 1)
-    return PairedDifference(a, b, evaluation, n, mean, lo, hi, t, n - 1, p)
+    """B − A on ``evaluation``: paired over the same episodes, else unpaired (None if a side has no episodes)."""
+    d = score_difference(_records(a, evaluation), _records(b, evaluation))
+    return None if d is None else PairedDifference(a, b, evaluation, d)
 
 
 def paired_differences(methods: list[Method], max_pairs: int = 28) -> list[PairedDifference]:
@@ -327,28 +319,31 @@ def config_diff_markdown(methods: list[Method]) -> str | None:
 
 def seed_table_markdown(rows: list[SeedRow]) -> str:
     """The seed-aggregated table (one line per method and evaluation)."""
-    head = ["Method", "Seeds", "Evaluation", "Episodes/seed", "Score (0–100) [95% CI over seeds]",
+    head = ["Method", "Seeds", "Evaluation", "Tasks", "Episodes/seed", "Score (0–100) [95% CI over seeds]",
             "Success rate [95% CI over seeds]", "Best train score (0–100)", "Tip informative (any)",
             "Tip-following rate"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows:
         lines.append("| " + " | ".join([
-            r.method.label, f"{r.score.n} of {len(r.method.runs)}", r.evaluation,
+            r.method.label, f"{r.score.n} of {len(r.method.runs)}", r.evaluation, _value(", ".join(r.tasks) or None),
             "—" if r.episodes_per_seed is None else str(r.episodes_per_seed), _fmt(r.score, 1), _fmt(r.success, 2),
             _fmt(r.best_train, 1), _fmt(r.tip_informative, 2), _fmt(r.tip_follow, 2)]) + " |")
     return "\n".join(lines)
 
 
 def paired_table_markdown(diffs: list[PairedDifference]) -> str:
-    """The paired differences (B − A) table."""
-    head = ["B − A", "Evaluation", "Paired episodes", "Mean score difference [95% CI]", "t (df)", "p (two-sided)"]
+    """The differences (B − A) table: paired where the episodes are the same, else Welch, saying why."""
+    head = ["B − A", "Evaluation", "Episodes", "Mean score difference [95% CI]", "Test", "t (df)", "p (two-sided)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
-    for d in diffs:
+    for pd in diffs:
+        d = pd.diff
         ci = "" if math.isnan(d.lo) else f" [{d.lo:+.1f}, {d.hi:+.1f}]"
-        t = "—" if math.isnan(d.t) else f"{d.t:.2f} ({d.df})"
+        t = "—" if math.isnan(d.t) else f"{d.t:.2f} ({d.df:.0f})" if d.paired else f"{d.t:.2f} ({d.df:.1f})"
         p = "—" if math.isnan(d.p) else (f"{d.p:.3f}" if d.p >= 0.001 else "< 0.001")
-        lines.append("| " + " | ".join([f"{d.b.label} − {d.a.label}", d.evaluation, str(d.episodes),
-                                         f"{d.mean:+.1f}{ci}", t, p]) + " |")
+        episodes = f"{d.episodes} paired" if d.paired else f"{d.n_a} vs {d.n_b}"
+        test = "paired t" if d.paired else _value(f"unpaired Welch t; not paired: {d.reason}")
+        lines.append("| " + " | ".join([f"{pd.b.label} − {pd.a.label}", pd.evaluation, episodes,
+                                         f"{d.mean:+.1f}{ci}", test, t, p]) + " |")
     return "\n".join(lines)
 
 
@@ -357,16 +352,19 @@ SEED_NOTE = (
     "trackers), `trainer.threads` and `trainer.tensorboard`; each run is one seed. Score and success: "
     "mean over seeds of each seed's evaluation mean, Student-t 95% interval over seeds (none from one "
     "seed). 'final' is `eval_after.json` (else the latest `eval_iterK.json`); 'eval TAG' an "
-    "`eval_TAG.json` of `empo2 eval`; 'adapt DIR trial K' a trial of `adapt.json`. Best train score: "
-    "highest per-iteration training score, averaged over seeds. Tip informative: share of written tips "
+    "`eval_TAG.json` of `empo2 eval`; 'adapt DIR trial K' a trial of `adapt.json` (frozen weights, memory on, on the adaptation "
+    "tasks the Tasks column names). Best train score: highest per-iteration training score on the trained "
+    "tasks, averaged over seeds (left out of adapt rows). Tip informative: share of written tips "
     "naming the outcome, a task object or a scoring action (`memory/tip_informative_any`, mean over "
     "iterations); tip-following rate: `memory/tip_follow_rate` where the run logged it.")
 
 PAIRED_NOTE = (
-    "Paired test on the same evaluation episodes (`task:variation#k`): each episode's score (0–100, a "
-    "failure counts 0) is averaged over the method's seeds, then the differences B − A are taken per "
-    "episode; mean difference with a Student-t 95% interval and the two-sided p-value of the paired "
-    "t-test (H0: no difference).")
+    "B − A in score points (0–100, a failure counts 0). 'paired t': the runs played the same evaluation "
+    "episodes (same id, task, variation, sampling seed and settings: split, temperature, max_turns); each "
+    "episode's difference is averaged over the seeds that played it, then a Student-t 95% interval and the "
+    "two-sided paired t-test (H0: no difference). 'unpaired Welch t': the episodes are not the same (the row "
+    "says why, e.g. another number of training iterations draws another evaluation stream), so the two "
+    "evaluations' episode scores are compared as independent samples (Welch's t-test; its interval is wider).")
 
 
 def seeds_markdown(runs: list[RunData], with_diff: bool = True) -> str | None:
@@ -385,5 +383,5 @@ def seeds_markdown(runs: list[RunData], with_diff: bool = True) -> str | None:
         parts += [seed_table_markdown(rows), "", SEED_NOTE, ""]
     diffs = paired_differences(methods)
     if diffs:
-        parts += ["### Paired differences", "", paired_table_markdown(diffs), "", PAIRED_NOTE, ""]
+        parts += ["### Score differences", "", paired_table_markdown(diffs), "", PAIRED_NOTE, ""]
     return "\n".join(parts)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from empo2.report.runs import (Algorithm, RunData, cumulative_env_steps, eval_envs, final_eval, finite, series,
-                               training_rows)
+from empo2.report.runs import (Algorithm, RunData, adapt_trial_record, cumulative_env_steps, eval_envs, final_eval,
+                               finite, series, training_rows)
 
 
 @dataclass
@@ -27,7 +27,10 @@ class RunSummary:
         eval_score, eval_score_ci: mean score (0..100) and its 95% CI.
         eval_success, eval_success_ci: success rate (0..1) and its 95% CI.
         eval_score_before: score of ``eval_before.json``, for the before → after comparison.
-        best_train_score, best_train_iteration: highest ``rollout/score_mean`` and where.
+        best_train_score, best_train_iteration: highest ``rollout/score_mean`` and where;
+            ``mean_train_score``: its mean over the training iterations (shown beside the best: a
+            variation every rollout of which scores alike, e.g. 50 for reaching outside in 7-1, lifts
+            both without any learning signal).
         train_time_s: sum of ``time/iteration`` (seconds; excludes evaluation); for an imitation
             run (SFT / Retrospex, no RL iterations) the sum of its SFT epochs' ``time/epoch``.
         optimizer_steps: total AdamW steps (sum of ``train/optimizer_steps``; None for runs logged
@@ -52,6 +55,7 @@ class RunSummary:
     eval_score_before: float | None = None
     best_train_score: float | None = None
     best_train_iteration: int | None = None
+    mean_train_score: float | None = None
     train_time_s: float | None = None
     optimizer_steps: float | None = None
     stalled_iterations: int | None = None
@@ -105,6 +109,7 @@ def summarise_run(run: RunData) -> RunSummary:
     if scores:
         best = max(range(len(scores)), key=lambda i: scores[i])
         s.best_train_score, s.best_train_iteration = scores[best], its[best]
+        s.mean_train_score = sum(scores) / len(scores)
     times = series(train, "time/iteration")[1]
     s.train_time_s = sum(times) if times else None
     updates = (run.config.get("trainer") or {}).get("update", True) is not False
@@ -165,7 +170,8 @@ def _row_cells(s: RunSummary) -> list[str]:
     if s.eval_score_before is not None and s.eval_score is not None:
         score += f" (before {s.eval_score_before:.1f})"
     source = DASH if s.eval_tag is None else s.eval_tag + (f", n={s.eval_episodes}" if s.eval_episodes else "")
-    best = DASH if s.best_train_score is None else f"{s.best_train_score:.1f} (it {s.best_train_iteration})"
+    best = DASH if s.best_train_score is None else (
+        f"{s.best_train_score:.1f} (it {s.best_train_iteration}; mean {s.mean_train_score:.1f})")
     steps = DASH if s.env_steps is None else f"{s.env_steps:,.0f}"
     opt = DASH if s.optimizer_steps is None else (
         f"{s.optimizer_steps:.0f}" + (f" (stalled {s.stalled_iterations} it, longest {s.longest_stall})"
@@ -218,6 +224,56 @@ def per_task_table(runs: list[RunData]) -> str | None:
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|", *lines])
 
 
+def _summary_cells(d: dict[str, Any]) -> list[str]:
+    """Episodes, score [CI], success rate [CI] of an ``EvalSummary`` dict."""
+    n = d.get("episodes")
+    return [str(n) if isinstance(n, int) else DASH, fmt_value_ci(finite(d.get("score")), _ci(d.get("score_ci")), 1),
+            fmt_value_ci(finite(d.get("success_rate")), _ci(d.get("success_ci")), 2)]
+
+
+def _change_from_first(adapt: dict[str, Any]) -> str:
+    """``"+5.0 [−3.1, 13.1], unpaired"``: the last trial − trial 1 of an ``adapt.json`` in score points."""
+    from empo2.trainer.compare import score_difference
+
+    trials = adapt.get("trials") or []
+    first, last = adapt_trial_record(adapt, 0), adapt_trial_record(adapt, len(trials) - 1)
+    d = score_difference([first], [last]) if first is not None and last is not None else None
+    if d is None:
+        return DASH
+    ci = "" if math.isnan(d.lo) else f" [{d.lo:+.1f}, {d.hi:+.1f}]"
+    return f"{d.mean:+.1f}{ci}, " + ("paired" if d.paired else "unpaired")
+
+
+def other_evaluations_table(runs: list[RunData]) -> str | None:
+    """Markdown table of every evaluation besides the training-time ones: each ``eval_<tag>.json`` of
+    ``empo2 eval`` and each trial of each ``adapt.json`` of ``empo2 adapt``, with the tasks it played
+    and its episode count; None when no run has one.
+
+    An adapt folder's last trial carries the change from trial 1 in score points with its 95% CI
+    (``trainer.compare.score_difference``; unpaired, as each trial samples its own seed stream).
+    """
+    lines: list[str] = []
+    for run in runs:
+        for tag, d in sorted(run.other_evals.items()):
+            tasks = ", ".join(sorted(d.get("per_task") or {})) or DASH
+            lines.append("| " + " | ".join([md_escape(run.name), md_escape(f"eval {tag}"),
+                                             md_escape(str(d.get("split", DASH))), md_escape(tasks),
+                                             *_summary_cells(d.get("overall") or {}), DASH]) + " |")
+        for folder, d in sorted(run.adapts.items()):
+            trials = [t for t in d.get("trials") or [] if isinstance(t, dict)]
+            tasks = ", ".join(str(t) for t in d.get("tasks") or []) or DASH
+            for k, t in enumerate(trials, 1):
+                change = _change_from_first(d) if k == len(trials) and k > 1 else DASH
+                lines.append("| " + " | ".join([md_escape(run.name), md_escape(f"adapt {folder} trial {k}"),
+                                                 md_escape(str(d.get("split", DASH))), md_escape(tasks),
+                                                 *_summary_cells(t), change]) + " |")
+    if not lines:
+        return None
+    head = ["Run", "Evaluation", "Split", "Tasks", "Episodes", "Score (0–100) [95% CI]", "Success rate [95% CI]",
+            "Change from trial 1 (points) [95% CI]"]
+    return "\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|", *lines])
+
+
 def tip_follow_table(runs: list[RunData]) -> str | None:
     """Markdown table of ``memory/tip_follow_rate`` next to its plain-step baseline, per run and
     iteration (docs/learning.md), or ``None`` if no run logged it (GRPO runs have no memory)."""
@@ -265,9 +321,13 @@ def markdown_report(runs: list[RunData], figures: list[Path], viewer: Path | Non
              "WebShop's reward × 100. Success rates are 0–1: the share of episodes that completed the task "
              "(ScienceWorld score 100, WebShop reward 1). "
              "Eval columns come from `eval_after.json`, else the latest `eval_iterK.json`, else "
-             "`eval_before.json` (95% CI: Student t for the score, Wilson for the success rate); "
+             "`eval_before.json` (95% CI: Student t for the score, Wilson for the success rate; a score "
+             "interval of no width, e.g. 0.0 [0.0, 0.0], means every episode scored the same, not certainty); "
              "'metrics' means only `metrics.jsonl` eval rows were found (no CI). "
-             "Best train score is the highest per-iteration mean of training rollouts. "
+             "Best train score is the highest per-iteration mean of training rollouts (at iteration 'it'), "
+             "next to its mean over all training iterations; both count variations on which every rollout "
+             "scored alike (e.g. 50 for reaching outside in ScienceWorld 7-1), which lift them without giving "
+             "GRPO anything to learn from (`trajectories/scores.tsv`: `signal` 0). "
              "Optimiser steps: AdamW steps taken; 'stalled' counts iterations without any (every group's "
              "rollouts scored alike: GRPO had no advantage to learn from). "
              "Train time sums `time/iteration` (evaluation excluded)."
@@ -282,6 +342,12 @@ def markdown_report(runs: list[RunData], figures: list[Path], viewer: Path | Non
     tasks = per_task_table(runs)
     if tasks is not None:
         parts += ["## Final evaluation per task", "", tasks, ""]
+    others = other_evaluations_table(runs)
+    if others is not None:
+        parts += ["## Other evaluations (`empo2 eval`, `empo2 adapt`)", "",
+                  "Each `eval_<tag>.json` written by `empo2 eval` (next to the run or in a checkpoint folder) and "
+                  "each trial of each `adapt.json` of `empo2 adapt` (frozen weights, memory on, on the tasks named; "
+                  "adapt tasks are usually not the trained ones). Score and success as above.", "", others, ""]
     follow = tip_follow_table(runs)
     if follow is not None:
         parts += ["## Tip following (EMPO²)", "",

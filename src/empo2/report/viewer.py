@@ -79,15 +79,19 @@ def cut(text: Any, limit: int) -> str:
 _ID = re.compile(r"^it(\d+)-t(\d+)-r(\d+)$")
 
 
-def display_id(stored: str) -> str:
-    """The 1-based id a user sees for a stored episode id: ``it2-t0-r3`` → ``it3-t1-r4``.
+def display_id(stored: str, iteration: int) -> str:
+    """The id a user sees for an episode id stored in the file of (1-based) iteration ``iteration``.
 
-    ``Trajectory.id`` numbers iteration, task instance and rollout from 0 (seeds and sorting use
-    it); the logs, ``metrics.jsonl`` rows and ``trajectories/iter-K.jsonl`` count from 1, so the
-    viewer shows every part +1. Any other id is shown as stored.
+    ``Trajectory.id`` counts iteration, task instance and rollout from 1, as the logs,
+    ``metrics.jsonl`` rows and ``trajectories/iter-K.jsonl`` do (``records.episode_id``): such an id
+    (its iteration part is ``iteration``) is shown as stored. Files written before that hold 0-based
+    ids (``it2-t0-r3`` in the file of iteration 3): every part is shown +1 (``it3-t1-r4``). Any other
+    id is shown as stored.
     """
     m = _ID.match(stored)
-    return f"it{int(m[1]) + 1}-t{int(m[2]) + 1}-r{int(m[3]) + 1}" if m else stored
+    if m is None or int(m[1]) == iteration:
+        return stored
+    return f"it{int(m[1]) + 1}-t{int(m[2]) + 1}-r{int(m[3]) + 1}"
 
 
 _STEP_ENTRY = re.compile(r"^(?P<tip>.*); At that timestep, the specific action you took was (?P<action>.*); "
@@ -116,14 +120,15 @@ def unique_tips(tips: list[Any], limit: int) -> list[str]:
     return out
 
 
-def _episode(rec: dict[str, Any], limit: int) -> dict[str, Any]:
-    """The viewer's copy of one ``trajectories/iter-K.jsonl`` record (known fields, texts cut)."""
+def _episode(rec: dict[str, Any], limit: int, iteration: int) -> dict[str, Any]:
+    """The viewer's copy of one record of ``trajectories/iter-K.jsonl`` (the file of 1-based iteration
+    ``iteration``): known fields, texts cut, the id as ``display_id`` shows it."""
     steps = [{"observation": cut(s.get("observation"), limit), "tips": unique_tips(s.get("tips") or [], limit),
               "raw": cut(s.get("raw"), limit), "action": cut(s.get("action"), limit), "valid": s.get("valid"),
               "corrected": s.get("corrected"), "reward": s.get("reward"), "score": s.get("score"),
               "intrinsic": s.get("intrinsic")} for s in rec.get("steps") or []]
     stored = str(rec.get("id", ""))
-    return {"id": display_id(stored), "stored_id": stored, "task": str(rec.get("task", "")),
+    return {"id": display_id(stored, iteration), "stored_id": stored, "task": str(rec.get("task", "")),
             "variation": rec.get("variation"), "mode": str(rec.get("mode", "")), "score": rec.get("score"),
             "success": rec.get("success"), "crashed": rec.get("crashed"), "tip": cut(rec.get("tip"), limit),
             "task_description": cut(rec.get("task_description"), limit), "steps": steps}
@@ -146,15 +151,16 @@ def spread(items: list[dict[str, Any]], cap: int) -> list[dict[str, Any]]:
     return [items[i] for i in sorted(chosen)]
 
 
-def _read_episodes(path: Path, cap: int, limit: int) -> tuple[list[dict[str, Any]], int]:
-    """Up to ``cap`` episodes of one iteration file (spread over its variations), and how many it has."""
+def _read_episodes(path: Path, cap: int, limit: int, iteration: int) -> tuple[list[dict[str, Any]], int]:
+    """Up to ``cap`` episodes of the file of (1-based) iteration ``iteration`` (spread over its
+    variations), and how many it has."""
     eps: list[dict[str, Any]] = []
     with path.open() as f:
         for line in f:
             if not line.strip():
                 continue
             try:
-                eps.append(_episode(json.loads(line), limit))
+                eps.append(_episode(json.loads(line), limit, iteration))
             except json.JSONDecodeError:  # a line cut by a crash
                 continue
     return spread(eps, cap), len(eps)
@@ -215,7 +221,7 @@ def viewer_run(run: RunData, limits: ViewerLimits) -> dict[str, Any]:
     iterations = []
     cut_episodes = False
     for it, path in chosen:
-        eps, total = _read_episodes(path, limits.episodes_per_iteration, limits.max_text_chars)
+        eps, total = _read_episodes(path, limits.episodes_per_iteration, limits.max_text_chars, it + offset)
         cut_episodes |= total > len(eps)
         iterations.append({"kind": "train", "index": it, "iteration": it + offset, "file": path.name,
                            "total_episodes": total, "episodes": eps})

@@ -3,8 +3,11 @@
 For each of K trials, every (task, variation) instance of the chosen tasks is played once with
 tips retrieved from the adaptation memory (``Mode.ON_TIPS``); after the trial the frozen policy
 writes a tip per episode into that memory, so trial k+1 can use what trials 1..k found. The
-score per trial gives the paper's "improvement after a few trials" figure: improvement (%) =
-100·(score_k − score_1)/score_1.
+change from trial 1 to trial K is reported in score points with a 95% CI (``AdaptResult.difference``,
+``trainer.compare.score_difference``): every trial plays the same (task, variation) instances but
+samples with its own seed stream (``ADAPT_STREAM`` + k − 1), so the trials' episodes are not the same
+episodes and the comparison is unpaired (Welch). The paper's relative "improvement after a few
+trials", 100·(score_K − score_1)/score_1, is kept as a secondary figure (``improvement_pct``).
 """
 
 from __future__ import annotations
@@ -20,7 +23,8 @@ from typing import Any
 import torch
 
 from empo2.records import Mode
-from empo2.trainer.evaluate import EvalSummary, eval_episodes, summarise
+from empo2.trainer.compare import ADAPT_STREAM, ScoreDifference, score_difference
+from empo2.trainer.evaluate import EvalSummary, episode_records, eval_episodes, summarise
 from empo2.trainer.progress import Progress
 
 log = logging.getLogger(__name__)
@@ -37,7 +41,17 @@ def weights_digest(model: Any) -> str:
 
 @dataclass
 class AdaptResult:
-    """Per-trial summaries (score 0..100, success rate) and the relative improvement."""
+    """Per-trial summaries (score 0..100, success rate), their episodes, and the change from trial 1.
+
+    Attributes:
+        tasks, split: what was played.
+        trials: one ``EvalSummary`` per trial; ``per_task``: per trial, per task.
+        trial_episodes: per trial, its episodes as an evaluation file lists them
+            (``trainer.evaluate.episode_records``: id, task, variation, seed, score, …).
+        temperature, max_turns: the sampling settings of every trial (the pairing settings of
+            ``trainer.compare``).
+        weights_sha256_before, weights_sha256_after: the frozen weights' digest before and after.
+    """
 
     tasks: list[str]
     split: str
@@ -45,19 +59,38 @@ class AdaptResult:
     per_task: list[dict[str, EvalSummary]] = field(default_factory=list)
     weights_sha256_before: str = ""
     weights_sha256_after: str = ""
+    trial_episodes: list[list[dict[str, Any]]] = field(default_factory=list)
+    temperature: float | None = None
+    max_turns: int | None = None
+
+    def trial_record(self, k: int) -> dict[str, Any]:
+        """Trial ``k`` (0-based) as an evaluation record for ``trainer.compare`` (settings and episodes)."""
+        return {"split": self.split, "temperature": self.temperature, "max_turns": self.max_turns,
+                "episodes": self.trial_episodes[k] if k < len(self.trial_episodes) else []}
+
+    def difference(self) -> ScoreDifference | None:
+        """Last trial − trial 1 in score points with its 95% CI (paired if the episodes were the same,
+        else Welch: module docstring); None with one trial or no per-episode scores."""
+        if len(self.trials) < 2:
+            return None
+        return score_difference([self.trial_record(0)], [self.trial_record(len(self.trials) - 1)])
 
     def improvement_pct(self) -> float:
-        """100·(last − first)/first of the mean score (nan when the first is 0)."""
+        """100·(last − first)/first of the mean score (nan when the first is 0): the paper's relative
+        figure, secondary to ``difference`` (no interval, and it explodes near a first score of 0)."""
         if len(self.trials) < 2 or not self.trials[0].score:
             return float("nan")
         return 100.0 * (self.trials[-1].score - self.trials[0].score) / self.trials[0].score
 
     def to_json(self) -> dict[str, Any]:
         """The result as strict-JSON-ready data: every statistic without a value (NaN, e.g. the
-        improvement over a trial that scored 0, or an unused scoring convention) becomes ``None``."""
+        improvement over a trial that scored 0, or an unused scoring convention) becomes ``None``.
+        ``difference`` is ``difference()`` as a dict (``ScoreDifference`` fields), or None."""
         from empo2.trainer.metrics import json_ready
 
         d = asdict(self)
+        diff = self.difference()
+        d["difference"] = None if diff is None else asdict(diff)
         d["improvement_pct"] = self.improvement_pct()
         return json_ready(d)
 
@@ -87,15 +120,16 @@ def adapt(setup: Any, runtime: Any, trials: int, split: str, episodes_per_trial:
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    res = AdaptResult(tasks=list(setup.tasks), split=split, weights_sha256_before=weights_digest(model))
     settings = setup.settings(temperature)
+    res = AdaptResult(tasks=list(setup.tasks), split=split, weights_sha256_before=weights_digest(model),
+                      temperature=settings.temperature, max_turns=settings.max_turns)
     progress = progress or Progress(enabled=False)
     for k in range(trials):
         specs = eval_episodes(setup.family, setup.tasks, split, episodes_per_trial)
         for s in specs:
             s.mode = Mode.ON_TIPS
         with progress.phase(f"trial {k + 1}/{trials}", total=len(specs) * settings.max_turns, bound=True) as ph:
-            trajs = setup.engine.run(specs, settings, iteration=20_000_000 + k, hook=runtime.step_hook(),
+            trajs = setup.engine.run(specs, settings, iteration=ADAPT_STREAM + k, hook=runtime.step_hook(),
                                      on_turn=ph.advance, selector=selector)
             runtime.write_tips(trajs, iteration=k)
             summ = summarise(trajs)
@@ -104,6 +138,7 @@ def adapt(setup: Any, runtime: Any, trials: int, split: str, episodes_per_trial:
         for t in trajs:
             per.setdefault(t.task.task, []).append(t)
         res.trials.append(summ)
+        res.trial_episodes.append(episode_records(trajs, settings.seed, ADAPT_STREAM + k))
         res.per_task.append({name: summarise(v) for name, v in per.items()})
         if on_trial is not None:
             on_trial(k + 1, summ)

