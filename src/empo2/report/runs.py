@@ -196,7 +196,7 @@ def _adapts(path: Path) -> dict[str, dict[str, Any]]:
 
 def adapt_trial_record(adapt: dict[str, Any], k: int) -> dict[str, Any] | None:
     """Trial ``k`` (0-based) of an ``adapt.json`` as an evaluation record (``AdaptResult.trial_record``:
-    settings and episodes, for ``trainer.compare``), or None when the file kept no per-episode scores
+    settings and episodes, for ``algo.compare``), or None when the file kept no per-episode scores
     (written before ``trial_episodes``)."""
     eps = adapt.get("trial_episodes") or []
     if k >= len(eps) or not eps[k]:

@@ -8,7 +8,7 @@ written by ``empo2 eval``, the first and last trial of each ``adapt.json``) the 
 mean over seeds with a Student-t 95% interval over seeds (one value per seed; no interval from one
 seed).
 
-The **paired test** compares two methods on one evaluation with ``trainer.compare.score_difference``,
+The **paired test** compares two methods on one evaluation with ``algo.compare.score_difference``,
 the pairing rule ``empo2 adapt`` and ``trainer.evaluate.paired_difference`` use too: two runs'
 evaluation episodes are the same when id, task, variation and sampling seed (``run.seed``, the
 evaluation stream of the evaluated iteration, k) agree and the evaluation settings (split,
@@ -36,7 +36,7 @@ from typing import Any
 from empo2.algo.stats import mean_ci
 from empo2.configschema import flatten_dotted
 from empo2.report.runs import RunData, adapt_trial_record, final_eval, finite, series, training_rows
-from empo2.trainer.compare import ScoreDifference, score_difference
+from empo2.algo.compare import ScoreDifference, score_difference
 
 IGNORED_KEYS_PREFIXES = ("run.",)
 IGNORED_KEYS = frozenset({"trainer.threads", "trainer.tensorboard"})
@@ -124,7 +124,7 @@ class EvalScore:
         score: mean score 0..100; ``success``: success rate 0..1 (None if not recorded).
         episodes: how many episodes it finished (None if not recorded).
         tasks: the tasks it played.
-        record: the evaluation record ``trainer.compare.score_difference`` pairs (``split``,
+        record: the evaluation record ``algo.compare.score_difference`` pairs (``split``,
             ``temperature``, ``max_turns``, ``episodes``), None when it holds no per-episode scores
             (an ``adapt.json`` written before trials kept their episodes).
     """
@@ -245,7 +245,7 @@ def seed_rows(methods: list[Method]) -> list[SeedRow]:
 
 @dataclass(frozen=True)
 class PairedDifference:
-    """Method B minus method A on one evaluation (``trainer.compare.score_difference``).
+    """Method B minus method A on one evaluation (``algo.compare.score_difference``).
 
     Attributes:
         a, b: the methods; ``evaluation``: which evaluation (``run_evaluations`` name).

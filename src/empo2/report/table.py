@@ -233,7 +233,7 @@ def _summary_cells(d: dict[str, Any]) -> list[str]:
 
 def _change_from_first(adapt: dict[str, Any]) -> str:
     """``"+5.0 [−3.1, 13.1], unpaired"``: the last trial − trial 1 of an ``adapt.json`` in score points."""
-    from empo2.trainer.compare import score_difference
+    from empo2.algo.compare import score_difference
 
     trials = adapt.get("trials") or []
     first, last = adapt_trial_record(adapt, 0), adapt_trial_record(adapt, len(trials) - 1)
@@ -250,7 +250,7 @@ def other_evaluations_table(runs: list[RunData]) -> str | None:
     and its episode count; None when no run has one.
 
     An adapt folder's last trial carries the change from trial 1 in score points with its 95% CI
-    (``trainer.compare.score_difference``; unpaired, as each trial samples its own seed stream).
+    (``algo.compare.score_difference``; unpaired, as each trial samples its own seed stream).
     """
     lines: list[str] = []
     for run in runs:

@@ -4,7 +4,7 @@ For each of K trials, every (task, variation) instance of the chosen tasks is pl
 tips retrieved from the adaptation memory (``Mode.ON_TIPS``); after the trial the frozen policy
 writes a tip per episode into that memory, so trial k+1 can use what trials 1..k found. The
 change from trial 1 to trial K is reported in score points with a 95% CI (``AdaptResult.difference``,
-``trainer.compare.score_difference``): every trial plays the same (task, variation) instances but
+``algo.compare.score_difference``): every trial plays the same (task, variation) instances but
 samples with its own seed stream (``ADAPT_STREAM`` + k − 1), so the trials' episodes are not the same
 episodes and the comparison is unpaired (Welch). The paper's relative "improvement after a few
 trials", 100·(score_K − score_1)/score_1, is kept as a secondary figure (``improvement_pct``).
@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from empo2.records import Mode
-from empo2.trainer.compare import ADAPT_STREAM, ScoreDifference, score_difference
+from empo2.algo.compare import ADAPT_STREAM, ScoreDifference, score_difference
 from empo2.trainer.evaluate import EvalSummary, episode_records, eval_episodes, summarise
 from empo2.trainer.progress import Progress
 
@@ -49,7 +49,7 @@ class AdaptResult:
         trial_episodes: per trial, its episodes as an evaluation file lists them
             (``trainer.evaluate.episode_records``: id, task, variation, seed, score, …).
         temperature, max_turns: the sampling settings of every trial (the pairing settings of
-            ``trainer.compare``).
+            ``algo.compare``).
         weights_sha256_before, weights_sha256_after: the frozen weights' digest before and after.
     """
 
@@ -64,7 +64,7 @@ class AdaptResult:
     max_turns: int | None = None
 
     def trial_record(self, k: int) -> dict[str, Any]:
-        """Trial ``k`` (0-based) as an evaluation record for ``trainer.compare`` (settings and episodes)."""
+        """Trial ``k`` (0-based) as an evaluation record for ``algo.compare`` (settings and episodes)."""
         return {"split": self.split, "temperature": self.temperature, "max_turns": self.max_turns,
                 "episodes": self.trial_episodes[k] if k < len(self.trial_episodes) else []}
 

@@ -16,7 +16,7 @@ Episode ``k`` of an evaluation is fixed by (task, variation, sampling seed): eve
 carries ``id`` = k and ``seed`` = the generator parts of its sampling (``[settings.seed, EVAL_STREAM +
 iteration, k, 0]``, the turn added per turn), so two evaluations with the same tasks, variations,
 episode count, seed and settings (``EvalResult.max_turns``, temperature, split) sample their episodes
-alike and are compared pair by pair (``trainer.compare.pair_episodes``, the one pairing rule;
+alike and are compared pair by pair (``algo.compare.pair_episodes``, the one pairing rule;
 ``paired_difference``): the method, not the episode draw, makes the difference.
 """
 
@@ -32,7 +32,7 @@ from empo2.algo.stats import mean_ci, proportion_ci
 from empo2.envs.base import EnvFamily, TaskSpec
 from empo2.records import Mode, Trajectory
 from empo2.rollout.engine import ActionSelector, EpisodeSpec, RolloutEngine, RolloutSettings, StepHook
-from empo2.trainer.compare import EVAL_STREAM, pair_episodes
+from empo2.algo.compare import EVAL_STREAM, pair_episodes
 from empo2.trainer.metrics import json_ready
 
 
@@ -176,7 +176,7 @@ def evaluate(engine: RolloutEngine, family: EnvFamily, tasks: list[str], split: 
     ``variations`` restricts the variations per task (``eval_variations``: a run's trained ones on
     its train split); ``EvalResult.variations`` records the ones played, ``split_variations`` those
     drawn from. Each episode entry has ``id`` (its index k) and ``seed`` (module docstring), the
-    pairing key of ``trainer.compare.pair_episodes``.
+    pairing key of ``algo.compare.pair_episodes``.
     With a ``selector`` (Retrospex rescoring) the actions come from it, and ``EvalResult.retrospex``
     records what its ``report(trajectories)`` returns (settings and decision counts); each episode
     entry then lists its per-step ``decisions`` (``info["retrospex"]``).
@@ -213,7 +213,7 @@ def evaluate(engine: RolloutEngine, family: EnvFamily, tasks: list[str], split: 
 
 def episode_records(trajs: list[Trajectory], seed: int, stream: int) -> list[dict[str, Any]]:
     """The evaluation file's entry of each episode: ``id`` (its index k), task, variation, ``seed``
-    (``[seed, stream, k, rollout]``, the pairing key of ``trainer.compare.pair_episodes``), raw
+    (``[seed, stream, k, rollout]``, the pairing key of ``algo.compare.pair_episodes``), raw
     ``score`` (−100 on failure), ``score_last_nonnegative``, success, steps, crashed, tips shown, actions."""
     return [{"id": t.task_index, "task": t.task.task, "variation": t.task.variation,
              "seed": [seed, stream, t.task_index, t.rollout], "score": t.final_score,
@@ -277,7 +277,7 @@ def variations_note(res: EvalResult) -> str:
 def paired_difference(a: EvalResult, b: EvalResult, level: float = 0.95) -> dict[str, Any]:
     """Episode-by-episode difference of two evaluations of the same episodes (``a`` − ``b``).
 
-    The pairs are ``trainer.compare.pair_episodes``'s (same id, task, variation, ``seed`` and
+    The pairs are ``algo.compare.pair_episodes``'s (same id, task, variation, ``seed`` and
     settings); pairs where either episode crashed are left out.
 
     Args:
@@ -297,7 +297,7 @@ def paired_difference(a: EvalResult, b: EvalResult, level: float = 0.95) -> dict
     got = pair_episodes(a.to_json(), b.to_json())
     if got.reason is not None:
         raise ValueError(f"not the same episodes: {got.reason}; evaluate both with the same tasks, variations, "
-                         "episode count, seed and settings (or compare them unpaired: trainer.compare.score_difference)")
+                         "episode count, seed and settings (or compare them unpaired: algo.compare.score_difference)")
     pairs = got.pairs
     d = [max(x["score"], 0.0) - max(y["score"], 0.0) for x, y in pairs]
     m, lo, hi = mean_ci(d, level)

@@ -1,4 +1,4 @@
-"""The one pairing rule (``trainer.compare``): same id, task, variation, seed and settings, else unpaired."""
+"""The one pairing rule (``algo.compare``): same id, task, variation, seed and settings, else unpaired."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from empo2.trainer.compare import ADAPT_STREAM, EVAL_STREAM, pair_episodes, score_difference
+from empo2.algo.compare import ADAPT_STREAM, EVAL_STREAM, pair_episodes, score_difference
 
 
 def _rec(scores: list[float], seed: int = 0, stream: int = EVAL_STREAM + 5, max_turns: int | None = 5,
