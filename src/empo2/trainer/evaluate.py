@@ -32,7 +32,7 @@ from empo2.algo.stats import mean_ci, proportion_ci
 from empo2.envs.base import EnvFamily, TaskSpec
 from empo2.records import Mode, Trajectory
 from empo2.rollout.engine import ActionSelector, EpisodeSpec, RolloutEngine, RolloutSettings, StepHook
-from empo2.algo.compare import EVAL_STREAM, pair_episodes
+from empo2.algo.compare import EVAL_STREAM, episode_score, pair_episodes
 from empo2.trainer.metrics import json_ready
 
 
@@ -299,7 +299,7 @@ def paired_difference(a: EvalResult, b: EvalResult, level: float = 0.95) -> dict
         raise ValueError(f"not the same episodes: {got.reason}; evaluate both with the same tasks, variations, "
                          "episode count, seed and settings (or compare them unpaired: algo.compare.score_difference)")
     pairs = got.pairs
-    d = [max(x["score"], 0.0) - max(y["score"], 0.0) for x, y in pairs]
+    d = [episode_score(x) - episode_score(y) for x, y in pairs]
     m, lo, hi = mean_ci(d, level)
     return {"pairs": len(pairs), "score_diff": m, "score_diff_ci": (lo, hi),
             "success_diff": sum(bool(x["success"]) - bool(y["success"]) for x, y in pairs) / len(pairs),
