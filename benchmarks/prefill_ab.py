@@ -9,6 +9,14 @@
   unequal length sharing a system-prompt head: ``sample`` (left-padded re-prefill),
   ``sample_with_cache`` from empty records, and from caches covering all but the last
   ``--tip-suffix`` prompt ids (what the rollout engine hands to the tip writer).
+* ``decode`` (length-bucketed decode, ``sampling.decode_buckets``): ``sampling._decode`` of
+  ``--decode-steps`` steps over caches of random keys/values (the cost does not depend on their
+  values). First the two constants of the cost model ``a + c·n·L`` per step: ``a`` = one more
+  batch (two batches of 4 rows vs one of 8, all at ``--decode-len``), ``c`` = one more padded slot
+  (8 rows at 2 × ``--decode-len`` vs at ``--decode-len``); ``a / c`` is what
+  ``DECODE_BUCKET_SLOTS`` should be. Then the cache lengths of an EMPO² rollout's last turn (3 tip
+  rows of 2,041–2,325 ids, 5 plain rows of 1,032–1,305; docs/performance.md) and of GRPO's (8 plain
+  rows), decoded as one batch and as ``decode_buckets`` cuts them at each ``--slot-costs`` value.
 
 Old and new alternate (interleaved), after one untimed warm-up each; medians of ``--reps``.
 
@@ -131,6 +139,67 @@ def bench_tips(model: Any, reps: int, lengths: list[int], head: int, suffix: int
                   "same_ids": same}
 
 
+def _random_records(model: Any, lengths: list[int]) -> list[Any]:
+    """Records of the given lengths holding random keys/values (a decode's cost does not depend on them)."""
+    from empo2.policy.kvcache import EpisodeKV
+
+    cfg = model.config
+    heads = cfg.num_key_value_heads
+    dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    g = torch.Generator().manual_seed(5)
+    out = []
+    for n in lengths:
+        layers = [(torch.randn(1, heads, n, dim, generator=g), torch.randn(1, heads, n, dim, generator=g))
+                  for _ in range(cfg.num_hidden_layers)]
+        out.append(EpisodeKV(layers, _ids(g, n)))
+    return out
+
+
+def bench_decode(model: Any, reps: int, steps: int, length: int, slot_costs: list[int]) -> dict[str, Any]:
+    from empo2.policy.sampling import Generation, _decode, decode_buckets, row_generator
+
+    V = model.config.vocab_size
+    logits0 = torch.randn(8, V, generator=torch.Generator().manual_seed(6))
+
+    def run(lengths: list[int], buckets: list[list[int]]) -> Callable[[], Any]:
+        recs = _random_records(model, lengths)
+
+        def go() -> Any:
+            gens = [Generation() for _ in lengths]
+            for rows in buckets:
+                _decode(model, [recs[r].fork() for r in rows], logits0[rows], [gens[r] for r in rows],
+                        max_new_tokens=steps, temperature=1.0, top_k=0, eos_ids=set(), stop_ids=set(),
+                        generators=[row_generator(4, r) for r in rows], tries=None, pad_id=0)
+            return gens
+        return go
+
+    L = length
+    cm = _ab({"one_batch_8xL": run([L] * 8, [list(range(8))]),
+              "two_batches_4xL": run([L] * 8, [[0, 1, 2, 3], [4, 5, 6, 7]]),
+              "one_batch_8x2L": run([2 * L] * 8, [list(range(8))])}, reps)
+    fwd = steps - 1  # forwards per call (the last sample is not fed)
+    a = (cm["two_batches_4xL"] - cm["one_batch_8xL"]) / fwd
+    c = (cm["one_batch_8x2L"] - cm["one_batch_8xL"]) / fwd / (8 * L)
+    res: dict[str, Any] = {"steps": steps, "length": L, "cost_model": cm, "a_ms_per_step": 1e3 * a,
+                           "c_us_per_slot_step": 1e6 * c, "a_over_c_slots": a / c if c > 0 else None}
+    print("decode cost model", json.dumps({k: v for k, v in res.items() if k != "cost_model"}), flush=True)
+    tip = [2325, 2180, 2041]
+    plain = [1305, 1250, 1190, 1120, 1032]
+    for name, lengths in (("empo2_turn5", tip + plain), ("grpo_turn5", plain + [1280, 1100, 1060])):
+        variants: dict[str, Callable[[], Any]] = {"one_batch": run(lengths, [list(range(len(lengths)))])}
+        cuts: dict[str, Any] = {}
+        for k in slot_costs:
+            b = decode_buckets(lengths, slot_cost=k)
+            cuts[str(k)] = b
+            if len(b) > 1 and b not in [cuts[x] for x in cuts if x != str(k)]:
+                variants[f"buckets_{k}"] = run(lengths, b)
+        slots = len(lengths) * max(lengths)
+        res[name] = _ab(variants, reps) | {"lengths": lengths, "cuts": cuts, "padding_one_batch":
+                                           1 - sum(lengths) / slots}
+        print("decode", name, json.dumps({k: v for k, v in res[name].items() if not k.endswith("_all")}), flush=True)
+    return res
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -142,6 +211,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--tip-head", type=int, default=300)
     ap.add_argument("--tip-suffix", type=int, default=40)
     ap.add_argument("--tip-new", type=int, default=24)
+    ap.add_argument("--decode-steps", type=int, default=10)
+    ap.add_argument("--decode-len", type=int, default=1200)
+    ap.add_argument("--slot-costs", default="1000,2000,3000,5000,8000")
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -164,6 +236,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             out["tips"] = bench_tips(model, a.reps, [int(x) for x in a.tip_lengths.split(",")], a.tip_head,
                                      a.tip_suffix, a.tip_new)
             print("tips", json.dumps(out["tips"]), flush=True)
+        if "decode" in parts:
+            out["decode"] = bench_decode(model, a.reps, a.decode_steps, a.decode_len,
+                                         [int(x) for x in a.slot_costs.split(",")])
     if a.out:
         with open(a.out, "w") as f:
             json.dump(out, f, indent=1)
