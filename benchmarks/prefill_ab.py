@@ -9,14 +9,16 @@
   unequal length sharing a system-prompt head: ``sample`` (left-padded re-prefill),
   ``sample_with_cache`` from empty records, and from caches covering all but the last
   ``--tip-suffix`` prompt ids (what the rollout engine hands to the tip writer).
-* ``decode`` (length-bucketed decode, ``sampling.decode_buckets``): ``sampling._decode`` of
-  ``--decode-steps`` steps over caches of random keys/values (the cost does not depend on their
-  values). First the two constants of the cost model ``a + c·n·L`` per step: ``a`` = one more
-  batch (two batches of 4 rows vs one of 8, all at ``--decode-len``), ``c`` = one more padded slot
-  (8 rows at 2 × ``--decode-len`` vs at ``--decode-len``); ``a / c`` is what
-  ``DECODE_BUCKET_SLOTS`` should be. Then the cache lengths of an EMPO² rollout's last turn (3 tip
-  rows of 2,041–2,325 ids, 5 plain rows of 1,032–1,305; docs/performance.md) and of GRPO's (8 plain
-  rows), decoded as one batch and as ``decode_buckets`` cuts them at each ``--slot-costs`` value.
+* ``decode`` (length-bucketed decode, ``sampling.decode_buckets``, and the in-place decode cache,
+  ``kvcache.room_layer``): ``sampling._decode`` of ``--decode-steps`` steps over caches of random
+  keys/values (the cost does not depend on their values), with the cache written in place and
+  concatenated at every step (as before). First the two constants of the cost model ``a + c·n·L``
+  per step (from the minima over the repeats): ``a`` = one more batch (two batches of 4 rows vs one
+  of 8, all at ``--decode-len``), ``c`` = one more padded slot (8 rows at 2 × ``--decode-len`` vs
+  at ``--decode-len``); ``a / c`` is what ``DECODE_BUCKET_SLOTS`` should be. Then the cache lengths
+  of an EMPO² rollout's last turn (3 tip rows of 2,041–2,325 ids, 5 plain rows of 1,032–1,305;
+  docs/performance.md) and of GRPO's (8 plain rows), decoded as one batch and as ``decode_buckets``
+  cuts them at each ``--slot-costs`` value.
 
 Old and new alternate (interleaved), after one untimed warm-up each; medians of ``--reps``.
 
@@ -47,7 +49,8 @@ def _ab(variants: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:
     for _ in range(reps):
         for k, fn in variants.items():
             times[k].append(_timed(fn))
-    return {k: statistics.median(v) for k, v in times.items()} | {f"{k}_all": v for k, v in times.items()}
+    return ({k: statistics.median(v) for k, v in times.items()} | {f"{k}_min": min(v) for k, v in times.items()}
+            | {f"{k}_all": v for k, v in times.items()})
 
 
 def _ids(g: torch.Generator, n: int) -> list[int]:
@@ -155,44 +158,61 @@ def _random_records(model: Any, lengths: list[int]) -> list[Any]:
     return out
 
 
+def _in_place(on: bool) -> None:
+    """Switch the in-place decode cache (``kvcache.room_layer``) on, or off (concatenation, as before)."""
+    from empo2.policy import kvcache
+
+    kvcache._ROOM_LAYER[:] = [] if on else [None]
+
+
 def bench_decode(model: Any, reps: int, steps: int, length: int, slot_costs: list[int]) -> dict[str, Any]:
     from empo2.policy.sampling import Generation, _decode, decode_buckets, row_generator
 
     V = model.config.vocab_size
     logits0 = torch.randn(8, V, generator=torch.Generator().manual_seed(6))
 
-    def run(lengths: list[int], buckets: list[list[int]]) -> Callable[[], Any]:
+    def run(lengths: list[int], buckets: list[list[int]], in_place: bool) -> Callable[[], Any]:
         recs = _random_records(model, lengths)
 
         def go() -> Any:
+            _in_place(in_place)
             gens = [Generation() for _ in lengths]
-            for rows in buckets:
-                _decode(model, [recs[r].fork() for r in rows], logits0[rows], [gens[r] for r in rows],
-                        max_new_tokens=steps, temperature=1.0, top_k=0, eos_ids=set(), stop_ids=set(),
-                        generators=[row_generator(4, r) for r in rows], tries=None, pad_id=0)
+            try:
+                for rows in buckets:
+                    _decode(model, [recs[r].fork() for r in rows], logits0[rows], [gens[r] for r in rows],
+                            max_new_tokens=steps, temperature=1.0, top_k=0, eos_ids=set(), stop_ids=set(),
+                            generators=[row_generator(4, r) for r in rows], tries=None, pad_id=0)
+            finally:
+                _in_place(True)
             return gens
         return go
 
     L = length
-    cm = _ab({"one_batch_8xL": run([L] * 8, [list(range(8))]),
-              "two_batches_4xL": run([L] * 8, [[0, 1, 2, 3], [4, 5, 6, 7]]),
-              "one_batch_8x2L": run([2 * L] * 8, [list(range(8))])}, reps)
     fwd = steps - 1  # forwards per call (the last sample is not fed)
-    a = (cm["two_batches_4xL"] - cm["one_batch_8xL"]) / fwd
-    c = (cm["one_batch_8x2L"] - cm["one_batch_8xL"]) / fwd / (8 * L)
-    res: dict[str, Any] = {"steps": steps, "length": L, "cost_model": cm, "a_ms_per_step": 1e3 * a,
-                           "c_us_per_slot_step": 1e6 * c, "a_over_c_slots": a / c if c > 0 else None}
-    print("decode cost model", json.dumps({k: v for k, v in res.items() if k != "cost_model"}), flush=True)
+    res: dict[str, Any] = {"steps": steps, "length": L}
+    for mode, in_place in (("in_place", True), ("concat", False)):
+        cm = _ab({"one_batch_8xL": run([L] * 8, [list(range(8))], in_place),
+                  "two_batches_4xL": run([L] * 8, [[0, 1, 2, 3], [4, 5, 6, 7]], in_place),
+                  "one_batch_8x2L": run([2 * L] * 8, [list(range(8))], in_place)}, reps)
+        a = (cm["two_batches_4xL_min"] - cm["one_batch_8xL_min"]) / fwd
+        c = (cm["one_batch_8x2L_min"] - cm["one_batch_8xL_min"]) / fwd / (8 * L)
+        res[f"cost_model_{mode}"] = cm | {"a_ms_per_step": 1e3 * a, "c_us_per_slot_step": 1e6 * c,
+                                          "a_over_c_slots": a / c if c > 0 else None}
+        print(f"decode cost model ({mode}, minima)", json.dumps({k: v for k, v in res[f"cost_model_{mode}"].items()
+                                                                 if not k.endswith("_all")}), flush=True)
     tip = [2325, 2180, 2041]
     plain = [1305, 1250, 1190, 1120, 1032]
     for name, lengths in (("empo2_turn5", tip + plain), ("grpo_turn5", plain + [1280, 1100, 1060])):
-        variants: dict[str, Callable[[], Any]] = {"one_batch": run(lengths, [list(range(len(lengths)))])}
+        one = [list(range(len(lengths)))]
+        variants: dict[str, Callable[[], Any]] = {"concat_one_batch": run(lengths, one, False),
+                                                  "in_place_one_batch": run(lengths, one, True)}
         cuts: dict[str, Any] = {}
         for k in slot_costs:
             b = decode_buckets(lengths, slot_cost=k)
             cuts[str(k)] = b
             if len(b) > 1 and b not in [cuts[x] for x in cuts if x != str(k)]:
-                variants[f"buckets_{k}"] = run(lengths, b)
+                variants[f"concat_buckets_{k}"] = run(lengths, b, False)
+                variants[f"in_place_buckets_{k}"] = run(lengths, b, True)
         slots = len(lengths) * max(lengths)
         res[name] = _ab(variants, reps) | {"lengths": lengths, "cuts": cuts, "padding_one_batch":
                                            1 - sum(lengths) / slots}

@@ -1,9 +1,11 @@
 """How ``sample_with_cache`` batches its work must not change what a row samples.
 
-Two remedies of issue #21 (docs/performance.md, "Length-bucketed decode and shared group prompts"):
+Three remedies of issue #21 (docs/performance.md, "Length-bucketed decode and shared group prompts"):
 length-bucketed decode (``sampling.decode_buckets``: rows of similar cache length decode together,
-the batches one after the other) and shared group prompts (``share_prompts``: prompt prefixes that
-several new rows share, and rows with the same cache and prompt, are prefilled once). Each row draws
+the batches one after the other), shared group prompts (``share_prompts``: prompt prefixes that
+several new rows share, and rows with the same cache and prompt, are prefilled once), and the
+in-place decode cache (``kvcache.room_layer``: the same values in preallocated storage, so its
+samples must be bit-identical to concatenating the cache at every step). Each row draws
 from its own generator, so the sampled ids must equal those of the row sampled alone, in the call's
 row order, with behaviour log-probs equal up to float rounding; the kept caches must stay those of
 a fresh prefill of the ids they cover. Tiny random Llama on CPU.
@@ -17,9 +19,9 @@ import pytest
 import torch
 
 from empo2.config import HFGeneratorConfig, load_config
-from empo2.policy import sampling
+from empo2.policy import kvcache, sampling
 from empo2.policy.generator import GenerationRequest, HFGenerator, SamplingParams
-from empo2.policy.kvcache import EpisodeKV, extend
+from empo2.policy.kvcache import EpisodeKV, extend, stack
 from empo2.policy.sampling import decode_buckets, row_generator, sample, sample_with_cache
 from empo2.policy.trie import TokenTrie
 from empo2.trainer.setup import generator_options
@@ -225,6 +227,62 @@ def test_forks_of_one_cache_prefill_once(tiny_policy, chat_format, monkeypatch):
         [GenerationRequest(prompt, seed=s, cache_key="x")], SamplingParams(max_new_tokens=4, temperature=1.0))[0]
         for s in range(4)]
     _same(alone, out)
+
+
+# ----------------------------------------------------------------------------- in-place decode cache
+@pytest.fixture
+def concatenating(monkeypatch):
+    """Switch ``kvcache.room_layer`` off (as on transformers without cache layers): caches concatenate."""
+    def off(flag: bool) -> None:
+        monkeypatch.setattr(kvcache, "_ROOM_LAYER", [None] if flag else [])
+    return off
+
+
+def test_in_place_cache_is_bit_identical_to_concatenation(tiny_policy, concatenating):
+    """Same ids, same log-probs to the bit, same kept caches, over three turns with buckets and shared prompts."""
+    m = tiny_policy.model
+    out = {}
+    for in_place in (True, False):
+        concatenating(not in_place)
+        assert (kvcache.room_layer() is not None) == in_place
+        g = torch.Generator().manual_seed(4)
+        head = _ids(g, 30)
+        prompts = [head + _ids(g, n) for n in (90, 4, 90, 50)]
+        prompts[2] = list(prompts[0])
+        kvs = [EpisodeKV() for _ in prompts]
+        res = []
+        for turn in range(3):
+            got = sample_with_cache(m, kvs, prompts, max_new_tokens=7, temperature=1.2, eos_ids={2},
+                                    generators=[row_generator(9, r, turn) for r in range(4)], decode_bucket_slots=20)
+            res.append([(x.ids, x.logps) for x in got])
+            prompts = [p + x.ids + _ids(g, 3 + 20 * r) for r, (p, x) in enumerate(zip(prompts, got))]
+        out[in_place] = (res, [[(k.clone(), v.clone()) for k, v in e.layers] for e in kvs])
+    assert out[True][0] == out[False][0]
+    for a, b in zip(out[True][1], out[False][1]):
+        assert all(torch.equal(k, k2) and torch.equal(v, v2) for (k, v), (k2, v2) in zip(a, b))
+
+
+def test_stack_with_room_holds_the_same_entries_and_grows(tiny_policy):
+    m = tiny_policy.model
+    g = torch.Generator().manual_seed(6)
+    recs = []
+    for n in (5, 17, 11):
+        e = EpisodeKV()
+        extend(m, e, _ids(g, n))
+        recs.append(e)
+    plain, mask = stack(recs)
+    roomy, mask2 = stack(recs, room=2)
+    assert torch.equal(mask, mask2)
+    for (k, v), (k2, v2) in zip(kvcache.cache_layers(plain), kvcache.cache_layers(roomy)):
+        assert torch.equal(k, k2) and torch.equal(v, v2)
+    layer = roomy.layers[0]
+    k0, v0 = layer.keys.clone(), layer.values.clone()
+    new_k = torch.randn(3, k0.shape[1], 5, k0.shape[3])  # 5 entries > the room of 2: the layer grows
+    new_v = torch.randn(3, k0.shape[1], 5, k0.shape[3])
+    k, v = layer.update(new_k, new_v)
+    assert torch.equal(k, torch.cat([k0, new_k], dim=-2)) and torch.equal(v, torch.cat([v0, new_v], dim=-2))
+    assert layer.get_seq_length() == 17 + 5
+    assert k0.data_ptr() != 0 and torch.equal(recs[1].layers[0][0][0], k0[1])  # the records were never written
 
 
 # ----------------------------------------------------------------------------- configuration

@@ -11,7 +11,9 @@ sampled token, which was never fed) need a forward pass. This module holds the b
 - ``extend_batch``: the same for several episodes in one forward (left-padded caches, new ids
   right-aligned with a mask), so the prefill GEMMs see all rows' tokens at once;
 - ``stack``: several episodes' caches as one left-padded batch cache + attention mask, for
-  batched decoding;
+  batched decoding; with ``room`` its layers are preallocated for that many more entries, which the
+  forward passes write in place (``room_layer``) instead of concatenating the whole cache into a new
+  tensor at every decode step;
 - ``split``: the batch cache back into per-episode caches, keeping exactly the entries of tokens
   that were really fed for that row (a row's padding and the pad tokens fed after the row
   finished are dropped).
@@ -143,8 +145,10 @@ def cache_layers(cache: Any) -> list[Layer]:
         raise KVCacheUnsupported("the model returned no KV cache")
     if hasattr(cache, "layers"):  # transformers >= 4.56
         out = []
+        room = room_layer()
         for layer in cache.layers:
-            if getattr(layer, "is_sliding", False) or type(layer).__name__ != "DynamicLayer":
+            if getattr(layer, "is_sliding", False) or not (type(layer).__name__ == "DynamicLayer"
+                                                           or (room is not None and type(layer) is room)):
                 raise KVCacheUnsupported(f"cache layer type {type(layer).__name__} is not supported")
             k, v = getattr(layer, "keys", None), getattr(layer, "values", None)
             if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor):
@@ -174,16 +178,89 @@ def _out_cache(out: Any) -> Any:
     return c if c is not None else getattr(out, "past_key_values", None)
 
 
-def make_cache(layers: list[Layer]) -> Any:
-    """A transformers ``DynamicCache`` holding ``layers`` (copies them; None for no layers)."""
-    if not layers:
-        return None
+_ROOM_LAYER: list[Any] = []  # [class or None], built on first use (keeps transformers' import lazy)
+
+
+def room_layer() -> Any:
+    """The cache layer class ``stack(..., room=n)`` and ``make_cache(..., room=n)`` use, or None.
+
+    A subclass of transformers' ``DynamicLayer`` (so the model treats it as a plain full-attention
+    layer) whose keys/values are the first ``n`` entries (views ``[B, H, n, D]``) of buffers
+    ``[B, H, n + room, D]``: ``update`` copies the new entries into the room and returns longer views,
+    where ``DynamicLayer.update`` concatenates the whole cache into a new tensor — at a decode step
+    that copy (and the fresh allocation behind it) is most of the step's cost once the batch cache
+    holds a few thousand slots (docs/performance.md, "Length-bucketed decode"). Same values, same
+    shapes; only the storage differs. Past its room it grows (doubling, one copy). None where
+    transformers has no ``DynamicLayer`` (before 4.56): callers then concatenate as before.
+    """
+    if not _ROOM_LAYER:
+        try:
+            from transformers.cache_utils import DynamicLayer
+        except ImportError:
+            _ROOM_LAYER.append(None)
+            return None
+
+        class RoomLayer(DynamicLayer):  # type: ignore[no-untyped-call]
+            def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
+                super().__init__()  # type: ignore[no-untyped-call]
+                self.device = keys.device
+                self.is_initialized = True
+                self._k, self._v, self._n = keys, values, length
+                self.keys, self.values = keys[:, :, :length], values[:, :, :length]
+
+            def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+                       **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+                n, t = self._n, key_states.shape[-2]
+                if n + t > self._k.shape[-2]:
+                    cap = max(n + t, 2 * self._k.shape[-2])
+                    k, v = self._k, self._v
+                    self._k = k.new_empty((*k.shape[:2], cap, k.shape[3]))
+                    self._v = v.new_empty((*v.shape[:2], cap, v.shape[3]))
+                    self._k[:, :, :n] = k[:, :, :n]
+                    self._v[:, :, :n] = v[:, :, :n]
+                self._k[:, :, n:n + t] = key_states
+                self._v[:, :, n:n + t] = value_states
+                self._n = n + t
+                self.keys, self.values = self._k[:, :, :n + t], self._v[:, :, :n + t]
+                return self.keys, self.values
+
+            def get_seq_length(self) -> int:
+                return self._n
+
+        _ROOM_LAYER.append(RoomLayer)
+    return _ROOM_LAYER[0]
+
+
+def _cache_of(layers: list[Layer], room: int) -> Any:
+    """A ``DynamicCache`` over full ``[B, H, L, D]`` layer tensors: room layers holding them (no copy)
+    when ``room > 0`` and ``room_layer()`` exists, else plain layers (``update`` copies them)."""
     from transformers import DynamicCache
 
-    c = DynamicCache()
+    cache = DynamicCache()
+    cls = room_layer() if room > 0 else None
+    if cls is not None and hasattr(cache, "layers"):
+        cache.layers = [cls(k, v, k.shape[-2] - room) for k, v in layers]
+        return cache
     for i, (k, v) in enumerate(layers):
-        c.update(k, v, i)
-    return c
+        cache.update(k, v, i)
+    return cache
+
+
+def make_cache(layers: list[Layer], room: int = 0) -> Any:
+    """A transformers ``DynamicCache`` holding a copy of one record's ``layers`` (None for no layers),
+    with ``room`` entries preallocated per layer for the next forward to write in place."""
+    if not layers:
+        return None
+    if room > 0 and room_layer() is not None:
+        full = []
+        for k, v in layers:
+            K = k.new_empty((*k.shape[:2], k.shape[2] + room, k.shape[3]))
+            V = v.new_empty((*v.shape[:2], v.shape[2] + room, v.shape[3]))
+            K[:, :, :k.shape[2]] = k
+            V[:, :, :v.shape[2]] = v
+            full.append((K, V))
+        return _cache_of(full, room)
+    return _cache_of(list(layers), 0)
 
 
 def _device(model: Any) -> torch.device:
@@ -217,7 +294,7 @@ def extend(model: Any, ekv: EpisodeKV, new_ids: list[int]) -> torch.Tensor:
     ids = torch.tensor([new_ids], dtype=torch.long, device=dev)
     pos = torch.arange(l0, l0 + n, dtype=torch.long, device=dev).view(1, n)
     mask = torch.ones((1, l0 + n), dtype=torch.long, device=dev)
-    kw = {_cache_kwarg(model): make_cache(ekv.layers)} if ekv.layers else {}
+    kw = {_cache_kwarg(model): make_cache(ekv.layers, room=n)} if ekv.layers else {}
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **kw)
     layers = cache_layers(_out_cache(out))
     if not layers or layers[0][0].shape[-2] != l0 + n:
@@ -228,7 +305,7 @@ def extend(model: Any, ekv: EpisodeKV, new_ids: list[int]) -> torch.Tensor:
     return logits
 
 
-def stack(ekvs: list[EpisodeKV]) -> tuple[Any, torch.Tensor]:
+def stack(ekvs: list[EpisodeKV], room: int = 0) -> tuple[Any, torch.Tensor]:
     """Stack episode caches into one left-padded batch cache for batched decoding/prefill.
 
     Row ``r`` occupies the last ``ekvs[r].length`` positions of every layer; the padding in front
@@ -238,6 +315,8 @@ def stack(ekvs: list[EpisodeKV]) -> tuple[Any, torch.Tensor]:
     Args:
         ekvs: B ≥ 1 records, at least one non-empty; the non-empty ones have the same number of
             layers and the same ``[1, kv_heads, ·, head_dim]`` layout.
+        room: entries to preallocate per layer after ``Lmax`` (``room_layer``): the next forward
+            passes write up to that many new entries in place instead of copying the cache.
 
     Returns:
         ``(cache, mask)``: a ``DynamicCache`` with ``[B, kv_heads, Lmax, head_dim]`` tensors per
@@ -259,27 +338,23 @@ def stack(ekvs: list[EpisodeKV]) -> tuple[Any, torch.Tensor]:
     for r, e in enumerate(ekvs):
         if e.length:
             mask[r, L - e.length:] = 1
+    room = room if room_layer() is not None else 0
     layers: list[Layer] = []
     for i in range(n_layers):
         ks = [e.layers[i][0] if e.length else None for e in ekvs]
         vs = [e.layers[i][1] if e.length else None for e in ekvs]
-        if all(t is not None and t.shape[-2] == L for t in ks):
+        if not room and all(t is not None and t.shape[-2] == L for t in ks):
             layers.append((torch.cat(ks, 0), torch.cat(vs, 0)))  # type: ignore[arg-type]
             continue
         kt, vt = full[0].layers[i]
-        K = kt.new_zeros((B, kt.shape[1], L, kt.shape[3]))
-        V = vt.new_zeros((B, vt.shape[1], L, vt.shape[3]))
+        K = kt.new_zeros((B, kt.shape[1], L + room, kt.shape[3]))
+        V = vt.new_zeros((B, vt.shape[1], L + room, vt.shape[3]))
         for r, (k, v) in enumerate(zip(ks, vs)):
             if k is not None and v is not None:
-                K[r, :, L - k.shape[-2]:] = k[0]
-                V[r, :, L - v.shape[-2]:] = v[0]
+                K[r, :, L - k.shape[-2]:L] = k[0]
+                V[r, :, L - v.shape[-2]:L] = v[0]
         layers.append((K, V))
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    for i, (k, v) in enumerate(layers):
-        cache.update(k, v, i)
-    return cache, mask
+    return _cache_of(layers, room), mask
 
 
 @torch.inference_mode()
@@ -340,7 +415,7 @@ def extend_batch(model: Any, ekvs: list[EpisodeKV], new_ids: list[list[int]], pa
         mask[r, Lc - l:Lc] = 1
         mask[r, Lc + N - n:] = 1
     old_ids = [list(e.ids) for e in ekvs]
-    past = stack(ekvs)[0] if Lc > 0 else None
+    past = stack(ekvs, room=N)[0] if Lc > 0 else None
     for e in ekvs:  # the batch cache holds the tensors now; free the per-row copies
         e.clear()
     kw = {_cache_kwarg(model): past} if past is not None else {}

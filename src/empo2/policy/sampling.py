@@ -442,7 +442,7 @@ def _decode(model: Any, ekvs: list[EpisodeKV], logits: torch.Tensor, gens: list[
     B = len(ekvs)
     device = next(model.parameters()).device
     live = [True] * B
-    cache, mask = stack(ekvs)
+    cache, mask = stack(ekvs, room=max_new_tokens - 1)  # the forwards write their entries in place
     prompt_len = mask.shape[1]
     for e in ekvs:  # the batch cache holds the tensors now; free the per-row copies
         e.layers = []
