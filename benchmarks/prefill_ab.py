@@ -14,8 +14,10 @@
   keys/values (the cost does not depend on their values), with the cache written in place and
   concatenated at every step (as before). First the two constants of the cost model ``a + c·n·L``
   per step (from the minima over the repeats): ``a`` = one more batch (two batches of 4 rows vs one
-  of 8, all at ``--decode-len``), ``c`` = one more padded slot (8 rows at 2 × ``--decode-len`` vs
-  at ``--decode-len``); ``a / c`` is what ``DECODE_BUCKET_SLOTS`` should be. Then the cache lengths
+  of 8, all at ``--decode-len``), ``c`` = one more real slot (8 rows at 2 × ``--decode-len`` vs at
+  ``--decode-len``), ``c_pad`` = one more padded slot (one row at 2 × ``--decode-len`` among seven at
+  ``--decode-len``, less its real slots); ``a / c_pad`` is what ``DECODE_BUCKET_SLOTS`` should be
+  (bucketing saves padded slots only). Then the cache lengths
   of an EMPO² rollout's last turn (3 tip rows of 2,041–2,325 ids, 5 plain rows of 1,032–1,305;
   docs/performance.md) and of GRPO's (8 plain rows), decoded as one batch and as ``decode_buckets``
   cuts them at each ``--slot-costs`` value.
@@ -193,11 +195,15 @@ def bench_decode(model: Any, reps: int, steps: int, length: int, slot_costs: lis
     for mode, in_place in (("in_place", True), ("concat", False)):
         cm = _ab({"one_batch_8xL": run([L] * 8, [list(range(8))], in_place),
                   "two_batches_4xL": run([L] * 8, [[0, 1, 2, 3], [4, 5, 6, 7]], in_place),
-                  "one_batch_8x2L": run([2 * L] * 8, [list(range(8))], in_place)}, reps)
+                  "one_batch_8x2L": run([2 * L] * 8, [list(range(8))], in_place),
+                  "one_batch_2L_7xL": run([2 * L] + [L] * 7, [list(range(8))], in_place)}, reps)
         a = (cm["two_batches_4xL_min"] - cm["one_batch_8xL_min"]) / fwd
         c = (cm["one_batch_8x2L_min"] - cm["one_batch_8xL_min"]) / fwd / (8 * L)
+        # one row of 2L among seven of L: L more real slots (c each) and 7L padded ones
+        c_pad = (cm["one_batch_2L_7xL_min"] - cm["one_batch_8xL_min"] - c * L * fwd) / fwd / (7 * L)
         res[f"cost_model_{mode}"] = cm | {"a_ms_per_step": 1e3 * a, "c_us_per_slot_step": 1e6 * c,
-                                          "a_over_c_slots": a / c if c > 0 else None}
+                                          "c_pad_us_per_slot_step": 1e6 * c_pad,
+                                          "a_over_c_pad_slots": a / c_pad if c_pad > 0 else None}
         print(f"decode cost model ({mode}, minima)", json.dumps({k: v for k, v in res[f"cost_model_{mode}"].items()
                                                                  if not k.endswith("_all")}), flush=True)
     tip = [2325, 2180, 2041]

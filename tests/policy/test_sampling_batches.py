@@ -93,7 +93,7 @@ def test_decode_buckets_are_the_cheapest_contiguous_cut(seed):
 
 # ----------------------------------------------------------------------------- bucketed decode
 @pytest.mark.parametrize("constrained", [False, True])
-def test_bucketed_decode_equals_each_row_alone(tiny_policy, constrained):
+def test_bucketed_decode_equals_each_row_alone(tiny_policy, constrained, monkeypatch):
     """Rows of very different lengths in shuffled order, decoded in several batches, over three turns:
     every row samples what it samples alone and what one batch samples (ids, stops, allowed sets),
     log-probs within float rounding, outputs in the call's order, caches equal to a fresh prefill."""
@@ -104,25 +104,24 @@ def test_bucketed_decode_equals_each_row_alone(tiny_policy, constrained):
     acts = [[101, 102, 103], [101, 104], [105, 106, 107, 108], [109]]
     eos = {2} | set(range(300, 2000, 7))  # rows stop at different steps
     kvs = {k: [EpisodeKV() for _ in prompts] for k in (0, 1)}
+    calls: list[list[int]] = []
+    real = sampling._decode
+
+    def spy(model, ekvs, *a, **k):
+        calls.append([e.length for e in ekvs])
+        return real(model, ekvs, *a, **k)
+
     for turn in range(3):
         tries = [TokenTrie(acts, 2) if r % 2 else None for r in range(len(prompts))] if constrained else None
         kw = dict(max_new_tokens=6, temperature=1.3, eos_ids=eos, tries=tries)
         seeds = [(11, r, turn) for r in range(len(prompts))]
         one = sample_with_cache(m, kvs[0], prompts, generators=[row_generator(*s) for s in seeds],
                                 decode_bucket_slots=0, **kw)
-        calls = []
-        real = sampling._decode
-
-        def spy(model, ekvs, *a, **k):
-            calls.append([e.length for e in ekvs])
-            return real(model, ekvs, *a, **k)
-
-        sampling._decode = spy
-        try:
-            split = sample_with_cache(m, kvs[1], prompts, generators=[row_generator(*s) for s in seeds],
-                                      decode_bucket_slots=1, **kw)
-        finally:
-            sampling._decode = real
+        calls.clear()
+        monkeypatch.setattr(sampling, "_decode", spy)
+        split = sample_with_cache(m, kvs[1], prompts, generators=[row_generator(*s) for s in seeds],
+                                  decode_bucket_slots=1, **kw)
+        monkeypatch.undo()
         assert len(calls) > 2  # slot cost 1: nearly every distinct length decodes on its own
         _same(one, split)
         ref = sample(m, prompts, generators=[row_generator(*s) for s in seeds], **kw)
@@ -192,7 +191,7 @@ def test_group_prompts_are_prefilled_once(tiny_policy, monkeypatch):
     off = sample_with_cache(m, [EpisodeKV() for _ in prompts], prompts, generators=[row_generator(*s) for s in seeds],
                             share_prompts=False, **kw)
     _same(off, got)
-    for p, x, e in zip(prompts, got, kvs):
+    for p, e in zip(prompts, kvs):
         assert e.ids[:len(p)] == p
         _fresh_equal(m, e)
     # the next turn continues each row's own cache (copies never alias: tensors are never written in place)
@@ -282,7 +281,14 @@ def test_stack_with_room_holds_the_same_entries_and_grows(tiny_policy):
     k, v = layer.update(new_k, new_v)
     assert torch.equal(k, torch.cat([k0, new_k], dim=-2)) and torch.equal(v, torch.cat([v0, new_v], dim=-2))
     assert layer.get_seq_length() == 17 + 5
-    assert k0.data_ptr() != 0 and torch.equal(recs[1].layers[0][0][0], k0[1])  # the records were never written
+    assert torch.equal(recs[1].layers[0][0][0], k0[1])  # the records were never written
+    # release: the records give their tensors up (ids kept), the batch cache holds the same entries
+    ids = [list(e.ids) for e in recs]
+    taken, mask3 = stack(recs, room=2, release=True)
+    assert all(e.layers == [] for e in recs) and [e.ids for e in recs] == ids
+    assert torch.equal(mask3, mask)
+    for (k, v), (k2, v2) in zip(kvcache.cache_layers(plain), kvcache.cache_layers(taken)):
+        assert torch.equal(k, k2) and torch.equal(v, v2)
 
 
 # ----------------------------------------------------------------------------- configuration

@@ -227,6 +227,11 @@ def room_layer() -> Any:
             def get_seq_length(self) -> int:
                 return self._n
 
+            def drop_buffers(self) -> None:
+                """Release the buffers (``_drop_layer``); the layer is unusable afterwards."""
+                del self._k, self._v
+                self.keys = self.values = None
+
         _ROOM_LAYER.append(RoomLayer)
     return _ROOM_LAYER[0]
 
@@ -305,7 +310,7 @@ def extend(model: Any, ekv: EpisodeKV, new_ids: list[int]) -> torch.Tensor:
     return logits
 
 
-def stack(ekvs: list[EpisodeKV], room: int = 0) -> tuple[Any, torch.Tensor]:
+def stack(ekvs: list[EpisodeKV], room: int = 0, release: bool = False) -> tuple[Any, torch.Tensor]:
     """Stack episode caches into one left-padded batch cache for batched decoding/prefill.
 
     Row ``r`` occupies the last ``ekvs[r].length`` positions of every layer; the padding in front
@@ -317,6 +322,9 @@ def stack(ekvs: list[EpisodeKV], room: int = 0) -> tuple[Any, torch.Tensor]:
             layers and the same ``[1, kv_heads, ·, head_dim]`` layout.
         room: entries to preallocate per layer after ``Lmax`` (``room_layer``): the next forward
             passes write up to that many new entries in place instead of copying the cache.
+        release: the records give up their tensors (``layers`` emptied, ``ids`` kept), each layer's
+            as soon as it is stacked, so the per-row copies and the batch cache are not all in
+            memory at once (a tensor another record shares stays alive with that record).
 
     Returns:
         ``(cache, mask)``: a ``DynamicCache`` with ``[B, kv_heads, Lmax, head_dim]`` tensors per
@@ -338,15 +346,23 @@ def stack(ekvs: list[EpisodeKV], room: int = 0) -> tuple[Any, torch.Tensor]:
     for r, e in enumerate(ekvs):
         if e.length:
             mask[r, L - e.length:] = 1
+    rows: list[list[Layer | None]] = [list(e.layers) if e.length else [] for e in ekvs]
+    if release:
+        for e in ekvs:
+            e.layers = []
     room = room if room_layer() is not None else 0
     layers: list[Layer] = []
     for i in range(n_layers):
-        ks = [e.layers[i][0] if e.length else None for e in ekvs]
-        vs = [e.layers[i][1] if e.length else None for e in ekvs]
+        ks = [row[i][0] if row else None for row in rows]  # type: ignore[index]
+        vs = [row[i][1] if row else None for row in rows]  # type: ignore[index]
+        if release:
+            for row in rows:
+                if row:
+                    row[i] = None
         if not room and all(t is not None and t.shape[-2] == L for t in ks):
             layers.append((torch.cat(ks, 0), torch.cat(vs, 0)))  # type: ignore[arg-type]
             continue
-        kt, vt = full[0].layers[i]
+        kt, vt = next(t for t in ks if t is not None), next(t for t in vs if t is not None)
         K = kt.new_zeros((B, kt.shape[1], L + room, kt.shape[3]))
         V = vt.new_zeros((B, vt.shape[1], L + room, vt.shape[3]))
         for r, (k, v) in enumerate(zip(ks, vs)):
@@ -354,6 +370,7 @@ def stack(ekvs: list[EpisodeKV], room: int = 0) -> tuple[Any, torch.Tensor]:
                 K[r, :, L - k.shape[-2]:L] = k[0]
                 V[r, :, L - v.shape[-2]:L] = v[0]
         layers.append((K, V))
+        del ks, vs, kt, vt
     return _cache_of(layers, room), mask
 
 
@@ -415,8 +432,9 @@ def extend_batch(model: Any, ekvs: list[EpisodeKV], new_ids: list[list[int]], pa
         mask[r, Lc - l:Lc] = 1
         mask[r, Lc + N - n:] = 1
     old_ids = [list(e.ids) for e in ekvs]
-    past = stack(ekvs, room=N)[0] if Lc > 0 else None
-    for e in ekvs:  # the batch cache holds the tensors now; free the per-row copies
+    # the batch cache takes the tensors over layer by layer (the per-row copies are freed as it goes)
+    past = stack(ekvs, room=N, release=True)[0] if Lc > 0 else None
+    for e in ekvs:
         e.clear()
     kw = {_cache_kwarg(model): past} if past is not None else {}
     del past
@@ -488,6 +506,8 @@ def _drop_layer(cache: Any, i: int) -> None:
     """Release a batch cache layer's tensors early (best effort, any cache flavour)."""
     if hasattr(cache, "layers") and i < len(cache.layers):
         layer = cache.layers[i]
+        if hasattr(layer, "drop_buffers"):  # room_layer
+            layer.drop_buffers()
         layer.keys = layer.values = None
     elif hasattr(cache, "key_cache") and i < len(cache.key_cache):
         cache.key_cache[i] = cache.value_cache[i] = None

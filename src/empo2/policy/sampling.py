@@ -442,10 +442,10 @@ def _decode(model: Any, ekvs: list[EpisodeKV], logits: torch.Tensor, gens: list[
     B = len(ekvs)
     device = next(model.parameters()).device
     live = [True] * B
-    cache, mask = stack(ekvs, room=max_new_tokens - 1)  # the forwards write their entries in place
+    # the batch cache takes the rows' tensors over layer by layer (each row's copy freed as it goes, unless
+    # another record shares it); the forwards write their entries into its room in place
+    cache, mask = stack(ekvs, room=max_new_tokens - 1, release=True)
     prompt_len = mask.shape[1]
-    for e in ekvs:  # the batch cache holds the tensors now; free the per-row copies
-        e.layers = []
     cache_kw = _cache_kwarg(model)
     next_pos = torch.tensor([e.length for e in ekvs], dtype=torch.long, device=device)
     fed_steps = 0
