@@ -49,13 +49,17 @@ and the decode's padding share (left-padded cache slots / all slots of the stack
 each batch's forwards). It also records every sampled id and behaviour log-prob of the run (warm + timed
 iterations) so that two variants of a case can be compared token for token.
 
+``--baseline-src DIR`` also runs each case (first) with the ``empo2`` package of another checkout (``DIR`` = its
+``src`` folder, put first on the subprocess's ``PYTHONPATH``; the benchmark code stays this one), e.g. the commit before
+a change exported with ``git archive``: old and new code side by side in one run, labelled ``baseline``.
+
 ``--decode-ab`` also runs each case with ``rollout.hf.decode_bucket_slots=0 rollout.hf.share_prompts=false``
 (one decode batch per call and only the all-rows prompt prefix shared: the sampler before length-bucketed
 decode and shared group prompts), first, then the default: the EMPO²/GRPO ratios of both settings, the
 on/off ratios per case, and whether the two settings sampled the same ids (max |Δ log-prob| where they did).
 
 Run: ``python -m benchmarks.iteration [--quick|--tiny] [--cases ...] [--kv-ab] [--prefix-ab] [--generator-ab]
-[--decode-ab] [--warm-iterations K]``.
+[--decode-ab] [--baseline-src DIR] [--warm-iterations K]``.
 """
 
 from __future__ import annotations
@@ -151,9 +155,9 @@ class GenCounter:
             c["prefill_forwards"] += 1
             return real["extend_batch"](model, ekvs, new_ids, pad_id)
 
-        def stack(ekvs: list[Any]) -> Any:
+        def stack(ekvs: list[Any], *a: Any, **kw: Any) -> Any:
             self._stacked.append((len(ekvs), max(e.length for e in ekvs), sum(e.length for e in ekvs)))
-            return real["stack"](ekvs)
+            return real["stack"](ekvs, *a, **kw)
 
         def split(cache: Any, ekvs: list[Any], prompt_len: int, fed: list[list[int]]) -> Any:
             rows, longest, used = self._stacked.pop(0) if self._stacked else (len(ekvs), prompt_len, prompt_len)
@@ -240,8 +244,10 @@ def _worker(config: str, overrides: list[str], warm: int = 0) -> dict[str, Any]:
         after = resource.getrusage(resource.RUSAGE_SELF)
     finally:
         tr.close()
+    import empo2
+
     return {"setup_s": setup_s, "metrics": _keep(m), "warm_iterations": warm, "warm_metrics": warm_metrics,
-            "gen_counts": counter.take(), "samples": counter.samples,
+            "gen_counts": counter.take(), "samples": counter.samples, "empo2_from": str(Path(empo2.__file__).parent),
             # CPU seconds of this process's threads in the timed iteration (not the JVMs'): less sensitive than
             # the wall time to other processes on the machine
             "iteration_cpu_s": (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime),
@@ -253,9 +259,10 @@ def _worker(config: str, overrides: list[str], warm: int = 0) -> dict[str, Any]:
             "few_shot": cfg.action.few_shot, "update_skipped": bool(m.get("train/skipped", 0.0))}
 
 
-def run_case(name: str, config: str, overrides: list[str], threads: int, warm: int = 0) -> dict[str, Any]:
+def run_case(name: str, config: str, overrides: list[str], threads: int, warm: int = 0,
+             src: str = "") -> dict[str, Any]:
     """Run one case in a subprocess (``warm`` untimed iterations first); add its wall time and ``ru_maxrss``
-    (``os.wait4``: set-up, warm and timed iterations)."""
+    (``os.wait4``: set-up, warm and timed iterations). ``src``: import ``empo2`` from that folder instead."""
     with tempfile.TemporaryDirectory(prefix="empo2-bench-") as tmp:
         ovr = (COMMON + [f"trainer.iterations={warm + 1}", f"run.dir={tmp}", f"run.name={name}",
                          f"trainer.threads={threads}"] + overrides)
@@ -263,7 +270,10 @@ def run_case(name: str, config: str, overrides: list[str], threads: int, warm: i
         spec = {"config": config, "overrides": ovr, "warm": warm}
         cmd = [sys.executable, "-m", "benchmarks.iteration", "--_worker", json.dumps(spec), "--_out", str(out_file)]
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        env = dict(os.environ)
+        if src:
+            env["PYTHONPATH"] = os.pathsep.join([str(Path(src).resolve())] + [x for x in [env.get("PYTHONPATH")] if x])
+        proc = subprocess.Popen(cmd, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         # read the output while it runs (avoids a full pipe), then reap with wait4 for this child's rusage
         log = proc.stdout.read() if proc.stdout else ""
         _pid, status, ru = os.wait4(proc.pid, 0)
@@ -297,6 +307,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--decode-ab", action="store_true",
                    help="also run each case (first) with one decode batch per call and no shared group prompts "
                         f"({' '.join(DECODE_OFF)})")
+    p.add_argument("--baseline-src", default="", metavar="DIR",
+                   help="also run each case (first) importing empo2 from DIR (another checkout's src folder)")
     p.add_argument("--warm-iterations", type=int, default=0, metavar="K",
                    help="run K untimed iterations before the timed one in each case (same Trainer: memory, weights)")
     p.add_argument("--_worker", default="", help=argparse.SUPPRESS)
@@ -319,7 +331,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                 "overrides": COMMON + [f"trainer.iterations={warm + 1}"] + CASES[c][1] + extra_of[c]}
                             for c in cases},
                   "threads": args.threads, "kv_ab": args.kv_ab, "prefix_ab": args.prefix_ab,
-                  "generator_ab": args.generator_ab, "decode_ab": args.decode_ab, "warm_iterations": warm}
+                  "generator_ab": args.generator_ab, "decode_ab": args.decode_ab, "baseline_src": args.baseline_src,
+                  "warm_iterations": warm}
     rows = []
     for c in cases:
         cfg, ovr = CASES[c][0], CASES[c][1] + extra_of[c]
@@ -327,11 +340,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     + ([("prefix off", ["trainer.share_prefix=false"])] if args.prefix_ab or c in PREFIX_AB else []))
         variants += [("vllm", ["rollout.generator=vllm"])] if args.generator_ab else []
         variants = ([("decode off", DECODE_OFF)] if args.decode_ab else []) + variants
+        variants = ([("baseline", [])] if args.baseline_src else []) + variants
         if args.off_first:
             variants = sorted(variants, key=lambda v: v[0] != "prefix off")
         for label, extra in variants:
             name = c + (f" ({label})" if label else "")
-            r = run_case(name, cfg, ovr + extra, args.threads, warm)
+            r = run_case(name, cfg, ovr + extra, args.threads, warm, args.baseline_src if label == "baseline" else "")
             rows.append(r)
             warm_s = ", ".join(f"{w.get('time/iteration', 0.0):.1f}" for w in r["warm_metrics"])
             print(f"{name}: iteration {r['iteration_s']:.1f} s (setup {r['setup_s']:.1f} s"
@@ -372,12 +386,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                  "tips padding"],
                 [[r["case"]] + [x for ph in ("rollout", "tips") for x in _gen_cells(r["gen_counts"].get(ph))]
                  for r in rows])
-    if args.decode_ab:
-        run.results["decode_ab_samples"] = {c: compare_samples(samples[f"{c} (decode off)"], samples[c]) for c in cases}
-        print_table("decode on vs off: same sampled ids (all calls of the warm + timed iterations)?",
-                    ["case", "same ids", "bit-identical", "calls compared", "max |Δ logp|"],
-                    [[c, v["same_ids"], v["bit_identical"], v["calls_compared"], v["max_abs_dlogp"]]
-                     for c, v in run.results["decode_ab_samples"].items()])
+    for label in ("decode off", "baseline"):
+        pairs = {c: compare_samples(samples[f"{c} ({label})"], samples[c]) for c in cases if f"{c} ({label})" in samples}
+        if pairs:
+            run.results[f"samples_vs_{label.replace(' ', '_')}"] = pairs
+            print_table(f"{label} vs this code: same sampled ids (all calls of the warm + timed iterations)?",
+                        ["case", "same ids", "bit-identical", "calls compared", "max |Δ logp|"],
+                        [[c, v["same_ids"], v["bit_identical"], v["calls_compared"], v["max_abs_dlogp"]]
+                         for c, v in pairs.items()])
     if warm:
         run.notes.append(f"timed: iteration {warm + 1} after {warm} untimed iteration(s) in the same Trainer; "
                          "peak RSS covers set-up + warm + timed iterations")
@@ -418,7 +434,7 @@ def _ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
     ``--prefix-ab``, shared prefix over whole trajectories (update, iteration)."""
     by = {r["case"]: r for r in rows}
     out: dict[str, float] = {}
-    for suffix in ("", " (decode off)"):
+    for suffix in ("", " (decode off)", " (baseline)"):
         e, g = by.get("sciworld_empo2" + suffix), by.get("sciworld_grpo" + suffix)
         if not (e and g and g["iteration_s"]):
             continue
@@ -437,13 +453,14 @@ def _ratios(rows: list[dict[str, Any]]) -> dict[str, float]:
         if ge and gg and gg["prefill_tokens"]:
             out[f"{head}/rollout_prefill_tokens"] = ge["prefill_tokens"] / gg["prefill_tokens"]
     for name, r in by.items():
-        off = by.get(f"{name} (decode off)")
-        if off and off["iteration_s"]:
-            out[f"{name}/decode_on_over_off/iteration"] = r["iteration_s"] / off["iteration_s"]
-            for k in ("generation", "tips"):
-                if off["breakdown_s"][k] >= 0.05:
-                    out[f"{name}/decode_on_over_off/{k}"] = r["breakdown_s"][k] / off["breakdown_s"][k]
-            out[f"{name}/decode_on_over_off/peak_rss"] = r["peak_rss_mb"] / off["peak_rss_mb"]
+        for label, key in (("decode off", "decode_on_over_off"), ("baseline", "this_over_baseline")):
+            off = by.get(f"{name} ({label})")
+            if off and off["iteration_s"]:
+                out[f"{name}/{key}/iteration"] = r["iteration_s"] / off["iteration_s"]
+                for k in ("generation", "tips"):
+                    if off["breakdown_s"][k] >= 0.05:
+                        out[f"{name}/{key}/{k}"] = r["breakdown_s"][k] / off["breakdown_s"][k]
+                out[f"{name}/{key}/peak_rss"] = r["peak_rss_mb"] / off["peak_rss_mb"]
     for name, r in by.items():
         off = by.get(f"{name} (prefix off)")
         if off and off["breakdown_s"]["update"]:
