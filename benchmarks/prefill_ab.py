@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--tip-new", type=int, default=24)
     ap.add_argument("--decode-steps", type=int, default=10)
     ap.add_argument("--decode-len", type=int, default=1200)
-    ap.add_argument("--slot-costs", default="1000,2000,3000,5000,8000")
+    ap.add_argument("--slot-costs", default="1000,3000,8000,24000")
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)

@@ -119,8 +119,9 @@ class HFGeneratorConfig:
 
     decode_bucket_slots: int = doc(
         "decode a call's rows in batches of similar cache length: one more batch per call is worth this many"
-        " left-padded cache slots (measured on 2 CPU cores with SmolLM2-135M; policy.sampling.decode_buckets);"
-        " 0 = every call decodes its rows as one batch", default=3000)
+        " left-padded cache slots (measured on 2 CPU cores with SmolLM2-135M: a forward costs as much as 24k padded"
+        " slots, so only strongly uneven batches are split; policy.sampling.decode_buckets); 0 = every call"
+        " decodes its rows as one batch", default=24_000)
     share_prompts: bool = doc(
         "new episodes sharing a prompt prefix beyond the all-rows one (a group's copies of one first prompt)"
         " prefill it once and share its KV cache; rows with the same cache and prompt are prefilled as one",

@@ -69,10 +69,14 @@ def test_decode_buckets_hand_values():
     assert decode_buckets([5, 900, 7], slot_cost=0) == [[0, 1, 2]]
     assert decode_buckets([7], slot_cost=1) == [[0]]
     assert decode_buckets([], slot_cost=1) == []
-    # EMPO²'s last turn (docs/performance.md): 3 tip rows of ≈ 2.2k ids, 5 plain rows of ≈ 1.2k
+    # EMPO²'s last turn (docs/performance.md): 3 tip rows of ≈ 2.2k ids, 5 plain rows of ≈ 1.2k: splitting
+    # saves 5,100 padded slots per step, worth less than one more forward at the measured default
     rows = [1305, 2325, 1250, 2180, 1190, 1120, 2041, 1032]
-    assert decode_buckets(rows, slot_cost=sampling.DECODE_BUCKET_SLOTS) == [[1, 3, 6], [0, 2, 4, 5, 7]]
-    assert decode_buckets([1305, 1250, 1190, 1120, 1032, 1280, 1100, 1060]) == [list(range(8))]  # GRPO's
+    assert decode_buckets(rows, slot_cost=3000) == [[1, 3, 6], [0, 2, 4, 5, 7]]
+    assert decode_buckets(rows, slot_cost=sampling.DECODE_BUCKET_SLOTS) == [list(range(8))]
+    # the full recipe's 32 rows, half of them carrying tips of 2k ids more: 24k + 32·4k > 2·24k + 16·4k + 16·2k
+    rows = [4000, 2000] * 16
+    assert decode_buckets(rows, slot_cost=sampling.DECODE_BUCKET_SLOTS) == [list(range(0, 32, 2)), list(range(1, 32, 2))]
 
 
 @pytest.mark.parametrize("seed", range(20))

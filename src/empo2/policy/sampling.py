@@ -246,13 +246,14 @@ def _common_prefix(seqs: list[list[int]]) -> int:
     return n
 
 
-# Decode batching (``decode_buckets``). Measured on 2 CPU threads with SmolLM2-135M (docs/performance.md,
-# "Length-bucketed decode"): one decode step of a batch of ``n`` rows whose longest cache holds ``L``
-# tokens costs about ``a + b·n + c·n·L`` (``c``: attention over every slot of the left-padded cache and
-# the cache's copy when the step appends to it), and ``a`` (one more forward per step: the weights are
-# streamed again) is worth ``a / c`` padded slots.
-DECODE_BUCKET_SLOTS = 3000
-"""Padded cache slots that one more decode batch per call is worth (``a / c`` above); 0 = every call
+# Decode batching (``decode_buckets``). Measured on 2 CPU threads with SmolLM2-135M (``python -m
+# benchmarks.prefill_ab --parts decode``, docs/performance.md "Length-bucketed decode"): one decode step of a
+# batch costs about ``a + c·(real cache slots) + c_pad·(left-padded slots)``, with the cache written in place
+# (``kvcache.room_layer``) a = 108 ms (one more forward per step), c = 7.2 µs, c_pad = 4.4 µs; splitting a
+# batch saves padded slots only, so it pays when it saves more than a / c_pad ≈ 24,000 of them per step.
+# (With the cache concatenated at every step, as before, c_pad was 11.7 µs: a / c_pad ≈ 8,000.)
+DECODE_BUCKET_SLOTS = 24_000
+"""Padded cache slots that one more decode batch per call is worth (``a / c_pad`` above); 0 = every call
 decodes all its rows as one batch."""
 
 
