@@ -46,7 +46,7 @@ Every case also counts what the HF sampler (``policy.sampling.sample_with_cache`
 tips), by wrapping its cache calls in the subprocess (``GenCounter``): prefill tokens (ids fed to the model
 by ``extend``/``extend_batch``, shared prefixes counted once), prefill forwards, decode batches and forwards,
 and the decode's padding share (left-padded cache slots / all slots of the stacked batch caches, weighted by
-each batch's forwards). It also records every sampled id and behaviour log-prob of the run (warm + timed
+each batch's forwards; as stacked: a batch that drops its finished rows later is not credited for it). It also records every sampled id and behaviour log-prob of the run (warm + timed
 iterations) so that two variants of a case can be compared token for token.
 
 ``--baseline-src DIR`` also runs each case (first) with the ``empo2`` package of another checkout (``DIR`` = its
@@ -159,7 +159,9 @@ class GenCounter:
             self._stacked.append((len(ekvs), max(e.length for e in ekvs), sum(e.length for e in ekvs)))
             return real["stack"](ekvs, *a, **kw)
 
-        def split(cache: Any, ekvs: list[Any], prompt_len: int, fed: list[list[int]]) -> Any:
+        def split(cache: Any, ekvs: list[Any], prompt_len: int, fed: list[list[int]], rows: Any = None) -> Any:
+            if rows is not None:  # finished rows leaving a batch that goes on (counted when the batch ends)
+                return real["split"](cache, ekvs, prompt_len, fed, rows=rows)
             rows, longest, used = self._stacked.pop(0) if self._stacked else (len(ekvs), prompt_len, prompt_len)
             layers = cache_layers(cache)
             steps = (layers[0][0].shape[-2] - prompt_len) if layers else 0

@@ -20,7 +20,9 @@
   (bucketing saves padded slots only). Then the cache lengths
   of an EMPO² rollout's last turn (3 tip rows of 2,041–2,325 ids, 5 plain rows of 1,032–1,305;
   docs/performance.md) and of GRPO's (8 plain rows), decoded as one batch and as ``decode_buckets``
-  cuts them at each ``--slot-costs`` value.
+  cuts them at each ``--slot-costs`` value. Last, a tip-like batch (8 rows of 1,000–2,400 cached ids,
+  up to 64 new ids, rows stopping at random) decoded whole (concatenated, in place) and shrinking
+  as its rows finish (``sampling.DECODE_SHRINK``).
 
 Old and new alternate (interleaved), after one untimed warm-up each; medians of ``--reps``.
 
@@ -173,7 +175,8 @@ def bench_decode(model: Any, reps: int, steps: int, length: int, slot_costs: lis
     V = model.config.vocab_size
     logits0 = torch.randn(8, V, generator=torch.Generator().manual_seed(6))
 
-    def run(lengths: list[int], buckets: list[list[int]], in_place: bool) -> Callable[[], Any]:
+    def run(lengths: list[int], buckets: list[list[int]], in_place: bool, *, n_steps: int = steps,
+            stops: set[int] | None = None, shrink: float = 0.0) -> Callable[[], Any]:
         recs = _random_records(model, lengths)
 
         def go() -> Any:
@@ -182,8 +185,9 @@ def bench_decode(model: Any, reps: int, steps: int, length: int, slot_costs: lis
             try:
                 for rows in buckets:
                     _decode(model, [recs[r].fork() for r in rows], logits0[rows], [gens[r] for r in rows],
-                            max_new_tokens=steps, temperature=1.0, top_k=0, eos_ids=set(), stop_ids=set(),
-                            generators=[row_generator(4, r) for r in rows], tries=None, pad_id=0)
+                            max_new_tokens=n_steps, temperature=1.0, top_k=0, eos_ids=stops or set(),
+                            stop_ids=stops or set(), generators=[row_generator(4, r) for r in rows], tries=None,
+                            pad_id=0, shrink=shrink)
             finally:
                 _in_place(True)
             return gens
@@ -223,6 +227,17 @@ def bench_decode(model: Any, reps: int, steps: int, length: int, slot_costs: lis
         res[name] = _ab(variants, reps) | {"lengths": lengths, "cuts": cuts, "padding_one_batch":
                                            1 - sum(lengths) / slots}
         print("decode", name, json.dumps({k: v for k, v in res[name].items() if not k.endswith("_all")}), flush=True)
+    # a tip batch (DECODE_SHRINK): 8 rows of 1,000–2,400 cached ids, up to 64 new ids, rows stopping at random
+    # (every 16th id of the vocabulary stops a row)
+    lengths = [2400, 2200, 2000, 1800, 1600, 1400, 1200, 1000]
+    stops = set(range(0, V, 16))
+    one = [list(range(8))]
+    variants = {"concat_whole": run(lengths, one, False, n_steps=64, stops=stops),
+                "in_place_whole": run(lengths, one, True, n_steps=64, stops=stops),
+                "in_place_shrink": run(lengths, one, True, n_steps=64, stops=stops, shrink=0.5)}
+    new_ids = [len(x.ids) for x in variants["in_place_shrink"]()]
+    res["tips64"] = _ab(variants, reps) | {"lengths": lengths, "new_ids_per_row": new_ids}
+    print("decode tips64", json.dumps({k: v for k, v in res["tips64"].items() if not k.endswith("_all")}), flush=True)
     return res
 
 

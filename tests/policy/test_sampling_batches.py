@@ -21,7 +21,7 @@ import torch
 from empo2.config import HFGeneratorConfig, load_config
 from empo2.policy import kvcache, sampling
 from empo2.policy.generator import GenerationRequest, HFGenerator, SamplingParams
-from empo2.policy.kvcache import EpisodeKV, extend, stack
+from empo2.policy.kvcache import EpisodeKV, extend, keep_rows, stack
 from empo2.policy.sampling import decode_buckets, row_generator, sample, sample_with_cache
 from empo2.policy.trie import TokenTrie
 from empo2.trainer.setup import generator_options
@@ -139,6 +139,60 @@ def test_bucketed_decode_equals_each_row_alone(tiny_policy, constrained, monkeyp
             assert len(x.ids) - 1 <= e.length - len(p) <= len(x.ids)  # the last sampled id may not be fed
             _fresh_equal(m, e)
         prompts = [p + x.ids + _ids(g, 4 + 9 * r) for r, (p, x) in enumerate(zip(prompts, split))]
+
+
+@pytest.mark.parametrize("in_place", [True, False])
+def test_finished_rows_leave_the_batch(tiny_policy, monkeypatch, concatenating, in_place):
+    """Rows stopping at different steps: once half of a batch has finished, those rows leave it (their
+    caches written out), the batch goes on with fewer rows and less left padding; every row samples what
+    it samples alone and what the batch sampled without shrinking, over three turns; caches stay exact."""
+    concatenating(not in_place)
+    m = tiny_policy.model
+    g = torch.Generator().manual_seed(8)
+    prompts = [_ids(g, n) for n in (200, 12, 90, 40, 150, 7)]
+    eos = set(range(10, 49152, 3))  # a third of the ids stop a row: rows end at quite different steps
+    kvs = {k: [EpisodeKV() for _ in prompts] for k in (0, 1)}
+    sizes: list[int] = []
+    real = sampling.keep_rows
+
+    def spy(cache, rows, cut=0):
+        sizes.append(len(rows))
+        return real(cache, rows, cut)
+
+    monkeypatch.setattr(sampling, "keep_rows", spy)
+    for turn in range(3):
+        seeds = [(12, r, turn) for r in range(len(prompts))]
+        kw = dict(max_new_tokens=12, temperature=1.5, eos_ids=eos)
+        whole = sample_with_cache(m, kvs[0], prompts, generators=[row_generator(*s) for s in seeds], decode_shrink=0.0,
+                                  **kw)
+        shrunk = sample_with_cache(m, kvs[1], prompts, generators=[row_generator(*s) for s in seeds], **kw)
+        _same(whole, shrunk)
+        _same(_alone(m, prompts, seeds, **kw), shrunk)
+        for p, x, e in zip(prompts, shrunk, kvs[1]):
+            k = e.length - len(p)
+            assert e.ids == p + x.ids[:k] and len(x.ids) - 1 <= k <= len(x.ids)
+            _fresh_equal(m, e)
+        prompts = [p + x.ids + _ids(g, 3 + 7 * r) for r, (p, x) in enumerate(zip(prompts, shrunk))]
+    assert sizes and all(n <= 3 for n in sizes)  # the batch of 6 shrank once 3 or fewer were live
+
+
+def test_a_cache_that_cannot_shrink_keeps_its_rows(tiny_policy, monkeypatch):
+    m = tiny_policy.model
+    g = torch.Generator().manual_seed(9)
+    prompts = [_ids(g, n) for n in (60, 9, 30, 17)]
+    kw = dict(max_new_tokens=10, temperature=1.5, eos_ids=set(range(10, 49152, 3)))
+    ref = sample_with_cache(m, [EpisodeKV() for _ in prompts], prompts, generators=[row_generator(1, r) for r in range(4)],
+                            decode_shrink=0.0, **kw)
+    tried: list[int] = []
+    monkeypatch.setattr(sampling, "keep_rows", lambda cache, rows, cut=0: tried.append(len(rows)) or False)
+    kvs = [EpisodeKV() for _ in prompts]
+    got = sample_with_cache(m, kvs, prompts, generators=[row_generator(1, r) for r in range(4)], **kw)
+    assert tried == [tried[0]]  # tried once, then the batch ran to its end whole
+    _same(ref, got)
+    for p, e in zip(prompts, kvs):
+        assert e.ids[:len(p)] == p
+        _fresh_equal(m, e)
+    assert not keep_rows(object(), [0])  # no cache layers: nothing to shrink
 
 
 def test_same_seed_same_call_is_bit_identical(tiny_policy):

@@ -227,6 +227,13 @@ def room_layer() -> Any:
             def get_seq_length(self) -> int:
                 return self._n
 
+            def keep(self, rows: torch.Tensor, cut: int) -> None:
+                """Keep batch rows ``rows`` (an index tensor) and drop the first ``cut`` positions (one copy)."""
+                self._k = self._k[:, :, cut:].index_select(0, rows)
+                self._v = self._v[:, :, cut:].index_select(0, rows)
+                self._n -= cut
+                self.keys, self.values = self._k[:, :, :self._n], self._v[:, :, :self._n]
+
             def drop_buffers(self) -> None:
                 """Release the buffers (``_drop_layer``); the layer is unusable afterwards."""
                 del self._k, self._v
@@ -462,44 +469,82 @@ def extend_batch(model: Any, ekvs: list[EpisodeKV], new_ids: list[list[int]], pa
     return logits
 
 
-def split(cache: Any, ekvs: list[EpisodeKV], prompt_len: int, fed: list[list[int]]) -> None:
+def split(cache: Any, ekvs: list[EpisodeKV], prompt_len: int, fed: list[list[int]],
+          rows: list[int] | None = None) -> None:
     """Write a decoded batch cache back into the per-episode records (in place).
 
     The batch cache is what ``stack`` made (``prompt_len`` = its ``Lmax``) followed by the entries
     of ``F`` decode steps (one token per row per step). Row ``r`` keeps its own prompt entries and
     the entries of ``fed[r]`` — the ids that were really fed for that row, in order (its first
     ``len(fed[r]) ≤ F`` decode steps). Everything else (left padding, pad tokens fed after the
-    row finished) is dropped. Each row's tensors are copied out (contiguous, ``[1, H, T, D]``) and
-    the batch tensors are released layer by layer, so peak memory stays near one batch copy.
+    row finished) is dropped. Each row's tensors are copied out (contiguous, ``[1, H, T, D]``).
+    Without ``rows`` (every row of the batch) the batch tensors are released layer by layer, so
+    peak memory stays near one batch copy; with ``rows`` (some rows leave a batch that goes on
+    decoding, ``keep_rows``) the batch cache is left as it is.
 
     Args:
         cache: the batch cache after decoding (``[B, kv_heads, prompt_len + F, head_dim]`` per layer).
-        ekvs: the B records given to ``stack`` (their ``length`` is the row's prompt length).
+        ekvs: the records of the rows written out (all B given to ``stack``, or those of ``rows``;
+            their ``length`` is the row's prompt length).
         prompt_len: ``Lmax`` of the stacked cache.
-        fed: per row, the decoded ids whose entries are in the cache.
+        fed: per record, the decoded ids whose entries are in the cache.
+        rows: the batch rows of ``ekvs`` (default: ``0 … B-1``, every row).
 
     Raises:
         ValueError: a row claims more fed ids than there are decode entries, or B mismatches.
     """
     layers = cache_layers(cache)
     total = layers[0][0].shape[-2] if layers else 0
-    if len(fed) != len(ekvs) or (layers and layers[0][0].shape[0] != len(ekvs)):
+    release = rows is None
+    rows = list(range(len(ekvs))) if rows is None else rows
+    if len(fed) != len(ekvs) or len(rows) != len(ekvs) or (
+            layers and (release and layers[0][0].shape[0] != len(ekvs) or max(rows, default=-1) >= layers[0][0].shape[0])):
         raise ValueError("batch size mismatch between cache, records and fed ids")
-    if any(prompt_len + len(f) > total for f in fed):
+    if any(prompt_len + len(f) > total or prompt_len < e.length for f, e in zip(fed, ekvs)):
         raise ValueError("a row claims more fed ids than the cache holds")
     new: list[list[Layer]] = [[] for _ in ekvs]
     for i in range(len(layers)):
         K, V = layers[i]
         layers[i] = None  # type: ignore[call-overload]
-        for r, e in enumerate(ekvs):
-            a, b = prompt_len - e.length, prompt_len + len(fed[r])
-            new[r].append((K[r:r + 1, :, a:b].clone(), V[r:r + 1, :, a:b].clone()))
-        _drop_layer(cache, i)
+        for j, (r, e) in enumerate(zip(rows, ekvs)):
+            a, b = prompt_len - e.length, prompt_len + len(fed[j])
+            new[j].append((K[r:r + 1, :, a:b].clone(), V[r:r + 1, :, a:b].clone()))
+        if release:
+            _drop_layer(cache, i)
         del K, V
     layers.clear()
-    for r, e in enumerate(ekvs):
-        e.layers = new[r]
-        e.ids = e.ids + list(fed[r])
+    for j, e in enumerate(ekvs):
+        e.layers = new[j]
+        e.ids = e.ids + list(fed[j])
+
+
+def keep_rows(cache: Any, rows: list[int], cut: int = 0) -> bool:
+    """Shrink a batch cache in place to the batch rows ``rows`` (in that order), dropping its first
+    ``cut`` positions (left padding of every kept row), so that the next decode steps compute only
+    the rows still running. Copies the kept entries once (room layers keep their room).
+
+    Args:
+        cache: a batch cache from ``stack`` (possibly after decode steps).
+        rows: batch rows to keep (≥ 1).
+        cut: leading positions to drop (≤ the left padding of every kept row; the caller's
+            attention mask must drop the same columns).
+
+    Returns:
+        False when the cache flavour cannot be shrunk (then it is unchanged), else True.
+    """
+    layers = getattr(cache, "layers", None)
+    room = room_layer()
+    if not rows or layers is None or any(not (type(x).__name__ == "DynamicLayer" or (room is not None and type(x) is room))
+                                         for x in layers):
+        return False
+    idx = torch.tensor(rows, dtype=torch.long, device=layers[0].keys.device)
+    for layer in layers:
+        if room is not None and type(layer) is room:
+            layer.keep(idx, cut)
+        else:
+            layer.keys = layer.keys[:, :, cut:].index_select(0, idx)
+            layer.values = layer.values[:, :, cut:].index_select(0, idx)
+    return True
 
 
 def _drop_layer(cache: Any, i: int) -> None:

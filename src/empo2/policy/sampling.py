@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from empo2.policy.kvcache import EpisodeKV, _cache_kwarg, _out_cache, extend, extend_batch, split, stack
+from empo2.policy.kvcache import EpisodeKV, _cache_kwarg, _out_cache, extend, extend_batch, keep_rows, split, stack
 from empo2.policy.trie import TokenTrie
 
 
@@ -257,6 +257,12 @@ DECODE_BUCKET_SLOTS = 24_000
 decodes all its rows as one batch."""
 
 
+DECODE_SHRINK = 0.5
+"""A decode batch drops its finished rows (``kvcache.keep_rows``) once at most this share of its rows is
+still running: a step then computes only the live rows (a tip batch often runs its last 30 of 64 steps
+for one or two rows). Halving bounds the copies to less than one batch cache in all; 0 = never."""
+
+
 @torch.inference_mode()
 def sample_with_cache(
     model: Any,
@@ -275,6 +281,7 @@ def sample_with_cache(
     share_prefix: bool = True,
     share_prompts: bool = True,
     decode_bucket_slots: int = DECODE_BUCKET_SLOTS,
+    decode_shrink: float = DECODE_SHRINK,
 ) -> list[Generation]:
     """``sample`` that continues each episode's KV cache instead of re-prefilling its prompt.
 
@@ -290,9 +297,11 @@ def sample_with_cache(
     the rows are decoded in batches of similar cache length (``decode_buckets``), one batch after
     the other: each batch's caches are stacked left-padded, decoded, and split back, each row's
     covering its prompt plus the generated ids that were fed (all but the last sampled one when the
-    row's batch stopped after it: the next call feeds that one). Every row draws from its own
-    generator, so neither the sharing nor the batches change which random numbers a row gets; they
-    change its logits only by float rounding (different batch shapes and padding).
+    row's batch stopped, or the row left it, right after it: the next call feeds that one). Once most
+    of a batch's rows have finished, they leave it and the rest decodes on alone (``DECODE_SHRINK``).
+    Every row draws from its own generator, so neither the sharing nor the batches change which
+    random numbers a row gets; they change its logits only by float rounding (different batch shapes
+    and padding).
     With empty records (``EpisodeKV()``) this is the way to sample long prompts of unequal length:
     each is prefilled unpadded (and their common prefix once), only the decode is batched.
 
@@ -309,6 +318,7 @@ def sample_with_cache(
             copies of one first prompt) prefills it once (``PREFIX_SHARE_MIN_TOKENS``), and rows
             with the same cache and prompt are prefilled as one row (their logits are then equal).
         decode_bucket_slots: see ``DECODE_BUCKET_SLOTS`` (0 = all rows decode as one batch).
+        decode_shrink: see ``DECODE_SHRINK`` (0 = finished rows stay in their batch to the end).
 
     Returns:
         B ``Generation`` s in prompt order.
@@ -331,7 +341,7 @@ def sample_with_cache(
                               eos_ids=eos_ids, newline_ids=newline_ids, stop_at_newline=stop_at_newline,
                               generators=generators, tries=tries, pad_id=pad_id, top_k=top_k,
                               share_prefix=share_prefix, share_prompts=share_prompts,
-                              decode_bucket_slots=decode_bucket_slots)
+                              decode_bucket_slots=decode_bucket_slots, decode_shrink=decode_shrink)
     except BaseException:
         for e in episode_kvs:
             e.clear()
@@ -409,7 +419,8 @@ def _sample_cached(model: Any, ekvs: list[EpisodeKV], prompts: list[list[int]], 
                    temperature: float, eos_ids: frozenset[int] | set[int], newline_ids: frozenset[int] | set[int],
                    stop_at_newline: bool, generators: list[torch.Generator] | None,
                    tries: list[TokenTrie | None] | None, pad_id: int, top_k: int,
-                   share_prefix: bool, share_prompts: bool, decode_bucket_slots: int) -> list[Generation]:
+                   share_prefix: bool, share_prompts: bool, decode_bucket_slots: int,
+                   decode_shrink: float) -> list[Generation]:
     B = len(prompts)
     for e, p in zip(ekvs, prompts):
         e.sync(p)
@@ -426,43 +437,67 @@ def _sample_cached(model: Any, ekvs: list[EpisodeKV], prompts: list[list[int]], 
         _decode(model, [ekvs[r] for r in rows], logits[rows], [gens[r] for r in rows], max_new_tokens=max_new_tokens,
                 temperature=temperature, top_k=top_k, eos_ids=eos_ids, stop_ids=stop_ids,
                 generators=[generators[r] for r in rows] if generators is not None else None,
-                tries=[tries[r] for r in rows] if tries is not None else None, pad_id=pad_id)
+                tries=[tries[r] for r in rows] if tries is not None else None, pad_id=pad_id, shrink=decode_shrink)
     return gens
 
 
 def _decode(model: Any, ekvs: list[EpisodeKV], logits: torch.Tensor, gens: list[Generation], *, max_new_tokens: int,
             temperature: float, top_k: int, eos_ids: frozenset[int] | set[int], stop_ids: set[int],
-            generators: list[torch.Generator] | None, tries: list[TokenTrie | None] | None, pad_id: int) -> None:
+            generators: list[torch.Generator] | None, tries: list[TokenTrie | None] | None, pad_id: int,
+            shrink: float = DECODE_SHRINK) -> None:
     """Decode one batch of prefilled rows: stack their caches (left-padded), sample until every row
     stopped or ``max_new_tokens``, split the caches back (``kvcache.split``).
 
     ``logits`` ``[b, vocab]`` are each row's next-token logits after its prompt; ``gens`` are filled
     in place. Each row draws from its own generator (``_pick``), so which rows share the batch
-    changes the logits only by float rounding, never the random numbers a row gets.
+    changes the logits only by float rounding, never the random numbers a row gets. Once at most
+    ``shrink`` of the batch's rows are live, the finished ones are written out (their cache covers
+    the ids fed so far: all but the last sampled id if they stopped at this step) and the batch
+    continues with the live rows only, without the left padding none of them needs.
     """
-    B = len(ekvs)
     device = next(model.parameters()).device
-    live = [True] * B
     # the batch cache takes the rows' tensors over layer by layer (each row's copy freed as it goes, unless
     # another record shares it); the forwards write their entries into its room in place
     cache, mask = stack(ekvs, room=max_new_tokens - 1, release=True)
     prompt_len = mask.shape[1]
     cache_kw = _cache_kwarg(model)
+    rows = list(range(len(ekvs)))  # the batch's rows, as indices into ekvs/gens/generators/tries
+    live = [True] * len(rows)
     next_pos = torch.tensor([e.length for e in ekvs], dtype=torch.long, device=device)
     fed_steps = 0
     for step in range(max_new_tokens):
-        new_tokens = _pick(logits, gens, live, temperature=temperature, top_k=top_k, eos_ids=eos_ids,
-                           stop_ids=stop_ids, generators=generators, tries=tries, pad_id=pad_id)
+        new_tokens = _pick(logits, [gens[r] for r in rows], live, temperature=temperature, top_k=top_k,
+                           eos_ids=eos_ids, stop_ids=stop_ids,
+                           generators=[generators[r] for r in rows] if generators is not None else None,
+                           tries=[tries[r] for r in rows] if tries is not None else None, pad_id=pad_id)
         if not any(live) or step == max_new_tokens - 1:
             break  # (``sample`` feeds once more here, but those logits are never used)
-        mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=device)], dim=1)
-        out = model(input_ids=new_tokens.view(B, 1).to(device), attention_mask=mask,
-                    position_ids=next_pos.view(B, 1), use_cache=True, **{cache_kw: cache})
+        if sum(live) <= shrink * len(rows):
+            keep = [j for j, lv in enumerate(live) if lv]
+            gone = [j for j, lv in enumerate(live) if not lv]
+            cut = prompt_len - max(ekvs[rows[j]].length for j in keep)
+            gone_ekvs = [ekvs[rows[j]] for j in gone]
+            lengths = [e.length for e in gone_ekvs]
+            split(cache, gone_ekvs, prompt_len, [gens[rows[j]].ids[:fed_steps] for j in gone], rows=gone)
+            if keep_rows(cache, keep, cut):
+                sel = torch.tensor(keep, dtype=torch.long, device=device)
+                mask, next_pos = mask.index_select(0, sel)[:, cut:], next_pos.index_select(0, sel)
+                new_tokens = new_tokens.index_select(0, sel.cpu())
+                prompt_len -= cut
+                rows, live = [rows[j] for j in keep], [True] * len(keep)
+            else:  # a cache that cannot shrink: the rows stay in the batch, written out again at the end
+                for e, n in zip(gone_ekvs, lengths):
+                    e.layers, e.ids = [], e.ids[:n]
+                shrink = 0.0
+        b = len(rows)
+        mask = torch.cat([mask, torch.ones((b, 1), dtype=mask.dtype, device=device)], dim=1)
+        out = model(input_ids=new_tokens.view(b, 1).to(device), attention_mask=mask,
+                    position_ids=next_pos.view(b, 1), use_cache=True, **{cache_kw: cache})
         cache = _out_cache(out)
         fed_steps += 1
         logits = out.logits[:, -1, :].float()
         next_pos = next_pos + 1
-    split(cache, ekvs, prompt_len, [g.ids[:fed_steps] for g in gens])
+    split(cache, [ekvs[r] for r in rows], prompt_len, [gens[r].ids[:fed_steps] for r in rows])
 
 
 def decode_buckets(lengths: list[int], *, slot_cost: int = DECODE_BUCKET_SLOTS) -> list[list[int]]:
