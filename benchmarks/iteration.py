@@ -44,7 +44,9 @@ modes, off-policy (tip-stripped) samples, trained and forwarded tokens.
 
 Every case also counts what the HF sampler (``policy.sampling.sample_with_cache``) did, per phase (rollout,
 tips), by wrapping its cache calls in the subprocess (``GenCounter``): prefill tokens (ids fed to the model
-by ``extend``/``extend_batch``, shared prefixes counted once), prefill forwards, decode batches and forwards,
+by ``extend``/``extend_batch``, shared prefixes counted once) and their seconds, prefill forwards, decode
+batches, forwards and seconds (from stacking a batch's caches to splitting them back), the sampler's seconds
+(``sample_with_cache``; the rest of ``generation`` is building the requests, e.g. the constrained-action tries),
 and the decode's padding share (left-padded cache slots / all slots of the stacked batch caches, weighted by
 each batch's forwards; as stacked: a batch that drops its finished rows later is not credited for it). It also records every sampled id and behaviour log-prob of the run (warm + timed
 iterations) so that two variants of a case can be compared token for token.
@@ -131,7 +133,7 @@ class GenCounter:
     def _c(self) -> dict[str, float]:
         return self.counts.setdefault(self.phase, {k: 0.0 for k in (
             "prefill_tokens", "prefill_slots", "prefill_forwards", "decode_batches", "decode_forwards",
-            "decode_slot_forwards", "decode_pad_forwards", "calls")})
+            "decode_slot_forwards", "decode_pad_forwards", "calls", "sampler_s", "prefill_s", "decode_s")})
 
     def install(self) -> None:
         from empo2.policy import generator, sampling
@@ -146,34 +148,50 @@ class GenCounter:
             c["prefill_tokens"] += len(new_ids)
             c["prefill_slots"] += len(new_ids)
             c["prefill_forwards"] += 1
-            return real["extend"](model, ekv, new_ids)
+            t0 = time.perf_counter()
+            try:
+                return real["extend"](model, ekv, new_ids)
+            finally:
+                c["prefill_s"] += time.perf_counter() - t0
 
         def extend_batch(model: Any, ekvs: list[Any], new_ids: list[list[int]], pad_id: int = 0) -> Any:
             c = self._c()
             c["prefill_tokens"] += sum(len(n) for n in new_ids)
             c["prefill_slots"] += len(new_ids) * max(len(n) for n in new_ids)
             c["prefill_forwards"] += 1
-            return real["extend_batch"](model, ekvs, new_ids, pad_id)
+            t0 = time.perf_counter()
+            try:
+                return real["extend_batch"](model, ekvs, new_ids, pad_id)
+            finally:
+                c["prefill_s"] += time.perf_counter() - t0
 
         def stack(ekvs: list[Any], *a: Any, **kw: Any) -> Any:
-            self._stacked.append((len(ekvs), max(e.length for e in ekvs), sum(e.length for e in ekvs)))
+            self._stacked.append((len(ekvs), max(e.length for e in ekvs), sum(e.length for e in ekvs),
+                                  time.perf_counter()))
             return real["stack"](ekvs, *a, **kw)
 
         def split(cache: Any, ekvs: list[Any], prompt_len: int, fed: list[list[int]], rows: Any = None) -> Any:
             if rows is not None:  # finished rows leaving a batch that goes on (counted when the batch ends)
                 return real["split"](cache, ekvs, prompt_len, fed, rows=rows)
-            rows, longest, used = self._stacked.pop(0) if self._stacked else (len(ekvs), prompt_len, prompt_len)
+            rows, longest, used, t0 = (self._stacked.pop(0) if self._stacked
+                                       else (len(ekvs), prompt_len, prompt_len, time.perf_counter()))
             layers = cache_layers(cache)
             steps = (layers[0][0].shape[-2] - prompt_len) if layers else 0
+            del layers
             c = self._c()
             c["decode_batches"] += 1
             c["decode_forwards"] += steps
             c["decode_slot_forwards"] += steps * rows * longest
             c["decode_pad_forwards"] += steps * (rows * longest - used)
-            return real["split"](cache, ekvs, prompt_len, fed)
+            try:
+                return real["split"](cache, ekvs, prompt_len, fed)
+            finally:
+                c["decode_s"] += time.perf_counter() - t0  # stack + decode steps + split
 
         def sample_with_cache(*a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
             out = real_swc(*a, **kw)
+            self._c()["sampler_s"] += time.perf_counter() - t0
             self._c()["calls"] += 1
             self.samples.append(([list(g.ids) for g in out], [list(g.logps) for g in out]))
             return out
@@ -383,7 +401,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   r["metrics"].get("memory/tips_per_step"), _modes(r["metrics"]),
                   r["metrics"].get("train/off_policy_samples"), r["metrics"].get("train/seq_tokens"),
                   r["metrics"].get("train/forward_tokens"), r["metrics"].get("train/shared_token_frac")] for r in rows])
-    print_table(f"HF sampler ({timed}): prefill tokens (forwards), decode batches (forwards), decode padding share",
+    print_table(f"HF sampler ({timed}): prefill tokens (forwards), seconds; decode batches (forwards), seconds; "
+                "decode padding share; seconds in sample_with_cache",
                 ["case", "rollout prefill", "rollout decode", "rollout padding", "tips prefill", "tips decode",
                  "tips padding"],
                 [[r["case"]] + [x for ph in ("rollout", "tips") for x in _gen_cells(r["gen_counts"].get(ph))]
@@ -422,8 +441,9 @@ def _gen_cells(c: dict[str, float] | None) -> list[str]:
     """Table cells of one phase's sampler counts: prefill tokens (forwards), decode batches (forwards), padding."""
     if not c:
         return ["–", "–", "–"]
-    return [f"{c['prefill_tokens']:.0f} ({c['prefill_forwards']:.0f})",
-            f"{c['decode_batches']:.0f} ({c['decode_forwards']:.0f})", f"{100 * c['decode_padding_frac']:.1f}%"]
+    return [f"{c['prefill_tokens']:.0f} ({c['prefill_forwards']:.0f}), {c['prefill_s']:.1f} s",
+            f"{c['decode_batches']:.0f} ({c['decode_forwards']:.0f}), {c['decode_s']:.1f} s",
+            f"{100 * c['decode_padding_frac']:.1f}%; sampler {c['sampler_s']:.1f} s"]
 
 
 def _modes(m: dict[str, float]) -> str:
