@@ -115,7 +115,7 @@ class VLLMConfig:
 class HFGeneratorConfig:
     """The transformers generation backend (``rollout.hf``; used with ``rollout.generator: hf``,
     ``policy.generator.HFGenerator``). Neither option changes which random numbers a row draws; both
-    change its logits only by float rounding (docs/performance.md, "Length-bucketed decode")."""
+    change its logits only by float rounding (docs/performance.md, "Decode and prefill remedies")."""
 
     decode_bucket_slots: int = doc(
         "decode a call's rows in batches of similar cache length: one more batch per call is worth this many"

@@ -1,6 +1,6 @@
 """How ``sample_with_cache`` batches its work must not change what a row samples.
 
-Three remedies of issue #21 (docs/performance.md, "Length-bucketed decode and shared group prompts"):
+Three remedies of issue #21 (docs/performance.md, "Decode and prefill remedies"):
 length-bucketed decode (``sampling.decode_buckets``: rows of similar cache length decode together,
 the batches one after the other), shared group prompts (``share_prompts``: prompt prefixes that
 several new rows share, and rows with the same cache and prompt, are prefilled once), and the

@@ -16,7 +16,7 @@ sampled token, which was never fed) need a forward pass. This module holds the b
   tensor at every decode step;
 - ``split``: the batch cache back into per-episode caches, keeping exactly the entries of tokens
   that were really fed for that row (a row's padding and the pad tokens fed after the row
-  finished are dropped).
+  finished are dropped); ``keep_rows``: a batch cache shrunk to the rows still decoding.
 
 Layout conventions: a layer's keys/values are ``[batch, kv_heads, seq, head_dim]`` tensors of
 the model's dtype on the model's device (the transformers layout). Attention masks are ``long``
@@ -189,7 +189,7 @@ def room_layer() -> Any:
     ``[B, H, n + room, D]``: ``update`` copies the new entries into the room and returns longer views,
     where ``DynamicLayer.update`` concatenates the whole cache into a new tensor — at a decode step
     that copy (and the fresh allocation behind it) is most of the step's cost once the batch cache
-    holds a few thousand slots (docs/performance.md, "Length-bucketed decode"). Same values, same
+    holds a few thousand slots (docs/performance.md, "Decode and prefill remedies"). Same values, same
     shapes; only the storage differs. Past its room it grows (doubling, one copy). None where
     transformers has no ``DynamicLayer`` (before 4.56): callers then concatenate as before.
     """
