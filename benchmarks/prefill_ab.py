@@ -9,6 +9,20 @@
   unequal length sharing a system-prompt head: ``sample`` (left-padded re-prefill),
   ``sample_with_cache`` from empty records, and from caches covering all but the last
   ``--tip-suffix`` prompt ids (what the rollout engine hands to the tip writer).
+* ``decode`` (length-bucketed decode, ``sampling.decode_buckets``, and the in-place decode cache,
+  ``kvcache.room_layer``): ``sampling._decode`` of ``--decode-steps`` steps over caches of random
+  keys/values (the cost does not depend on their values), with the cache written in place and
+  concatenated at every step (as before). First the two constants of the cost model ``a + c·n·L``
+  per step (from the minima over the repeats): ``a`` = one more batch (two batches of 4 rows vs one
+  of 8, all at ``--decode-len``), ``c`` = one more real slot (8 rows at 2 × ``--decode-len`` vs at
+  ``--decode-len``), ``c_pad`` = one more padded slot (one row at 2 × ``--decode-len`` among seven at
+  ``--decode-len``, less its real slots); ``a / c_pad`` is what ``DECODE_BUCKET_SLOTS`` should be
+  (bucketing saves padded slots only). Then the cache lengths
+  of an EMPO² rollout's last turn (3 tip rows of 2,041–2,325 ids, 5 plain rows of 1,032–1,305;
+  docs/performance.md) and of GRPO's (8 plain rows), decoded as one batch and as ``decode_buckets``
+  cuts them at each ``--slot-costs`` value. Last, a tip-like batch (8 rows of 1,000–2,400 cached ids,
+  up to 64 new ids, rows stopping at random) decoded whole (concatenated, in place) and shrinking
+  as its rows finish (``sampling.DECODE_SHRINK``).
 
 Old and new alternate (interleaved), after one untimed warm-up each; medians of ``--reps``.
 
@@ -39,7 +53,8 @@ def _ab(variants: dict[str, Callable[[], Any]], reps: int) -> dict[str, float]:
     for _ in range(reps):
         for k, fn in variants.items():
             times[k].append(_timed(fn))
-    return {k: statistics.median(v) for k, v in times.items()} | {f"{k}_all": v for k, v in times.items()}
+    return ({k: statistics.median(v) for k, v in times.items()} | {f"{k}_min": min(v) for k, v in times.items()}
+            | {f"{k}_all": v for k, v in times.items()})
 
 
 def _ids(g: torch.Generator, n: int) -> list[int]:
@@ -131,6 +146,101 @@ def bench_tips(model: Any, reps: int, lengths: list[int], head: int, suffix: int
                   "same_ids": same}
 
 
+def _random_records(model: Any, lengths: list[int]) -> list[Any]:
+    """Records of the given lengths holding random keys/values (a decode's cost does not depend on them)."""
+    from empo2.policy.kvcache import EpisodeKV
+
+    cfg = model.config
+    heads = cfg.num_key_value_heads
+    dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+    g = torch.Generator().manual_seed(5)
+    out = []
+    for n in lengths:
+        layers = [(torch.randn(1, heads, n, dim, generator=g), torch.randn(1, heads, n, dim, generator=g))
+                  for _ in range(cfg.num_hidden_layers)]
+        out.append(EpisodeKV(layers, _ids(g, n)))
+    return out
+
+
+def _in_place(on: bool) -> None:
+    """Switch the in-place decode cache (``kvcache.room_layer``) on, or off (concatenation, as before)."""
+    from empo2.policy import kvcache
+
+    kvcache._ROOM_LAYER[:] = [] if on else [None]
+
+
+def bench_decode(model: Any, reps: int, steps: int, length: int, slot_costs: list[int]) -> dict[str, Any]:
+    from empo2.policy.sampling import Generation, _decode, decode_buckets, row_generator
+
+    V = model.config.vocab_size
+    logits0 = torch.randn(8, V, generator=torch.Generator().manual_seed(6))
+
+    def run(lengths: list[int], buckets: list[list[int]], in_place: bool, *, n_steps: int = steps,
+            stops: set[int] | None = None, shrink: float = 0.0) -> Callable[[], Any]:
+        recs = _random_records(model, lengths)
+
+        def go() -> Any:
+            _in_place(in_place)
+            gens = [Generation() for _ in lengths]
+            try:
+                for rows in buckets:
+                    _decode(model, [recs[r].fork() for r in rows], logits0[rows], [gens[r] for r in rows],
+                            max_new_tokens=n_steps, temperature=1.0, top_k=0, eos_ids=stops or set(),
+                            stop_ids=stops or set(), generators=[row_generator(4, r) for r in rows], tries=None,
+                            pad_id=0, shrink=shrink)
+            finally:
+                _in_place(True)
+            return gens
+        return go
+
+    L = length
+    fwd = steps - 1  # forwards per call (the last sample is not fed)
+    res: dict[str, Any] = {"steps": steps, "length": L}
+    for mode, in_place in (("in_place", True), ("concat", False)):
+        cm = _ab({"one_batch_8xL": run([L] * 8, [list(range(8))], in_place),
+                  "two_batches_4xL": run([L] * 8, [[0, 1, 2, 3], [4, 5, 6, 7]], in_place),
+                  "one_batch_8x2L": run([2 * L] * 8, [list(range(8))], in_place),
+                  "one_batch_2L_7xL": run([2 * L] + [L] * 7, [list(range(8))], in_place)}, reps)
+        a = (cm["two_batches_4xL_min"] - cm["one_batch_8xL_min"]) / fwd
+        c = (cm["one_batch_8x2L_min"] - cm["one_batch_8xL_min"]) / fwd / (8 * L)
+        # one row of 2L among seven of L: L more real slots (c each) and 7L padded ones
+        c_pad = (cm["one_batch_2L_7xL_min"] - cm["one_batch_8xL_min"] - c * L * fwd) / fwd / (7 * L)
+        res[f"cost_model_{mode}"] = cm | {"a_ms_per_step": 1e3 * a, "c_us_per_slot_step": 1e6 * c,
+                                          "c_pad_us_per_slot_step": 1e6 * c_pad,
+                                          "a_over_c_pad_slots": a / c_pad if c_pad > 0 else None}
+        print(f"decode cost model ({mode}, minima)", json.dumps({k: v for k, v in res[f"cost_model_{mode}"].items()
+                                                                 if not k.endswith("_all")}), flush=True)
+    tip = [2325, 2180, 2041]
+    plain = [1305, 1250, 1190, 1120, 1032]
+    for name, lengths in (("empo2_turn5", tip + plain), ("grpo_turn5", plain + [1280, 1100, 1060])):
+        one = [list(range(len(lengths)))]
+        variants: dict[str, Callable[[], Any]] = {"concat_one_batch": run(lengths, one, False),
+                                                  "in_place_one_batch": run(lengths, one, True)}
+        cuts: dict[str, Any] = {}
+        for k in slot_costs:
+            b = decode_buckets(lengths, slot_cost=k)
+            cuts[str(k)] = b
+            if len(b) > 1 and b not in [cuts[x] for x in cuts if x != str(k)]:
+                variants[f"concat_buckets_{k}"] = run(lengths, b, False)
+                variants[f"in_place_buckets_{k}"] = run(lengths, b, True)
+        slots = len(lengths) * max(lengths)
+        res[name] = _ab(variants, reps) | {"lengths": lengths, "cuts": cuts, "padding_one_batch":
+                                           1 - sum(lengths) / slots}
+        print("decode", name, json.dumps({k: v for k, v in res[name].items() if not k.endswith("_all")}), flush=True)
+    # a tip batch (DECODE_SHRINK): 8 rows of 1,000–2,400 cached ids, up to 64 new ids, rows stopping at random
+    # (every 16th id of the vocabulary stops a row)
+    lengths = [2400, 2200, 2000, 1800, 1600, 1400, 1200, 1000]
+    stops = set(range(0, V, 16))
+    one = [list(range(8))]
+    variants = {"concat_whole": run(lengths, one, False, n_steps=64, stops=stops),
+                "in_place_whole": run(lengths, one, True, n_steps=64, stops=stops),
+                "in_place_shrink": run(lengths, one, True, n_steps=64, stops=stops, shrink=0.5)}
+    new_ids = [len(x.ids) for x in variants["in_place_shrink"]()]
+    res["tips64"] = _ab(variants, reps) | {"lengths": lengths, "new_ids_per_row": new_ids}
+    print("decode tips64", json.dumps({k: v for k, v in res["tips64"].items() if not k.endswith("_all")}), flush=True)
+    return res
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -142,6 +252,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--tip-head", type=int, default=300)
     ap.add_argument("--tip-suffix", type=int, default=40)
     ap.add_argument("--tip-new", type=int, default=24)
+    ap.add_argument("--decode-steps", type=int, default=10)
+    ap.add_argument("--decode-len", type=int, default=1200)
+    ap.add_argument("--slot-costs", default="1000,3000,8000,24000")
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -164,6 +277,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             out["tips"] = bench_tips(model, a.reps, [int(x) for x in a.tip_lengths.split(",")], a.tip_head,
                                      a.tip_suffix, a.tip_new)
             print("tips", json.dumps(out["tips"]), flush=True)
+        if "decode" in parts:
+            out["decode"] = bench_decode(model, a.reps, a.decode_steps, a.decode_len,
+                                         [int(x) for x in a.slot_costs.split(",")])
     if a.out:
         with open(a.out, "w") as f:
             json.dump(out, f, indent=1)

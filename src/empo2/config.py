@@ -113,6 +113,23 @@ class VLLMConfig:
 
 
 @dataclass
+class HFGeneratorConfig:
+    """The transformers generation backend (``rollout.hf``; used with ``rollout.generator: hf``,
+    ``policy.generator.HFGenerator``). Neither option changes which random numbers a row draws; both
+    change its logits only by float rounding (docs/performance.md, "Decode and prefill remedies")."""
+
+    decode_bucket_slots: int = doc(
+        "decode a call's rows in batches of similar cache length: one more batch per call is worth this many"
+        " left-padded cache slots (measured on 2 CPU cores with SmolLM2-135M: a forward costs as much as 24k padded"
+        " slots, so only strongly uneven batches are split; policy.sampling.decode_buckets); 0 = every call"
+        " decodes its rows as one batch", default=24_000)
+    share_prompts: bool = doc(
+        "new episodes sharing a prompt prefix beyond the all-rows one (a group's copies of one first prompt)"
+        " prefill it once and share its KV cache; rows with the same cache and prompt are prefilled as one",
+        default=True)
+
+
+@dataclass
 class RolloutConfig:
     """Rollout sizes and sampling (``rollout``)."""
 
@@ -133,6 +150,7 @@ class RolloutConfig:
         "generation backend (policy/generator.py): 'hf' samples with this process's transformers model; 'vllm' with"
         " an in-process vLLM engine that gets the trainer's weights after every update (pip install -e '.[vllm]')",
         default="hf")
+    hf: HFGeneratorConfig = field(default_factory=HFGeneratorConfig)
     vllm: VLLMConfig = field(default_factory=VLLMConfig)
 
 
@@ -434,6 +452,7 @@ RANGES: dict[str, Bound] = {
     "rollout.temperature": Bound(0.0, 10.0, lo_open=True),
     "rollout.top_k": Bound(0, 10_000_000),
     "rollout.generation_batch_size": Bound(0, 100_000),
+    "rollout.hf.decode_bucket_slots": Bound(0, 1 << 40),
     "rollout.vllm.gpu_memory_utilization": Bound(0.0, 1.0, lo_open=True),
     "rollout.vllm.kv_cache_gib": Bound(0.0, 1024.0, lo_open=True),
     "algo.mismatch.tis_cap": Bound(0.0, 1e6),

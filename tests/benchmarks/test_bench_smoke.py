@@ -107,9 +107,17 @@ def test_shared_prefix(out):
 def test_iteration(out):
     from benchmarks import iteration
 
-    d = _run(iteration, out, "--warm-iterations", "1")
-    (case,) = d["results"]["cases"]
+    d = _run(iteration, out, "--warm-iterations", "1", "--decode-ab")
+    off, case = d["results"]["cases"]
+    assert off["case"] == "tiny (decode off)" and "rollout.hf.share_prompts=false" in off["overrides"]
     assert case["case"] == "tiny" and case["iteration_s"] > 0 and case["peak_rss_mb"] > 0
+    # the sampler's counts, per phase; the remedies changed no sampled id (float rounding of the log-probs only)
+    for phase in ("rollout", "tips"):
+        c = case["gen_counts"][phase]
+        assert c["prefill_tokens"] > 0 and c["decode_forwards"] > 0 and 0 <= c["decode_padding_frac"] < 1
+    assert case["gen_counts"]["rollout"]["prefill_tokens"] <= off["gen_counts"]["rollout"]["prefill_tokens"]
+    same = d["results"]["samples_vs_decode_off"]["tiny"]
+    assert same["same_ids"] and same["calls_compared"] > 0 and same["max_abs_dlogp"] < 1e-4
     assert set(case["breakdown_s"]) == {"generation", "env", "hook", "tips", "update", "other"}
     assert case["breakdown_s"]["hook"] > 0 and case["breakdown_s"]["tips"] > 0  # empo2.p = 1
     # the timed iteration is the second: the first one's tips are in the memory and retrieved

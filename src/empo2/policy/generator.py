@@ -36,7 +36,7 @@ from typing import Any, Hashable, Iterable, Protocol, Sequence, runtime_checkabl
 
 from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported, kv_bytes_per_token
 from empo2.policy.precision import autocast, model_device
-from empo2.policy.sampling import Generation, sample, sample_with_cache, seeded_generator
+from empo2.policy.sampling import DECODE_BUCKET_SLOTS, Generation, sample, sample_with_cache, seeded_generator
 from empo2.policy.scoring import advance_cache, continuation_logprobs
 from empo2.policy.trie import TokenTrie
 
@@ -262,9 +262,21 @@ class HFGenerator:
             are seen at once (``sync_weights`` only drops the stale caches).
         fmt: its ``policy.chat.ChatFormat`` (EOS and newline ids, pad id).
         kv_cache_max_bytes: initial cap on all kept caches (``set_cache_budget``; 0 = no cap).
+        decode_bucket_slots: keyed calls decode their rows in batches of similar cache length
+            (``sampling.decode_buckets``; ``rollout.hf.decode_bucket_slots``, 0 = one batch).
+        share_prompts: keyed calls prefill the prompt prefixes new rows share, and rows with the same
+            cache and prompt, once (``sample_with_cache``; ``rollout.hf.share_prompts``).
+
+    Raises:
+        ValueError: a negative ``decode_bucket_slots``.
     """
 
-    def __init__(self, model: Any, fmt: Any, kv_cache_max_bytes: int = 2 * 1024 ** 3):
+    def __init__(self, model: Any, fmt: Any, kv_cache_max_bytes: int = 2 * 1024 ** 3,
+                 decode_bucket_slots: int = DECODE_BUCKET_SLOTS, share_prompts: bool = True):
+        if decode_bucket_slots < 0:
+            raise ValueError(f"decode_bucket_slots must be ≥ 0 (0 = one decode batch), got {decode_bucket_slots}")
+        self.decode_bucket_slots = int(decode_bucket_slots)
+        self.share_prompts = bool(share_prompts)
         self.model = model
         self.fmt = fmt
         self.pad_id = int(fmt.tokenizer.pad_token_id or 0)
@@ -365,6 +377,10 @@ class HFGenerator:
                     newline_ids=fmt.newline_ids, stop_at_newline=params.stop_at_newline, pad_id=self.pad_id,
                     top_k=params.top_k)
 
+    def _cache_kw(self) -> dict[str, Any]:
+        """The ``sample_with_cache`` options of this backend (prompt sharing, decode batches)."""
+        return dict(share_prompts=self.share_prompts, decode_bucket_slots=self.decode_bucket_slots)
+
     @staticmethod
     def _generators(reqs: list[GenerationRequest]) -> list[Any]:
         return [seeded_generator(r.seed) if r.seed is not None else None for r in reqs]
@@ -415,7 +431,8 @@ class HFGenerator:
         stay = [i for i, r in enumerate(reqs) if r.cache_key is not None and not r.release_cache]
         self._make_room([ekvs[i] for i in stay], [reqs[i].prompt_ids for i in stay], params.max_new_tokens)
         try:
-            out = self._batched(sample_with_cache, ekvs, reqs, params, share_prefix=params.share_prefix)
+            out = self._batched(sample_with_cache, ekvs, reqs, params, share_prefix=params.share_prefix,
+                                **self._cache_kw())
         except KVCacheUnsupported as e:  # raised by the first prefill, before any sampling
             log.info("KV cache reuse unavailable for this model (%s); re-prefilling every call", e)
             self.kv_supported = False
@@ -444,7 +461,8 @@ class HFGenerator:
             ekv = self._cache_of(reqs[0])
             try:
                 if advance_cache(self.model, ekv, prompt):
-                    out = self._batched(sample_with_cache, [ekv.fork() for _ in reqs], reqs, params, share_prefix=False)
+                    out = self._batched(sample_with_cache, [ekv.fork() for _ in reqs], reqs, params, share_prefix=False,
+                                        **self._cache_kw())
                     if reqs[0].release_cache:
                         self._drop(reqs[0].cache_key)
                     return out

@@ -11,10 +11,12 @@ sampled token, which was never fed) need a forward pass. This module holds the b
 - ``extend_batch``: the same for several episodes in one forward (left-padded caches, new ids
   right-aligned with a mask), so the prefill GEMMs see all rows' tokens at once;
 - ``stack``: several episodes' caches as one left-padded batch cache + attention mask, for
-  batched decoding;
+  batched decoding; with ``room`` its layers are preallocated for that many more entries, which the
+  forward passes write in place (``room_layer``) instead of concatenating the whole cache into a new
+  tensor at every decode step;
 - ``split``: the batch cache back into per-episode caches, keeping exactly the entries of tokens
   that were really fed for that row (a row's padding and the pad tokens fed after the row
-  finished are dropped).
+  finished are dropped); ``keep_rows``: a batch cache shrunk to the rows still decoding.
 
 Layout conventions: a layer's keys/values are ``[batch, kv_heads, seq, head_dim]`` tensors of
 the model's dtype on the model's device (the transformers layout). Attention masks are ``long``
@@ -143,8 +145,10 @@ def cache_layers(cache: Any) -> list[Layer]:
         raise KVCacheUnsupported("the model returned no KV cache")
     if hasattr(cache, "layers"):  # transformers >= 4.56
         out = []
+        room = room_layer()
         for layer in cache.layers:
-            if getattr(layer, "is_sliding", False) or type(layer).__name__ != "DynamicLayer":
+            if getattr(layer, "is_sliding", False) or not (type(layer).__name__ == "DynamicLayer"
+                                                           or (room is not None and type(layer) is room)):
                 raise KVCacheUnsupported(f"cache layer type {type(layer).__name__} is not supported")
             k, v = getattr(layer, "keys", None), getattr(layer, "values", None)
             if not isinstance(k, torch.Tensor) or not isinstance(v, torch.Tensor):
@@ -174,16 +178,101 @@ def _out_cache(out: Any) -> Any:
     return c if c is not None else getattr(out, "past_key_values", None)
 
 
-def make_cache(layers: list[Layer]) -> Any:
-    """A transformers ``DynamicCache`` holding ``layers`` (copies them; None for no layers)."""
-    if not layers:
-        return None
+_ROOM_LAYER: list[Any] = []  # [class or None], built on first use (keeps transformers' import lazy)
+
+
+def room_layer() -> Any:
+    """The cache layer class ``stack(..., room=n)`` and ``make_cache(..., room=n)`` use, or None.
+
+    A subclass of transformers' ``DynamicLayer`` (so the model treats it as a plain full-attention
+    layer) whose keys/values are the first ``n`` entries (views ``[B, H, n, D]``) of buffers
+    ``[B, H, n + room, D]``: ``update`` copies the new entries into the room and returns longer views,
+    where ``DynamicLayer.update`` concatenates the whole cache into a new tensor — at a decode step
+    that copy (and the fresh allocation behind it) is most of the step's cost once the batch cache
+    holds a few thousand slots (docs/performance.md, "Decode and prefill remedies"). Same values, same
+    shapes; only the storage differs. Past its room it grows (doubling, one copy). None where
+    transformers has no ``DynamicLayer`` (before 4.56): callers then concatenate as before.
+    """
+    if not _ROOM_LAYER:
+        try:
+            from transformers.cache_utils import DynamicLayer
+        except ImportError:
+            _ROOM_LAYER.append(None)
+            return None
+
+        class RoomLayer(DynamicLayer):  # type: ignore[no-untyped-call]
+            def __init__(self, keys: torch.Tensor, values: torch.Tensor, length: int):
+                super().__init__()  # type: ignore[no-untyped-call]
+                self.device = keys.device
+                self.is_initialized = True
+                self._k, self._v, self._n = keys, values, length
+                self.keys, self.values = keys[:, :, :length], values[:, :, :length]
+
+            def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
+                       **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+                n, t = self._n, key_states.shape[-2]
+                if n + t > self._k.shape[-2]:
+                    cap = max(n + t, 2 * self._k.shape[-2])
+                    k, v = self._k, self._v
+                    self._k = k.new_empty((*k.shape[:2], cap, k.shape[3]))
+                    self._v = v.new_empty((*v.shape[:2], cap, v.shape[3]))
+                    self._k[:, :, :n] = k[:, :, :n]
+                    self._v[:, :, :n] = v[:, :, :n]
+                self._k[:, :, n:n + t] = key_states
+                self._v[:, :, n:n + t] = value_states
+                self._n = n + t
+                self.keys, self.values = self._k[:, :, :n + t], self._v[:, :, :n + t]
+                return self.keys, self.values
+
+            def get_seq_length(self) -> int:
+                return self._n
+
+            def keep(self, rows: torch.Tensor, cut: int) -> None:
+                """Keep batch rows ``rows`` (an index tensor) and drop the first ``cut`` positions (one copy)."""
+                self._k = self._k[:, :, cut:].index_select(0, rows)
+                self._v = self._v[:, :, cut:].index_select(0, rows)
+                self._n -= cut
+                self.keys, self.values = self._k[:, :, :self._n], self._v[:, :, :self._n]
+
+            def drop_buffers(self) -> None:
+                """Release the buffers (``_drop_layer``); the layer is unusable afterwards."""
+                del self._k, self._v
+                self.keys = self.values = None
+
+        _ROOM_LAYER.append(RoomLayer)
+    return _ROOM_LAYER[0]
+
+
+def _cache_of(layers: list[Layer], room: int) -> Any:
+    """A ``DynamicCache`` over full ``[B, H, L, D]`` layer tensors: room layers holding them (no copy)
+    when ``room > 0`` and ``room_layer()`` exists, else plain layers (``update`` copies them)."""
     from transformers import DynamicCache
 
-    c = DynamicCache()
+    cache = DynamicCache()
+    cls = room_layer() if room > 0 else None
+    if cls is not None and hasattr(cache, "layers"):
+        cache.layers = [cls(k, v, k.shape[-2] - room) for k, v in layers]
+        return cache
     for i, (k, v) in enumerate(layers):
-        c.update(k, v, i)
-    return c
+        cache.update(k, v, i)
+    return cache
+
+
+def make_cache(layers: list[Layer], room: int = 0) -> Any:
+    """A transformers ``DynamicCache`` holding a copy of one record's ``layers`` (None for no layers),
+    with ``room`` entries preallocated per layer for the next forward to write in place."""
+    if not layers:
+        return None
+    if room > 0 and room_layer() is not None:
+        full = []
+        for k, v in layers:
+            K = k.new_empty((*k.shape[:2], k.shape[2] + room, k.shape[3]))
+            V = v.new_empty((*v.shape[:2], v.shape[2] + room, v.shape[3]))
+            K[:, :, :k.shape[2]] = k
+            V[:, :, :v.shape[2]] = v
+            full.append((K, V))
+        return _cache_of(full, room)
+    return _cache_of(list(layers), 0)
 
 
 def _device(model: Any) -> torch.device:
@@ -217,7 +306,7 @@ def extend(model: Any, ekv: EpisodeKV, new_ids: list[int]) -> torch.Tensor:
     ids = torch.tensor([new_ids], dtype=torch.long, device=dev)
     pos = torch.arange(l0, l0 + n, dtype=torch.long, device=dev).view(1, n)
     mask = torch.ones((1, l0 + n), dtype=torch.long, device=dev)
-    kw = {_cache_kwarg(model): make_cache(ekv.layers)} if ekv.layers else {}
+    kw = {_cache_kwarg(model): make_cache(ekv.layers, room=n)} if ekv.layers else {}
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **kw)
     layers = cache_layers(_out_cache(out))
     if not layers or layers[0][0].shape[-2] != l0 + n:
@@ -228,7 +317,7 @@ def extend(model: Any, ekv: EpisodeKV, new_ids: list[int]) -> torch.Tensor:
     return logits
 
 
-def stack(ekvs: list[EpisodeKV]) -> tuple[Any, torch.Tensor]:
+def stack(ekvs: list[EpisodeKV], room: int = 0, release: bool = False) -> tuple[Any, torch.Tensor]:
     """Stack episode caches into one left-padded batch cache for batched decoding/prefill.
 
     Row ``r`` occupies the last ``ekvs[r].length`` positions of every layer; the padding in front
@@ -238,6 +327,11 @@ def stack(ekvs: list[EpisodeKV]) -> tuple[Any, torch.Tensor]:
     Args:
         ekvs: B ≥ 1 records, at least one non-empty; the non-empty ones have the same number of
             layers and the same ``[1, kv_heads, ·, head_dim]`` layout.
+        room: entries to preallocate per layer after ``Lmax`` (``room_layer``): the next forward
+            passes write up to that many new entries in place instead of copying the cache.
+        release: the records give up their tensors (``layers`` emptied, ``ids`` kept), each layer's
+            as soon as it is stacked, so the per-row copies and the batch cache are not all in
+            memory at once (a tensor another record shares stays alive with that record).
 
     Returns:
         ``(cache, mask)``: a ``DynamicCache`` with ``[B, kv_heads, Lmax, head_dim]`` tensors per
@@ -259,27 +353,32 @@ def stack(ekvs: list[EpisodeKV]) -> tuple[Any, torch.Tensor]:
     for r, e in enumerate(ekvs):
         if e.length:
             mask[r, L - e.length:] = 1
+    rows: list[list[Layer | None]] = [list(e.layers) if e.length else [] for e in ekvs]
+    if release:
+        for e in ekvs:
+            e.layers = []
+    room = room if room_layer() is not None else 0
     layers: list[Layer] = []
     for i in range(n_layers):
-        ks = [e.layers[i][0] if e.length else None for e in ekvs]
-        vs = [e.layers[i][1] if e.length else None for e in ekvs]
-        if all(t is not None and t.shape[-2] == L for t in ks):
+        ks = [row[i][0] if row else None for row in rows]  # type: ignore[index]
+        vs = [row[i][1] if row else None for row in rows]  # type: ignore[index]
+        if release:
+            for row in rows:
+                if row:
+                    row[i] = None
+        if not room and all(t is not None and t.shape[-2] == L for t in ks):
             layers.append((torch.cat(ks, 0), torch.cat(vs, 0)))  # type: ignore[arg-type]
             continue
-        kt, vt = full[0].layers[i]
-        K = kt.new_zeros((B, kt.shape[1], L, kt.shape[3]))
-        V = vt.new_zeros((B, vt.shape[1], L, vt.shape[3]))
+        kt, vt = next(t for t in ks if t is not None), next(t for t in vs if t is not None)
+        K = kt.new_zeros((B, kt.shape[1], L + room, kt.shape[3]))
+        V = vt.new_zeros((B, vt.shape[1], L + room, vt.shape[3]))
         for r, (k, v) in enumerate(zip(ks, vs)):
             if k is not None and v is not None:
-                K[r, :, L - k.shape[-2]:] = k[0]
-                V[r, :, L - v.shape[-2]:] = v[0]
+                K[r, :, L - k.shape[-2]:L] = k[0]
+                V[r, :, L - v.shape[-2]:L] = v[0]
         layers.append((K, V))
-    from transformers import DynamicCache
-
-    cache = DynamicCache()
-    for i, (k, v) in enumerate(layers):
-        cache.update(k, v, i)
-    return cache, mask
+        del ks, vs, kt, vt
+    return _cache_of(layers, room), mask
 
 
 @torch.inference_mode()
@@ -340,8 +439,9 @@ def extend_batch(model: Any, ekvs: list[EpisodeKV], new_ids: list[list[int]], pa
         mask[r, Lc - l:Lc] = 1
         mask[r, Lc + N - n:] = 1
     old_ids = [list(e.ids) for e in ekvs]
-    past = stack(ekvs)[0] if Lc > 0 else None
-    for e in ekvs:  # the batch cache holds the tensors now; free the per-row copies
+    # the batch cache takes the tensors over layer by layer (the per-row copies are freed as it goes)
+    past = stack(ekvs, room=N, release=True)[0] if Lc > 0 else None
+    for e in ekvs:
         e.clear()
     kw = {_cache_kwarg(model): past} if past is not None else {}
     del past
@@ -369,50 +469,90 @@ def extend_batch(model: Any, ekvs: list[EpisodeKV], new_ids: list[list[int]], pa
     return logits
 
 
-def split(cache: Any, ekvs: list[EpisodeKV], prompt_len: int, fed: list[list[int]]) -> None:
+def split(cache: Any, ekvs: list[EpisodeKV], prompt_len: int, fed: list[list[int]],
+          rows: list[int] | None = None) -> None:
     """Write a decoded batch cache back into the per-episode records (in place).
 
     The batch cache is what ``stack`` made (``prompt_len`` = its ``Lmax``) followed by the entries
     of ``F`` decode steps (one token per row per step). Row ``r`` keeps its own prompt entries and
     the entries of ``fed[r]`` — the ids that were really fed for that row, in order (its first
     ``len(fed[r]) ≤ F`` decode steps). Everything else (left padding, pad tokens fed after the
-    row finished) is dropped. Each row's tensors are copied out (contiguous, ``[1, H, T, D]``) and
-    the batch tensors are released layer by layer, so peak memory stays near one batch copy.
+    row finished) is dropped. Each row's tensors are copied out (contiguous, ``[1, H, T, D]``).
+    Without ``rows`` (every row of the batch) the batch tensors are released layer by layer, so
+    peak memory stays near one batch copy; with ``rows`` (some rows leave a batch that goes on
+    decoding, ``keep_rows``) the batch cache is left as it is.
 
     Args:
         cache: the batch cache after decoding (``[B, kv_heads, prompt_len + F, head_dim]`` per layer).
-        ekvs: the B records given to ``stack`` (their ``length`` is the row's prompt length).
+        ekvs: the records of the rows written out (all B given to ``stack``, or those of ``rows``;
+            their ``length`` is the row's prompt length).
         prompt_len: ``Lmax`` of the stacked cache.
-        fed: per row, the decoded ids whose entries are in the cache.
+        fed: per record, the decoded ids whose entries are in the cache.
+        rows: the batch rows of ``ekvs`` (default: ``0 … B-1``, every row).
 
     Raises:
         ValueError: a row claims more fed ids than there are decode entries, or B mismatches.
     """
     layers = cache_layers(cache)
     total = layers[0][0].shape[-2] if layers else 0
-    if len(fed) != len(ekvs) or (layers and layers[0][0].shape[0] != len(ekvs)):
+    release = rows is None
+    rows = list(range(len(ekvs))) if rows is None else rows
+    if len(fed) != len(ekvs) or len(rows) != len(ekvs) or (
+            layers and (release and layers[0][0].shape[0] != len(ekvs) or max(rows, default=-1) >= layers[0][0].shape[0])):
         raise ValueError("batch size mismatch between cache, records and fed ids")
-    if any(prompt_len + len(f) > total for f in fed):
+    if any(prompt_len + len(f) > total or prompt_len < e.length for f, e in zip(fed, ekvs)):
         raise ValueError("a row claims more fed ids than the cache holds")
     new: list[list[Layer]] = [[] for _ in ekvs]
     for i in range(len(layers)):
         K, V = layers[i]
         layers[i] = None  # type: ignore[call-overload]
-        for r, e in enumerate(ekvs):
-            a, b = prompt_len - e.length, prompt_len + len(fed[r])
-            new[r].append((K[r:r + 1, :, a:b].clone(), V[r:r + 1, :, a:b].clone()))
-        _drop_layer(cache, i)
+        for j, (r, e) in enumerate(zip(rows, ekvs)):
+            a, b = prompt_len - e.length, prompt_len + len(fed[j])
+            new[j].append((K[r:r + 1, :, a:b].clone(), V[r:r + 1, :, a:b].clone()))
+        if release:
+            _drop_layer(cache, i)
         del K, V
     layers.clear()
-    for r, e in enumerate(ekvs):
-        e.layers = new[r]
-        e.ids = e.ids + list(fed[r])
+    for j, e in enumerate(ekvs):
+        e.layers = new[j]
+        e.ids = e.ids + list(fed[j])
+
+
+def keep_rows(cache: Any, rows: list[int], cut: int = 0) -> bool:
+    """Shrink a batch cache in place to the batch rows ``rows`` (in that order), dropping its first
+    ``cut`` positions (left padding of every kept row), so that the next decode steps compute only
+    the rows still running. Copies the kept entries once (room layers keep their room).
+
+    Args:
+        cache: a batch cache from ``stack`` (possibly after decode steps).
+        rows: batch rows to keep (≥ 1).
+        cut: leading positions to drop (≤ the left padding of every kept row; the caller's
+            attention mask must drop the same columns).
+
+    Returns:
+        False when the cache flavour cannot be shrunk (then it is unchanged), else True.
+    """
+    layers = getattr(cache, "layers", None)
+    room = room_layer()
+    if not rows or layers is None or any(not (type(x).__name__ == "DynamicLayer" or (room is not None and type(x) is room))
+                                         for x in layers):
+        return False
+    idx = torch.tensor(rows, dtype=torch.long, device=layers[0].keys.device)
+    for layer in layers:
+        if room is not None and type(layer) is room:
+            layer.keep(idx, cut)
+        else:
+            layer.keys = layer.keys[:, :, cut:].index_select(0, idx)
+            layer.values = layer.values[:, :, cut:].index_select(0, idx)
+    return True
 
 
 def _drop_layer(cache: Any, i: int) -> None:
     """Release a batch cache layer's tensors early (best effort, any cache flavour)."""
     if hasattr(cache, "layers") and i < len(cache.layers):
         layer = cache.layers[i]
+        if hasattr(layer, "drop_buffers"):  # room_layer
+            layer.drop_buffers()
         layer.keys = layer.values = None
     elif hasattr(cache, "key_cache") and i < len(cache.key_cache):
         cache.key_cache[i] = cache.value_cache[i] = None

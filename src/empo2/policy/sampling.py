@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from empo2.policy.kvcache import EpisodeKV, _cache_kwarg, _out_cache, extend, extend_batch, split, stack
+from empo2.policy.kvcache import EpisodeKV, _cache_kwarg, _out_cache, extend, extend_batch, keep_rows, split, stack
 from empo2.policy.trie import TokenTrie
 
 
@@ -246,6 +246,24 @@ def _common_prefix(seqs: list[list[int]]) -> int:
     return n
 
 
+# Decode batching (``decode_buckets``). Measured on 2 CPU threads with SmolLM2-135M (``python -m
+# benchmarks.prefill_ab --parts decode``, docs/performance.md "Decode and prefill remedies"): one decode step of a
+# batch costs about ``a + c·(real cache slots) + c_pad·(left-padded slots)``, with the cache written in place
+# (``kvcache.room_layer``) a = 108 ms (one more forward per step), c = 7.2 µs, c_pad = 4.4 µs; splitting a
+# batch saves padded slots only, so it pays when it saves more than a / c_pad ≈ 24,000 of them per step.
+# (With the cache concatenated at every step, as before, c_pad was 11.7 µs: a / c_pad ≈ 8,000.)
+DECODE_BUCKET_SLOTS = 24_000
+"""Padded cache slots that one more decode batch per call is worth (``a / c_pad`` above); 0 = every call
+decodes all its rows as one batch."""
+
+
+DECODE_SHRINK = 0.5
+"""A decode batch drops its finished rows (``kvcache.keep_rows``) once at most this share of its rows is
+still running: a step then computes only the live rows (a tip-like batch of 8 rows decoding up to 64 ids:
+10.9 → 7.4 s, docs/performance.md "Decode and prefill remedies"). Halving bounds the copies to less than
+one batch cache in all; 0 = never."""
+
+
 @torch.inference_mode()
 def sample_with_cache(
     model: Any,
@@ -262,6 +280,9 @@ def sample_with_cache(
     pad_id: int = 0,
     top_k: int = 0,
     share_prefix: bool = True,
+    share_prompts: bool = True,
+    decode_bucket_slots: int = DECODE_BUCKET_SLOTS,
+    decode_shrink: float = DECODE_SHRINK,
 ) -> list[Generation]:
     """``sample`` that continues each episode's KV cache instead of re-prefilling its prompt.
 
@@ -269,12 +290,19 @@ def sample_with_cache(
     top-k, trie-constrained rows, eos/newline stops, ``Generation`` outputs); the sampled ids and
     log-probs agree with ``sample`` up to float rounding of the different prefill split (tested to
     1e-4 on the log-probs). Per row: the cache is synced to the prompt (cropped to the longest
-    common prefix, see ``EpisodeKV.sync``); the remaining prompt ids of all rows are prefilled in
-    groups of similar length (``prefill_groups``): one ``kvcache.extend_batch`` forward per group
-    (left-padded caches, new ids right-aligned), long rows alone and unpadded
-    (``kvcache.extend``). Then the caches are stacked left-padded and decoded as one batch, and
-    each row's cache is split back, covering its prompt plus the generated ids that were fed (all
-    but the last sampled one when the row hit ``max_new_tokens``; the next call feeds that one).
+    common prefix, see ``EpisodeKV.sync``). Rows without a cache first get the cache of the prompt
+    prefixes they share (``share_prefix``, ``share_prompts``). The remaining prompt ids are prefilled
+    in groups of similar length (``prefill_groups``): one ``kvcache.extend_batch`` forward per group
+    (left-padded caches, new ids right-aligned), long rows alone and unpadded (``kvcache.extend``);
+    with ``share_prompts``, rows with the same cache and the same prompt are prefilled as one. Then
+    the rows are decoded in batches of similar cache length (``decode_buckets``), one batch after
+    the other: each batch's caches are stacked left-padded, decoded, and split back, each row's
+    covering its prompt plus the generated ids that were fed (all but the last sampled one when the
+    row's batch stopped, or the row left it, right after it: the next call feeds that one). Once most
+    of a batch's rows have finished, they leave it and the rest decodes on alone (``DECODE_SHRINK``).
+    Every row draws from its own generator, so neither the sharing nor the batches change which
+    random numbers a row gets; they change its logits only by float rounding (different batch shapes
+    and padding).
     With empty records (``EpisodeKV()``) this is the way to sample long prompts of unequal length:
     each is prefilled unpadded (and their common prefix once), only the decode is batched.
 
@@ -287,6 +315,11 @@ def sample_with_cache(
         pad_id, top_k: as in ``sample``.
         share_prefix: rows without a cache prefill their longest common prompt prefix once (e.g.
             the system prompt and few-shot turns on an episode's first turn) and share its tensors.
+        share_prompts: below that prefix, a subset of new rows sharing a longer prefix (a group's
+            copies of one first prompt) prefills it once (``PREFIX_SHARE_MIN_TOKENS``), and rows
+            with the same cache and prompt are prefilled as one row (their logits are then equal).
+        decode_bucket_slots: see ``DECODE_BUCKET_SLOTS`` (0 = all rows decode as one batch).
+        decode_shrink: see ``DECODE_SHRINK`` (0 = finished rows stay in their batch to the end).
 
     Returns:
         B ``Generation`` s in prompt order.
@@ -308,7 +341,8 @@ def sample_with_cache(
         return _sample_cached(model, episode_kvs, prompts, max_new_tokens=max_new_tokens, temperature=temperature,
                               eos_ids=eos_ids, newline_ids=newline_ids, stop_at_newline=stop_at_newline,
                               generators=generators, tries=tries, pad_id=pad_id, top_k=top_k,
-                              share_prefix=share_prefix)
+                              share_prefix=share_prefix, share_prompts=share_prompts,
+                              decode_bucket_slots=decode_bucket_slots, decode_shrink=decode_shrink)
     except BaseException:
         for e in episode_kvs:
             e.clear()
@@ -386,47 +420,196 @@ def _sample_cached(model: Any, ekvs: list[EpisodeKV], prompts: list[list[int]], 
                    temperature: float, eos_ids: frozenset[int] | set[int], newline_ids: frozenset[int] | set[int],
                    stop_at_newline: bool, generators: list[torch.Generator] | None,
                    tries: list[TokenTrie | None] | None, pad_id: int, top_k: int,
-                   share_prefix: bool) -> list[Generation]:
+                   share_prefix: bool, share_prompts: bool, decode_bucket_slots: int,
+                   decode_shrink: float) -> list[Generation]:
     B = len(prompts)
-    device = next(model.parameters()).device
     for e, p in zip(ekvs, prompts):
         e.sync(p)
     fresh = [r for r in range(B) if ekvs[r].length == 0]
     if share_prefix and len(fresh) > 1:
-        n = min(_common_prefix([prompts[r] for r in fresh]), min(len(prompts[r]) for r in fresh) - 1)
-        if n > 0:
-            base = EpisodeKV()
-            extend(model, base, prompts[fresh[0]][:n])
-            for r in fresh:
-                ekvs[r].layers, ekvs[r].ids = list(base.layers), list(base.ids)
-            del base
-    logits = _prefill(model, ekvs, [p[e.length:] for e, p in zip(ekvs, prompts)], pad_id)
+        _share_fresh_prefixes(model, ekvs, prompts, fresh, below_root=share_prompts)
+    logits = _prefill_once(model, ekvs, prompts, pad_id) if share_prompts else _prefill(
+        model, ekvs, [p[e.length:] for e, p in zip(ekvs, prompts)], pad_id)
     gens = [Generation(allowed=[] if (tries is not None and tries[r] is not None) else None) for r in range(B)]
-    live = [True] * B
-    stop_ids = set(eos_ids) | (set(newline_ids) if stop_at_newline else set())
     if max_new_tokens <= 0:
         return gens
-    cache, mask = stack(ekvs)
+    stop_ids = set(eos_ids) | (set(newline_ids) if stop_at_newline else set())
+    for rows in decode_buckets([e.length for e in ekvs], slot_cost=decode_bucket_slots):
+        _decode(model, [ekvs[r] for r in rows], logits[rows], [gens[r] for r in rows], max_new_tokens=max_new_tokens,
+                temperature=temperature, top_k=top_k, eos_ids=eos_ids, stop_ids=stop_ids,
+                generators=[generators[r] for r in rows] if generators is not None else None,
+                tries=[tries[r] for r in rows] if tries is not None else None, pad_id=pad_id, shrink=decode_shrink)
+    return gens
+
+
+def _decode(model: Any, ekvs: list[EpisodeKV], logits: torch.Tensor, gens: list[Generation], *, max_new_tokens: int,
+            temperature: float, top_k: int, eos_ids: frozenset[int] | set[int], stop_ids: set[int],
+            generators: list[torch.Generator] | None, tries: list[TokenTrie | None] | None, pad_id: int,
+            shrink: float = DECODE_SHRINK) -> None:
+    """Decode one batch of prefilled rows: stack their caches (left-padded), sample until every row
+    stopped or ``max_new_tokens``, split the caches back (``kvcache.split``).
+
+    ``logits`` ``[b, vocab]`` are each row's next-token logits after its prompt; ``gens`` are filled
+    in place. Each row draws from its own generator (``_pick``), so which rows share the batch
+    changes the logits only by float rounding, never the random numbers a row gets. Once at most
+    ``shrink`` of the batch's rows are live, the finished ones are written out (their cache covers
+    the ids fed so far: all but the last sampled id if they stopped at this step) and the batch
+    continues with the live rows only, without the left padding none of them needs.
+    """
+    device = next(model.parameters()).device
+    # the batch cache takes the rows' tensors over layer by layer (each row's copy freed as it goes, unless
+    # another record shares it); the forwards write their entries into its room in place
+    cache, mask = stack(ekvs, room=max_new_tokens - 1, release=True)
     prompt_len = mask.shape[1]
-    for e in ekvs:  # the batch cache holds the tensors now; free the per-row copies
-        e.layers = []
     cache_kw = _cache_kwarg(model)
-    next_pos = torch.tensor([len(p) for p in prompts], dtype=torch.long, device=device)
+    rows = list(range(len(ekvs)))  # the batch's rows, as indices into ekvs/gens/generators/tries
+    live = [True] * len(rows)
+    next_pos = torch.tensor([e.length for e in ekvs], dtype=torch.long, device=device)
     fed_steps = 0
     for step in range(max_new_tokens):
-        new_tokens = _pick(logits, gens, live, temperature=temperature, top_k=top_k, eos_ids=eos_ids,
-                           stop_ids=stop_ids, generators=generators, tries=tries, pad_id=pad_id)
+        new_tokens = _pick(logits, [gens[r] for r in rows], live, temperature=temperature, top_k=top_k,
+                           eos_ids=eos_ids, stop_ids=stop_ids,
+                           generators=[generators[r] for r in rows] if generators is not None else None,
+                           tries=[tries[r] for r in rows] if tries is not None else None, pad_id=pad_id)
         if not any(live) or step == max_new_tokens - 1:
             break  # (``sample`` feeds once more here, but those logits are never used)
-        mask = torch.cat([mask, torch.ones((B, 1), dtype=mask.dtype, device=device)], dim=1)
-        out = model(input_ids=new_tokens.view(B, 1).to(device), attention_mask=mask,
-                    position_ids=next_pos.view(B, 1), use_cache=True, **{cache_kw: cache})
+        if sum(live) <= shrink * len(rows):
+            keep = [j for j, lv in enumerate(live) if lv]
+            gone = [j for j, lv in enumerate(live) if not lv]
+            cut = prompt_len - max(ekvs[rows[j]].length for j in keep)
+            gone_ekvs = [ekvs[rows[j]] for j in gone]
+            lengths = [e.length for e in gone_ekvs]
+            split(cache, gone_ekvs, prompt_len, [gens[rows[j]].ids[:fed_steps] for j in gone], rows=gone)
+            if keep_rows(cache, keep, cut):
+                sel = torch.tensor(keep, dtype=torch.long, device=device)
+                mask, next_pos = mask.index_select(0, sel)[:, cut:], next_pos.index_select(0, sel)
+                new_tokens = new_tokens.index_select(0, sel.cpu())
+                prompt_len -= cut
+                rows, live = [rows[j] for j in keep], [True] * len(keep)
+            else:  # a cache that cannot shrink: the rows stay in the batch, written out again at the end
+                for e, n in zip(gone_ekvs, lengths):
+                    e.layers, e.ids = [], e.ids[:n]
+                shrink = 0.0
+        b = len(rows)
+        mask = torch.cat([mask, torch.ones((b, 1), dtype=mask.dtype, device=device)], dim=1)
+        out = model(input_ids=new_tokens.view(b, 1).to(device), attention_mask=mask,
+                    position_ids=next_pos.view(b, 1), use_cache=True, **{cache_kw: cache})
         cache = _out_cache(out)
         fed_steps += 1
         logits = out.logits[:, -1, :].float()
         next_pos = next_pos + 1
-    split(cache, ekvs, prompt_len, [g.ids[:fed_steps] for g in gens])
-    return gens
+    split(cache, [ekvs[r] for r in rows], prompt_len, [gens[r].ids[:fed_steps] for r in rows])
+
+
+def decode_buckets(lengths: list[int], *, slot_cost: int = DECODE_BUCKET_SLOTS) -> list[list[int]]:
+    """Partition rows into decode batches of similar cache length, minimising padded slots + batches.
+
+    A batch of rows decodes over a cache left-padded to its longest row, so a step costs about
+    ``slot_cost + rows × longest length`` slots (see ``DECODE_BUCKET_SLOTS``). The rows sorted by
+    decreasing length are cut into contiguous runs that minimise the sum of that cost over the
+    batches (exact, by dynamic programming over the cut points: O(B²)). With ``slot_cost ≤ 0``, or
+    when one batch is cheapest, the result is ``[[0, 1, …, B-1]]`` (the call's own row order).
+
+    Args:
+        lengths: per row, its cache length (prompt ids) when the decode starts (≥ 0).
+        slot_cost: what one more batch is worth, in padded cache slots.
+
+    Returns:
+        lists of row indices covering every row once; each list in increasing row order, the lists
+        in order of decreasing length.
+    """
+    B = len(lengths)
+    if B == 0:
+        return []
+    if slot_cost <= 0 or B == 1:
+        return [list(range(B))]
+    order = sorted(range(B), key=lambda r: (-lengths[r], r))
+    L = [lengths[r] for r in order]
+    best = [0.0] + [float("inf")] * B  # best[j]: cost of decoding the j longest rows
+    cut = [0] * (B + 1)
+    for j in range(1, B + 1):
+        for i in range(j):  # the last batch holds sorted rows i … j-1; row i is its longest
+            c = best[i] + slot_cost + (j - i) * L[i]
+            if c < best[j]:
+                best[j], cut[j] = c, i
+    bounds = []
+    j = B
+    while j > 0:
+        bounds.append((cut[j], j))
+        j = cut[j]
+    if len(bounds) == 1:
+        return [list(range(B))]
+    return [sorted(order[i:j]) for i, j in reversed(bounds)]
+
+
+PREFIX_SHARE_MIN_TOKENS = 64
+"""Below the rows' common prefix, a prefix shared by a subset of new rows is prefilled once only
+when that saves at least this many prefill tokens ((rows − 1) × its length): one more batch-1
+forward costs about as much as prefilling this many tokens in the batched prefill."""
+
+
+def _share_fresh_prefixes(model: Any, ekvs: list[EpisodeKV], prompts: list[list[int]], rows: list[int], *,
+                          below_root: bool) -> None:
+    """Give rows without a cache the KV cache of the prompt prefixes they share, each computed once.
+
+    The prefix common to all ``rows`` is prefilled once (batch 1, ``extend``) and every row's record
+    points at its tensors (no copy). With ``below_root``, the rows are then split by the id at which
+    they diverge and each subset sharing a longer prefix (e.g. a group's N copies of one first prompt:
+    same task, same reset) extends its parent's cache by that part once — a prefix tree, every edge
+    prefilled once — when that saves ≥ ``PREFIX_SHARE_MIN_TOKENS`` tokens. Prefixes stop one id short
+    of each prompt (``EpisodeKV.sync``: the last id is fed by the prefill that returns the logits).
+
+    Args:
+        ekvs: the call's records (those of ``rows`` empty); updated in place.
+        prompts: the call's prompts.
+        rows: indices of the rows without a cache (≥ 2).
+        below_root: also share the prefixes of subsets below the all-rows prefix.
+    """
+    def grow(subset: list[int], base: EpisodeKV, root: bool) -> None:
+        # the subset's shared prefix, one id short of its shortest prompt
+        n = min(_common_prefix([prompts[r] for r in subset]), min(len(prompts[r]) for r in subset) - 1)
+        if n > base.length and (root or (len(subset) - 1) * (n - base.length) >= PREFIX_SHARE_MIN_TOKENS):
+            node = base.fork()
+            extend(model, node, prompts[subset[0]][base.length:n])
+            for r in subset:
+                ekvs[r].layers, ekvs[r].ids = list(node.layers), list(node.ids)
+            base = node
+        if not below_root:
+            return
+        # the rows that go on past ``n``, by their id there (each part strictly smaller than ``subset``)
+        by_next: dict[int, list[int]] = {}
+        for r in subset:
+            if len(prompts[r]) - 1 > n:
+                by_next.setdefault(prompts[r][n], []).append(r)
+        for part in by_next.values():
+            if len(part) > 1:
+                grow(part, base, False)
+
+    grow(rows, EpisodeKV(), True)
+
+
+def _prefill_once(model: Any, ekvs: list[EpisodeKV], prompts: list[list[int]], pad_id: int) -> torch.Tensor:
+    """``_prefill`` of each distinct (cache, prompt) once: rows whose records share the same cache
+    tensors and whose prompts are equal (a group's copies of one first prompt, forks of one cache)
+    are prefilled as one row; the copies then share its new cache tensors and logits.
+
+    Returns:
+        float32 logits ``[B, vocab]`` (row order), equal for rows prefilled as one.
+    """
+    first: dict[tuple[Any, ...], int] = {}
+    rep_of: list[int] = []
+    for r, (e, p) in enumerate(zip(ekvs, prompts)):
+        key = (id(e.layers[0][0]) if e.layers else None, e.length, tuple(p))
+        rep_of.append(first.setdefault(key, r))
+    reps = sorted(first.values())
+    if len(reps) == len(ekvs):
+        return _prefill(model, ekvs, [p[e.length:] for e, p in zip(ekvs, prompts)], pad_id)
+    logits = _prefill(model, [ekvs[r] for r in reps], [prompts[r][ekvs[r].length:] for r in reps], pad_id)
+    row = {r: i for i, r in enumerate(reps)}
+    for r, rep in enumerate(rep_of):
+        if rep != r:
+            ekvs[r].layers, ekvs[r].ids = list(ekvs[rep].layers), list(ekvs[rep].ids)
+    return logits[[row[rep] for rep in rep_of]]
 
 
 def chunk_rows(lengths: list[int], max_new_tokens: int, bytes_per_token: int, max_bytes: int) -> list[list[int]]:

@@ -94,6 +94,8 @@ class Setup:
 def generator_options(cfg: Config) -> dict[str, Any]:
     """The constructor options of the ``rollout.generator`` backend, from the config."""
     opts: dict[str, Any] = {"kv_cache_max_bytes": cfg.rollout.kv_cache_max_bytes}
+    if cfg.rollout.generator == "hf":
+        opts.update(decode_bucket_slots=cfg.rollout.hf.decode_bucket_slots, share_prompts=cfg.rollout.hf.share_prompts)
     if cfg.rollout.generator == "vllm":
         v = cfg.rollout.vllm
         opts.update(dtype=v.dtype, max_model_len=cfg.model.max_context, seed=cfg.run.seed,
