@@ -23,6 +23,13 @@
   cuts them at each ``--slot-costs`` value. Last, a tip-like batch (8 rows of 1,000–2,400 cached ids,
   up to 64 new ids, rows stopping at random) decoded whole (concatenated, in place) and shrinking
   as its rows finish (``sampling.DECODE_SHRINK``).
+* ``profile`` (where a long-context cached prefill spends its time, issue #21): ``extend_batch`` of
+  ``--profile-rows`` rows (cached / new ids like an EMPO² rollout's late turn with a tip block) under
+  ``torch.profiler``, self CPU time grouped as attention (``scaled_dot_product_attention`` kernels),
+  linear layers (``mm``/``addmm``/``bmm``), cache stacking (``fill_``/``copy_``/``index_select``/``cat``/
+  ``where``: padded batch caches with room, rows copied in and out) and the rest, each group's achieved
+  GFLOP/s from a FLOP model over the padded slots the forward computes (linear 2 · non-embedding
+  parameters per slot; attention 4 · heads · head_dim per query-key pair, B · N · (Lc + N) pairs), next to one ``torch.mm`` of the same size (the machine's matmul rate).
 
 Old and new alternate (interleaved), after one untimed warm-up each; medians of ``--reps``.
 
@@ -241,6 +248,74 @@ def bench_decode(model: Any, reps: int, steps: int, length: int, slot_costs: lis
     return res
 
 
+PROFILE_GROUPS = {"attention": ("scaled_dot_product", "flash_attention"), "linear": ("aten::mm", "aten::addmm", "aten::bmm"),
+                  "cache stacking": ("aten::fill_", "aten::copy_", "aten::index_select", "aten::cat", "aten::where",
+                                     "aten::zero_")}
+
+
+def op_group(name: str) -> str:
+    """The ``PROFILE_GROUPS`` key an aten op name belongs to (first match), else ``"other"``."""
+    for group, keys in PROFILE_GROUPS.items():
+        if any(name.startswith(k) or k in name for k in keys):
+            return group
+    return "other"
+
+
+def bench_profile(model: Any, rows: list[tuple[int, int]], reps: int) -> dict[str, Any]:
+    """Self CPU seconds per ``PROFILE_GROUPS`` group of one ``extend_batch`` over ``rows`` = (cached, new) ids,
+    with achieved GFLOP/s per group (minimum wall time over ``reps``; the profile is of the last repeat)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from empo2.policy.kvcache import EpisodeKV, extend, extend_batch
+
+    g = torch.Generator().manual_seed(0)
+    cfg = model.config
+    heads, layers = cfg.num_attention_heads, cfg.num_hidden_layers
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    emb = model.get_input_embeddings().weight.numel()
+    lin_params = sum(p.numel() for p in model.parameters()) - emb  # tied lm_head: logits_to_keep=1 keeps it small
+    new_total = sum(n for _, n in rows)
+    # the forward computes every padded slot: B × N query slots, each over Lc + N keys (extend_batch)
+    B, Lc, N = len(rows), max(c for c, _ in rows), max(n for _, n in rows)
+    flops = {"linear": 2 * lin_params * B * N, "attention": 4 * heads * head_dim * B * N * (Lc + N) * layers}
+
+    def records() -> list[Any]:
+        out = []
+        for c, _ in rows:
+            e = EpisodeKV()
+            if c:
+                extend(model, e, _ids(g, c))
+            out.append(e)
+        return out
+
+    news = [_ids(g, n) for _, n in rows]
+    walls = []
+    prof = None
+    for i in range(reps):
+        recs = records()
+        if i == reps - 1:
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                walls.append(_timed(lambda recs=recs: extend_batch(model, recs, news, 0)))
+        else:
+            walls.append(_timed(lambda recs=recs: extend_batch(model, recs, news, 0)))
+    assert prof is not None
+    secs: dict[str, float] = {}
+    for ev in prof.key_averages():
+        k = op_group(ev.key)
+        secs[k] = secs.get(k, 0.0) + ev.self_cpu_time_total / 1e6
+    total = sum(secs.values())
+    a = torch.randn(new_total, cfg.hidden_size)
+    w = torch.randn(cfg.hidden_size, cfg.intermediate_size)
+    mm_s = min(_timed(lambda: a @ w) for _ in range(5))
+    res: dict[str, Any] = {"rows": rows, "wall_s_min": min(walls), "new_ids": new_total, "slots": B * N,
+                           "new_ids_per_s": new_total / min(walls),
+                           "matmul_gflops": 2 * new_total * cfg.hidden_size * cfg.intermediate_size / mm_s / 1e9,
+                           "groups": {k: {"self_s": v, "share": v / total,
+                                          **({"gflops": flops[k] / v / 1e9} if k in flops and v > 0 else {})}
+                                      for k, v in sorted(secs.items(), key=lambda kv: -kv[1])}}
+    return res
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--threads", type=int, default=2)
@@ -255,6 +330,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--decode-steps", type=int, default=10)
     ap.add_argument("--decode-len", type=int, default=1200)
     ap.add_argument("--slot-costs", default="1000,3000,8000,24000")
+    ap.add_argument("--profile-rows", default="1500:200,1700:230,1900:250,2100:260",
+                    help="profile part: cached:new ids per row of the profiled extend_batch")
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     torch.set_num_threads(a.threads)
@@ -280,6 +357,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if "decode" in parts:
             out["decode"] = bench_decode(model, a.reps, a.decode_steps, a.decode_len,
                                          [int(x) for x in a.slot_costs.split(",")])
+        if "profile" in parts:
+            rows = [(int(c), int(n)) for c, n in (x.split(":") for x in a.profile_rows.split(","))]
+            out["profile"] = prof = bench_profile(model, rows, a.reps)
+            print(f"profile: extend_batch of {len(rows)} rows ({prof['new_ids']} new ids) "
+                  f"{prof['wall_s_min']:.2f} s = {prof['new_ids_per_s']:.0f} new ids/s; "
+                  f"one torch.mm of the MLP's shape: {prof['matmul_gflops']:.0f} GFLOP/s")
+            print(f"{'group':<16}{'self s':>8}{'share':>8}{'GFLOP/s':>9}")
+            for k, v in prof["groups"].items():
+                gf = f"{v['gflops']:.0f}" if "gflops" in v else "-"
+                print(f"{k:<16}{v['self_s']:>8.2f}{v['share']:>8.0%}{gf:>9}")
     if a.out:
         with open(a.out, "w") as f:
             json.dump(out, f, indent=1)

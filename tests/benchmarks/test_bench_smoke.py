@@ -221,3 +221,24 @@ def test_gpu_check_runs_on_cpu_with_the_tiny_shape(tmp_path):
         assert c["generated_tokens"] > 0 and c["generation_tok_s"] > 0
         assert c["update_tokens"] > 0 and not c["update_skipped"] and 0 < c["update_mfu"]
     assert res["cases"][1]["tips_s"] > 0  # the EMPO² iteration wrote tips
+
+
+def test_prefill_profile_groups_ops_and_covers_the_forward():
+    """``prefill_ab``'s profile part: aten ops land in their groups, and the groups hold the whole
+    profiled time of a real ``extend_batch`` (tiny random model)."""
+    from benchmarks import prefill_ab
+    from empo2.policy.loading import _tiny_random
+
+    assert prefill_ab.op_group("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention"
+    assert prefill_ab.op_group("aten::mm") == "linear"
+    assert prefill_ab.op_group("aten::addmm") == "linear"
+    assert prefill_ab.op_group("aten::copy_") == "cache stacking"
+    assert prefill_ab.op_group("aten::mul") == "other"
+    model = _tiny_random().model.eval()
+    with torch.inference_mode():
+        res = prefill_ab.bench_profile(model, [(12, 5), (20, 3)], reps=1)
+    assert res["new_ids"] == 8 and res["slots"] == 10
+    shares = [g["share"] for g in res["groups"].values()]
+    assert sum(shares) == pytest.approx(1.0)
+    assert {"linear", "attention"} <= set(res["groups"])
+    assert res["groups"]["linear"]["gflops"] > 0
