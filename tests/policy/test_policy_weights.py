@@ -39,3 +39,36 @@ def test_lora_is_merged_under_base_names(tiny_policy):
     ids = torch.randint(5, 1000, (2, 12))
     assert not torch.allclose(_logits(base, ids), _logits(peft, ids), atol=1e-4)
     assert torch.allclose(_logits(plain, ids), _logits(peft, ids), atol=1e-5)
+
+
+def test_weights_loaded_from_a_checkpoint_are_aligned_and_compute_like_fresh_memory(tiny_policy, tmp_path):
+    """``load_policy(weights_dir=…)``: safetensors weights come out of the file mapping into 64-byte
+    aligned memory of their own (``own_aligned``), so a one-id cached prefill gives bit-identical logits
+    to the same weights in freshly allocated memory — the exact-resume property (a resumed run's
+    weights come from a checkpoint file, a straight run's from the base file)."""
+    from empo2.config import ModelConfig
+    from empo2.policy.kvcache import EpisodeKV, extend
+    from empo2.policy.loading import WEIGHT_ALIGN_BYTES, load_policy, own_aligned
+
+    tiny_policy.model.save_pretrained(tmp_path)
+    loaded = load_policy(ModelConfig(name_or_path="tiny-random"), weights_dir=tmp_path).model.eval()
+    assert all(p.data_ptr() % WEIGHT_ALIGN_BYTES == 0 for p in loaded.parameters())
+    assert loaded.get_input_embeddings().weight is loaded.get_output_embeddings().weight  # still tied
+    fresh = copy.deepcopy(loaded)
+    with torch.no_grad():
+        for p in fresh.parameters():
+            p.data = p.data.clone()
+    out = []
+    for m in (loaded, fresh):
+        e = EpisodeKV()
+        extend(m, e, list(range(10, 167)))
+        out.append(extend(m, e, [42]))
+    assert torch.equal(out[0], out[1])
+    # own_aligned copies a misaligned tensor and leaves aligned ones alone
+    lin = torch.nn.Linear(7, 3)
+    buf = torch.empty(7 * 3 + 1)
+    with torch.no_grad():
+        lin.weight.data = buf[1:].view(3, 7)  # 4-byte offset
+    assert lin.weight.data_ptr() % WEIGHT_ALIGN_BYTES
+    assert own_aligned(lin) == 1 and lin.weight.data_ptr() % WEIGHT_ALIGN_BYTES == 0
+    assert own_aligned(lin) == 0
