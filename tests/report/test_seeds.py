@@ -234,3 +234,34 @@ def test_other_evaluations_and_adapt_trials_show_in_a_single_run_report(two_meth
     adapt = rows[("GRPO", "adapt adapt-boil trial 1")]
     assert adapt.tasks == ("boil",) and adapt.episodes_per_seed == 2 and adapt.best_train is None
     assert rows[("GRPO", "final")].best_train is not None and rows[("GRPO", "final")].tasks == ("boil", "melt")
+
+
+def test_caveat_names_the_headline_settings_that_differ_and_the_figures_carry_it(two_methods, tmp_path, monkeypatch):
+    """A matched pair (only the method key empo2.p differs) gets no caveat; runs of other turns and
+    iterations get one line naming them, and ``empo2 report`` puts it under the figures' title."""
+    from empo2.report import curves
+    from empo2.report.seeds import comparability_caveat
+
+    assert comparability_caveat(group_methods(load_runs([two_methods]))) is None
+    root = tmp_path / "pair"
+    _single(root, "quickstart", 0.0, [0.0, 20.0, 40.0, 10.0], 5, 5)
+    _single(root, "long", 0.5, [50.0, 25.0, 60.0, 30.0], 3, 10)
+    for name in ("quickstart", "long"):  # training curves to draw
+        (root / name / "metrics.jsonl").write_text("".join(
+            json.dumps({"iteration": i, "rollout/score_mean": 10.0 * i}) + "\n" for i in (1, 2, 3)))
+    cav = comparability_caveat(group_methods(load_runs([root])))
+    assert cav == ("Not like for like: the runs differ in turns 10 vs 5; iterations 3 vs 5 "
+                   "(report.md lists every key)")  # methods in load order (long, quickstart); p left out
+    titles = []
+    real = curves.plot_figure
+
+    def spy(runs, panels, title, path, caveat=None):
+        titles.append((title, caveat))
+        return real(runs, panels, title, path, caveat)
+
+    monkeypatch.setattr(curves, "plot_figure", spy)
+    assert main(["report", str(root / "quickstart"), str(root / "long"), "--out", str(tmp_path / "rep")]) == 0
+    in_cli_order = comparability_caveat(group_methods(load_runs([root / "quickstart", root / "long"])))
+    assert in_cli_order is not None and "turns 5 vs 10; iterations 5 vs 3" in in_cli_order
+    assert titles and all(c == in_cli_order for _, c in titles)
+    assert (tmp_path / "rep" / "learning_curves.png").is_file()

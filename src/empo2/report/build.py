@@ -9,7 +9,7 @@ from pathlib import Path
 
 from empo2.report.curves import plot_all, plot_seed_curves
 from empo2.report.runs import ReportError, load_runs
-from empo2.report.seeds import group_methods, seeds_markdown
+from empo2.report.seeds import comparability_caveat, group_methods, seeds_markdown
 from empo2.report.table import markdown_report
 from empo2.report.viewer import ViewerLimits, write_viewer
 
@@ -89,8 +89,9 @@ def build_report(runs: list[Path], out: Path, limits: ViewerLimits | None = None
     check_out(out, [r.path for r in loaded], force)
     out.mkdir(parents=True, exist_ok=True)
     (out / MANIFEST).write_text(json.dumps({"runs": sorted(str(r.path.resolve()) for r in loaded)}, indent=1))
-    figures = plot_all(loaded, out)
-    seed_fig = plot_seed_curves(group_methods(loaded), out / "seed_curves.png")
+    methods = group_methods(loaded)
+    figures = plot_all(loaded, out, comparability_caveat(methods))
+    seed_fig = plot_seed_curves(methods, out / "seed_curves.png")
     if seed_fig is not None:
         figures.append(seed_fig)
     viewer = write_viewer(loaded, out / "viewer.html", limits)

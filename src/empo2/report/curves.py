@@ -16,6 +16,7 @@ written. Long runs (≥ 40 points) get a trailing moving average drawn over the 
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -163,7 +164,8 @@ def _draw_panel(ax: Axes, panel: Panel, runs: list[RunData], colors: list) -> tu
     return any_eval, any_smooth
 
 
-def plot_figure(runs: list[RunData], panels: tuple[Panel, ...], title: str, path: Path) -> Path | None:
+def plot_figure(runs: list[RunData], panels: tuple[Panel, ...], title: str, path: Path,
+                caveat: str | None = None) -> Path | None:
     """Draw the panels that have data into one PNG at ``path``; ``None`` (no file) if none has.
 
     Args:
@@ -171,6 +173,8 @@ def plot_figure(runs: list[RunData], panels: tuple[Panel, ...], title: str, path
         panels: candidate panels; those without data are skipped.
         title: figure title.
         path: output PNG path.
+        caveat: a warning printed under the title (``comparability_caveat``: the runs differ in more
+            than the method), None for none.
     """
     drawn = [p for p in panels if panel_has_data(p, runs)]
     if not drawn:
@@ -193,17 +197,22 @@ def plot_figure(runs: list[RunData], panels: tuple[Panel, ...], title: str, path
     if any_smooth:
         handles.append(Line2D([], [], color="0.25", lw=0.8, alpha=0.4))
         labels.append("raw (bold: moving avg.)")
-    fig.suptitle(title, fontsize=13, fontweight="bold")
+    if caveat:
+        wrapped = "\n".join(textwrap.wrap(caveat, width=55 * ncols))
+        fig.suptitle(f"{title}\n{wrapped}", fontsize=11, fontweight="bold", color="#a00000")
+    else:
+        fig.suptitle(title, fontsize=13, fontweight="bold")
     fig.legend(handles, labels, loc="outside lower center", ncol=min(len(labels), 8), frameon=False, fontsize=9)
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     return path
 
 
-def plot_all(runs: list[RunData], out: Path) -> list[Path]:
-    """Write ``learning_curves.png`` and ``diagnostics.png`` into ``out`` (those that have data)."""
-    written = [plot_figure(runs, LEARNING_PANELS, "Learning curves", out / "learning_curves.png"),
-               plot_figure(runs, DIAGNOSTIC_PANELS, "Training diagnostics", out / "diagnostics.png")]
+def plot_all(runs: list[RunData], out: Path, caveat: str | None = None) -> list[Path]:
+    """Write ``learning_curves.png`` and ``diagnostics.png`` into ``out`` (those that have data), each
+    with ``caveat`` under its title (see ``plot_figure``)."""
+    written = [plot_figure(runs, LEARNING_PANELS, "Learning curves", out / "learning_curves.png", caveat),
+               plot_figure(runs, DIAGNOSTIC_PANELS, "Training diagnostics", out / "diagnostics.png", caveat)]
     return [p for p in written if p is not None]
 
 

@@ -114,6 +114,28 @@ def config_diff(methods: list[Method]) -> list[tuple[str, list[Any]]]:
     return sorted(diff, key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
 
 
+METHOD_KEYS = ("empo2.p", "algo.advantage")
+"""Headline keys that make two runs different *methods* (GRPO vs EMPO², GRPO vs GiGPO): a difference
+in them is the comparison, not a caveat."""
+
+
+def comparability_caveat(methods: list[Method]) -> str | None:
+    """One line naming the headline settings (``HEADLINE_KEYS``, less ``METHOD_KEYS``) whose values differ
+    between methods, e.g. ``"Not like for like: turns 5 vs 10; eval episodes 28 vs 10 (report.md)"``;
+    None when they agree (a matched comparison) or there are fewer than two methods. The report's
+    figures carry it under their title, so a figure read alone does not pass for a matched comparison."""
+    parts = [f"{HEADLINE_KEYS[k]} {' vs '.join(_short(v) for v in vs)}" for k, vs in config_diff(methods)
+             if k in HEADLINE_KEYS and k not in METHOD_KEYS]
+    if not parts:
+        return None
+    return "Not like for like: the runs differ in " + "; ".join(parts) + " (report.md lists every key)"
+
+
+def _short(v: Any, limit: int = 24) -> str:
+    text = str(v)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 # --------------------------------------------------------------------------- per-seed values
 
 @dataclass(frozen=True)
