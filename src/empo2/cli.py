@@ -139,8 +139,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.out is None and weights is None:
         raise ConfigError("empo2 eval --config needs --out FILE.json (there is no checkpoint folder to write into)")
     suffix = ("_memory" if args.with_memory else "") + ("_retrospex" if args.retrospex else "")
-    out = Path(args.out) if args.out else default_eval_path(ckpt, trained, f"eval_{split}{suffix}")
     seed_it = trained if args.seed_iteration is None else args.seed_iteration
+    # another seed stream is another sample: its own file, never over the training-stream one
+    stream = "" if seed_it == trained else f"-seed{seed_it}"
+    out = Path(args.out) if args.out else default_eval_path(ckpt, trained, f"eval_{split}{suffix}", stream)
+    replaced = out.is_file()
     check_eval_path(out)  # before the model loads, not after the evaluation
     console = make_console()
     progress = Progress(enabled=cfg.run.progress, console=console)
@@ -198,6 +201,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
     # the figures of the table's ALL row, with its labels: one convention in every table the CLI prints
     console.print(f"{SCORE_HEADER} {fmt_score(res.overall)}  {SUCCESS_HEADER} {fmt_success(res.overall)}  "
                   f"on {res.overall.episodes} episodes → {out}")
+    if replaced:
+        console.print(f"{out} held an earlier evaluation: replaced (the same checkpoint, settings and seed "
+                      "stream give the same episodes; --out FILE.json keeps both)")
     if res.retrospex:
         console.print(f"for comparison with the Retrospex paper only: score (0–100) with a failed episode "
                       f"keeping its last non-negative score instead of 0 (the authors' convention) "
@@ -208,18 +214,19 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def default_eval_path(ckpt: Path, iteration: int, stem: str) -> Path:
+def default_eval_path(ckpt: Path, iteration: int, stem: str, tail: str = "") -> Path:
     """Where ``empo2 eval --checkpoint CKPT`` writes without ``--out``: next to the run, never inside
     a checkpoint folder (checkpoint rotation deletes those).
 
-    ``<run>/<stem>-iter-<iteration:05d>.json`` for a checkpoint under ``<run>/checkpoints/`` (``last``
-    resolves to the numbered folder it points at), else beside the checkpoint folder; the iteration
-    and the stem (split, memory, Retrospex) in the name keep evaluations of different checkpoints
-    and settings apart, e.g. ``runs/quickstart/eval_test-iter-00005.json``.
+    ``<run>/<stem>-iter-<iteration:05d><tail>.json`` for a checkpoint under ``<run>/checkpoints/``
+    (``last`` resolves to the numbered folder it points at), else beside the checkpoint folder; the
+    iteration, the stem (split, memory, Retrospex) and the tail (``-seed<K>`` for ``--seed-iteration K``
+    other than the checkpoint's own stream) keep evaluations of different checkpoints, settings and
+    samples apart, e.g. ``runs/quickstart/eval_test-iter-00005.json``, ``…-iter-00005-seed3.json``.
     """
     real = Path(ckpt).resolve()
     where = real.parent.parent if real.parent.name == "checkpoints" else real.parent
-    return where / f"{stem}-iter-{iteration:05d}.json"
+    return where / f"{stem}-iter-{iteration:05d}{tail}.json"
 
 
 def cmd_adapt(args: argparse.Namespace) -> int:

@@ -95,6 +95,13 @@ def test_eval_of_the_final_checkpoint_matches_eval_after_and_writes_next_to_the_
     assert [(e["task"], e["variation"]) for e in other["episodes"]] == [(e["task"], e["variation"])
                                                                         for e in after["episodes"]]
     assert [e["actions"] for e in other["episodes"]] != [e["actions"] for e in after["episodes"]]
+    # without --out: another stream gets its own file, and repeating an evaluation says it replaced one
+    first = out.read_bytes()
+    assert main(["eval", "--checkpoint", str(run / "checkpoints" / "last"), "--seed-iteration", "7"]) == 0
+    assert (run / "eval_test-iter-00001-seed7.json").is_file() and out.read_bytes() == first
+    assert "held an earlier evaluation: replaced" not in capsys.readouterr().out
+    assert main(["eval", "--checkpoint", str(run / "checkpoints" / "last")]) == 0
+    assert "eval_test-iter-00001.json held an earlier evaluation: replaced" in capsys.readouterr().out.replace("\n", "")
 
 
 def test_adapt_with_a_bad_task_name_creates_no_folder(finished, capsys):
