@@ -172,7 +172,8 @@ def model_card(ckpt: Path, config: dict[str, Any], adapter: bool, merged: bool) 
              "tags": ["empo2", "reinforcement-learning", "llm-agent", str(env.get("name", "?"))]}
     lines = ["---", yaml.safe_dump(front, sort_keys=False).strip(), "---", "",
              f"# {(config.get('run') or {}).get('name', Path(ckpt).name)} ({algo})", "",
-             f"A policy trained with **{algo}** by [empo2](https://arxiv.org/abs/2602.23008) on "
+             f"A policy trained with **{algo}** by the empo2 library (method: EMPO², "
+             f"[arXiv 2602.23008](https://arxiv.org/abs/2602.23008)) on "
              f"`{env.get('name', '?')}` tasks {', '.join(map(str, env.get('tasks') or []))}, exported from "
              f"checkpoint `{Path(ckpt).name}` (iteration {iteration}). Base model: `{base}`"
              + (f" ({gguf}; the exported weights are fp32)" if gguf else "")
