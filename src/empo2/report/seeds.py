@@ -132,7 +132,8 @@ def comparability_caveat(methods: list[Method]) -> str | None:
 
 
 def _short(v: Any, limit: int = 24) -> str:
-    text = str(v)
+    """A config value for a figure's caveat line: missing as in ``config_diff_markdown`` (``—``), cut at ``limit``."""
+    text = "—" if v is None else str(v)
     return text if len(text) <= limit else text[:limit - 1] + "…"
 
 
