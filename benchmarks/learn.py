@@ -14,9 +14,12 @@ Arms (``ARMS``): ``base`` (no training), ``grpo``, ``gigpo``, ``empo2`` (p = 0.5
 ``empo2_novelty`` (+ the novelty reward in the advantage), ``empo2_q0`` (q = 0: every memory rollout
 trained with its tips, i.e. no off-policy distillation), ``memory_only`` (frozen weights), ``empo2_oracle``
 (the memory seeded from ``--memory-import FILE.jsonl`` before training — the oracle tips of ``empo2 memory
-oracle`` — and retrieving only a state's own tip, ``ORACLE_RETRIEVAL``); and the
-``init_*`` arms, the same starting from the warm-up checkpoint ``--init CKPT`` (e.g. a tip-reading
-``empo2 sft`` policy): ``init_base``, ``init_grpo``, ``init_empo2``, ``init_empo2_oracle``.
+oracle`` — and retrieving only a state's own tip, ``ORACLE_RETRIEVAL``), ``empo2_live_oracle`` (a
+diagnostic: every memory-mode step is shown the next gold action from whatever state it is in,
+``empo2.memory.source: oracle`` — the tip source a perfect tip writer and memory would be, so the arm
+measures tip reading + distillation alone); and the ``init_*`` arms, the same starting from the warm-up
+checkpoint ``--init CKPT`` (e.g. a tip-reading ``empo2 sft`` policy): ``init_base``, ``init_grpo``,
+``init_empo2``, ``init_empo2_oracle``, ``init_empo2_live_oracle``.
 
 Resumable per arm and seed: each finished (arm, seed) writes ``runs/<arm>-s<seed>/result.json`` (its
 evaluations, metrics rows and the settings it ran with); a later call with the same ``--out`` keeps
@@ -77,11 +80,12 @@ ARMS: dict[str, list[str]] = {
     "empo2_q0": [*EMPO2, "empo2.q=0.0"],
     "memory_only": ["empo2.p=1.0", "empo2.q=0.0", "trainer.update=false"],
     "empo2_oracle": [*EMPO2, *ORACLE_RETRIEVAL],
+    "empo2_live_oracle": [*EMPO2, "empo2.memory.source=oracle"],
 }
 """arm → overrides on top of the shared config. EMPO² settings other than those named here (memory,
 tips, q, granularity) live in the config file, so GRPO is exactly EMPO² with p = 0. The ``init_<arm>``
 arms add ``model.name_or_path=<--init>`` to ``<arm>``."""
-for _a in ("base", "grpo", "empo2", "empo2_oracle"):
+for _a in ("base", "grpo", "empo2", "empo2_oracle", "empo2_live_oracle"):
     ARMS[f"init_{_a}"] = ARMS[_a]
 METHODS = ARMS  # the former name
 

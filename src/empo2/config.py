@@ -224,6 +224,11 @@ class MemoryConfig:
     top_k: int = doc("k: at most this many tips per step", default=10)
     capacity: int = doc("entries per bucket; the oldest are evicted (FIFO)", default=1000)
     max_tip_tokens: int = doc("token budget of the tip block of one step (longer blocks are cut, counted)", default=512)
+    source: Literal["memory", "oracle"] = doc(
+        "where the tips of memory-mode steps come from: 'memory' (retrieval, the method) or 'oracle' (a diagnostic: "
+        "'Next action: <the next admissible gold action>' of the episode's variation, whatever state it is in; "
+        "needs env.variations and an environment with gold paths; docs/learning.md 'A live oracle')",
+        default="memory")
     backend: Literal["local", "ray"] = doc(
         "where the memory and the novelty counts live: 'local' (this process) or 'ray' (one Ray actor per run "
         "folder, shared by every process of the run on the cluster of the `ray` section; same results)",
@@ -633,6 +638,9 @@ def validate(cfg: Config) -> None:
     if cfg.trainer.strategy != "single" and cfg.empo2.p > 0 and (cfg.empo2.memory.backend != "ray" or not cfg.ray.address):
         raise ConfigError(f"EMPO² under trainer.strategy={cfg.trainer.strategy} needs one memory shared by every rank: "
                           "set empo2.memory.backend=ray and ray.address (e.g. 'auto' after `ray start --head`)")
+    if cfg.empo2.memory.source == "oracle" and not cfg.env.variations:
+        raise ConfigError("empo2.memory.source=oracle plays the gold path of every training variation at the start; "
+                          "restrict them with env.variations (e.g. env.variations=[0,1,2,3])")
     if not cfg.env.tasks or not all(t.strip() for t in cfg.env.tasks):
         raise ConfigError("env.tasks is empty or holds an empty name; list at least one task (see `empo2 envs`)")
     if cfg.rollout.group_size == 1 and cfg.algo.advantage in ("grpo", "gigpo"):

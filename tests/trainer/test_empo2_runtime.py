@@ -209,3 +209,53 @@ def test_plain_states_retrieve_hidden_tips_for_the_tip_follow_baseline(tmp_path,
     assert m["memory/tip_follow_steps_plain"] == sum(t.num_steps for t in plain)
     assert m["memory/tip_follow_rate"] == pytest.approx(want_memory)
     assert m["memory/tip_follow_rate_plain"] == pytest.approx(want_plain)
+
+
+def test_oracle_source_shows_the_next_gold_action_of_the_state_reached(tmp_path, tiny_policy, chat_format):
+    """``empo2.memory.source: oracle`` (docs/learning.md "A live oracle"): every memory-mode step is shown
+    exactly "Next action: <the next gold action given the actions taken so far>", whichever state the
+    episode is in; plain steps keep the same tip unshown (the baseline of tip_follow_rate); the memory's
+    own entries are not retrieved."""
+    from empo2.configschema import ConfigError
+    from empo2.memory.store import MemoryEntry
+    from empo2.trainer.tipdemos import imperative_tip, oracle_next_action
+
+    fam = TinyFamily()
+    with pytest.raises(ConfigError, match="env.variations"):
+        load_config(None, ["env.name=tiny", "env.tasks=[fetch-key]", "empo2.memory.source=oracle", "empo2.p=0.5"])
+    with EnvPool(fam, 4) as pool:
+        eng = RolloutEngine(tiny_policy.model, chat_format, fam, pool)
+        cfg = load_config(None, ["empo2.memory.embedder=hashing", "empo2.p=1.0", "empo2.tips.max_new_tokens=4",
+                                 "run.seed=3", "env.name=tiny", "env.tasks=[fetch-key]", "env.variations=[0,1]",
+                                 "empo2.memory.source=oracle", "empo2.memory.threshold=-1.0",
+                                 "empo2.write_memory=never"])
+        setup = SimpleNamespace(cfg=cfg, policy=tiny_policy, fmt=chat_format, engine=eng, family=fam,
+                                tasks=["fetch-key"])
+        rt = make_runtime(cfg, setup, tmp_path)
+        try:
+            gold = {v: TinyEnv().gold_path(TaskSpec("tiny", "fetch-key", v)) for v in (0, 1)}
+            assert rt.oracle_gold == {("fetch-key", v): g for v, g in gold.items()}
+            bucket = TaskSpec("tiny", "fetch-key", 0).bucket  # a memory entry that τ = −1 would pass: never shown
+            rt.memory.add([MemoryEntry(bucket, rt.embedder.encode(["seed"])[0], "seed", "stored tip", "stored tip",
+                                       50.0, -1, -1)])
+            specs = [EpisodeSpec(TaskSpec("tiny", "fetch-key", v), v, r, v, Mode.PLAIN if r == 0 else Mode.ON_TIPS)
+                     for v in (0, 1) for r in range(2)]
+            settings = RolloutSettings(temperature=1.0, max_new_tokens=4, max_turns=4, action_mode="constrained",
+                                       correction="none", seed=7)
+            trajs = eng.run(specs, settings, iteration=IT, hook=rt.step_hook())
+            m = rt.after_rollout(trajs, IT)
+        finally:
+            rt.close()
+    checked = 0
+    for t in trajs:
+        g = gold[t.task.variation]
+        shown = t.info["hidden_tips"] if t.mode is Mode.PLAIN else [s.tips for s in t.steps]
+        assert len(shown) == t.num_steps
+        for k, tips in enumerate(shown):
+            nxt = oracle_next_action(g, [s.action for s in t.steps[:k]])
+            assert tips == ([imperative_tip(nxt)] if nxt else [])
+            checked += 1
+        if t.mode is Mode.PLAIN:
+            assert all(not s.tips for s in t.steps)
+    assert checked >= 8
+    assert m["memory/tip_follow_steps"] == sum(t.num_steps for t in trajs if t.mode is Mode.ON_TIPS)

@@ -34,4 +34,38 @@ def make_runtime(cfg: Any, setup: Any, run_dir: Path, read_only: bool = False) -
     memory = open_memory(mcfg.backend, run_dir, dim=embedder.dim, embedder=embedder.name, capacity=mcfg.capacity,
                          novelty_threshold=cfg.empo2.intrinsic.threshold, read_only=read_only,
                          ray_cfg=getattr(cfg, "ray", None))
-    return Empo2Runtime(cfg, setup, memory, embedder, read_only=read_only, generator=setup.engine.generator)
+    oracle = oracle_gold_paths(cfg, setup) if mcfg.source == "oracle" else None
+    return Empo2Runtime(cfg, setup, memory, embedder, read_only=read_only, generator=setup.engine.generator,
+                        oracle_gold=oracle)
+
+
+def oracle_gold_paths(cfg: Any, setup: Any) -> dict[tuple[str, int], list[str]]:
+    """The gold actions of every (task, variation) a run trains on, for ``empo2.memory.source: oracle``.
+
+    The paths are those a policy of the config can take (``trainer.demos.gold_records`` with
+    ``admissible_only`` under ``action.mode: constrained``), played once at the start on up to 4 fresh
+    environments (ScienceWorld 7-1, 4 variations: ≈ 15 s).
+
+    Returns:
+        (task, variation) → gold actions, in order.
+
+    Raises:
+        ConfigError: ``env.variations`` is empty, the environment has no gold paths, or no gold path of a
+            variation ends in success (the variations are named).
+    """
+    from empo2.configschema import ConfigError
+    from empo2.trainer.demos import gold_records, variation_pairs
+
+    if not cfg.env.variations:
+        raise ConfigError("empo2.memory.source=oracle needs env.variations (the gold path of each is played at the start)")
+    pairs = variation_pairs(setup.family, setup.tasks, list(cfg.env.variations), 0)
+    if not pairs:
+        raise ConfigError(f"env.variations {list(cfg.env.variations)} are not train variations of {setup.tasks}")
+    records = gold_records(setup.family, pairs, num_workers=max(1, min(cfg.env.num_workers, 4)),
+                           admissible_only=cfg.action.mode == "constrained")
+    gold = {(r["task"], int(r["variation"])): [str(st["action"]) for st in r["steps"]] for r in records}
+    missing = [p for p in pairs if p not in gold]
+    if missing:
+        raise ConfigError(f"empo2.memory.source=oracle: the gold path of {missing} does not end in success "
+                          "(see the warnings above); leave those variations out of env.variations")
+    return gold
