@@ -261,3 +261,17 @@ def test_metric_tensors_become_floats_and_empty_selections_are_dropped():
                            normaliser=1.0)
     rows = metric_floats([m, empty])
     assert rows[0] == f and sorted(rows[1]) == ["loss", "n_tokens", "pg_loss"] and rows[1]["n_tokens"] == 0.0
+
+
+def test_positive_advantage_gradient_weight_is_the_unclipped_ratio():
+    """``pos_adv_grad_weight`` / ``pos_adv_frac`` = the mean of ρ·1[not clipped] over A > 0 tokens, which is
+    each such token's gradient d loss / d log π_θ relative to A (checked against autograd)."""
+    # A > 0 with ρ = 0.05 (an off-policy token the tip made likely), ρ = 1, ρ = 2 (clipped: weight 0); A < 0 token
+    lc = torch.log(torch.tensor([0.05, 1.0, 2.0, 0.5])).requires_grad_(True)
+    adv = torch.tensor([1.0, 1.0, 1.0, -1.0])
+    loss, m = policy_loss(lc, torch.zeros(4), adv, torch.ones(4), **CLIP)
+    (g,) = torch.autograd.grad(loss * 4, lc)  # token-mean: × T gives per-token d ℓ_t / d log π
+    weights = (-g[:3] / adv[:3]).tolist()
+    assert weights == pytest.approx([0.05, 1.0, 0.0])
+    assert m["pos_adv_frac"].item() == pytest.approx(0.75)
+    assert (m["pos_adv_grad_weight"] / m["pos_adv_frac"]).item() == pytest.approx(sum(weights) / 3)

@@ -61,6 +61,13 @@ def test_two_iterations_exercise_both_update_modes(tmp_path):
         assert r2["train/ratio_min/on"] == pytest.approx(1.0, abs=1e-5)
     assert r2["train/n_tokens/off"] > 0
     assert abs(r2["train/ratio_mean/off"] - 1.0) > 1e-4
+    # lr = 0: a positive-advantage on-policy token has gradient weight exactly 1 (no clip at ρ = 1)
+    assert any(r.get("train/pos_adv_frac/on") or r.get("train/pos_adv_frac/off") for r in rows)
+    for r in rows:
+        if r.get("train/pos_adv_frac/on"):
+            assert r["train/pos_adv_grad_share/on"] == pytest.approx(1.0, abs=1e-5)
+        if r.get("train/pos_adv_frac/off"):
+            assert 0.0 <= r["train/pos_adv_grad_share/off"] <= 1.0 + 0.3 + 1e-6
     for key in ("memory/intrinsic_mean", "train/clip_frac/off", "memory/tip_words_mean"):
         assert any(key in r for r in rows), key
     # tips are readable through the CLI

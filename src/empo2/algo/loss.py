@@ -221,6 +221,10 @@ def _token_metrics(sel: Tensor, t: dict[str, Tensor]) -> dict[str, Tensor]:
         approx_kl=mean(-log_ratio),  # k1 estimate of KL(μ‖π_θ), verl's ppo_kl
         approx_kl_k3=mean(torch.expm1(log_ratio) - log_ratio),  # (ρ − 1) − log ρ, unbiased under μ
         adv_mean=mean(t["adv"]),
+        # a positive-advantage token's gradient is ρ·A·∇log π (0 when clipped): ρ·1[not clipped] is its
+        # weight against an on-policy token's (ρ = 1); the learner divides by pos_adv_frac
+        pos_adv_frac=mean(t["adv"] > 0),
+        pos_adv_grad_weight=mean(torch.where((t["adv"] > 0) & ~t["clip_high_active"], ratio, 0.0)),
     )
     if "kl" in t:
         out["kl_ref"] = mean(t["kl"])
@@ -332,6 +336,10 @@ def policy_loss(
         i.e. zero gradient from the PPO clip), ``clip_frac_high`` (A>0, ρ>1+ε_h), ``clip_frac_low``
         (A<0, ρ<1−ε_l), ``dual_clip_frac`` (A<0 and the dual clip active), ``ratio_mean/max/min``,
         ``approx_kl`` (k1: mean of log μ − log π_θ, verl's ppo_kl), ``approx_kl_k3``, ``adv_mean``,
+        ``pos_adv_frac`` (share of tokens with A > 0), ``pos_adv_grad_weight`` (token mean of ρ where A > 0
+        and the clip is inactive, else 0; divided by ``pos_adv_frac`` it is the mean weight of a
+        positive-advantage token's gradient ρ·A·∇log π_θ against an on-policy token's, the
+        learner's ``pos_adv_grad_share``),
         ``kl_ref`` (if ``logp_ref``), ``entropy`` (if ``entropy``) are plain token means over
         this call's trained tokens (NaN when there are none; :func:`metric_floats` drops them then).
 

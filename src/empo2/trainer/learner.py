@@ -239,7 +239,16 @@ class _Meter:
         self.steps += 1
 
     def result(self) -> dict[str, float]:
-        return {k: v / self.counts[k] for k, v in self.sums.items() if self.counts.get(k)}
+        """Token-weighted means (sums and extremes as described above), plus ``pos_adv_grad_share[/label]`` =
+        ``pos_adv_grad_weight / pos_adv_frac``: the mean gradient weight ρ·1[not clipped] of the
+        positive-advantage tokens against an on-policy token's 1 (``/off``: how strongly the tip-free
+        off-policy update pushes the actions tips found, EMPO² §3; absent without such tokens)."""
+        out = {k: v / self.counts[k] for k, v in self.sums.items() if self.counts.get(k)}
+        for k in [k for k in out if k.split("/")[0] == "pos_adv_grad_weight"]:
+            frac = out.get(k.replace("pos_adv_grad_weight", "pos_adv_frac", 1), 0.0)
+            if frac > 0:
+                out[k.replace("pos_adv_grad_weight", "pos_adv_grad_share", 1)] = out[k] / frac
+        return out
 
 
 class _Progress:
