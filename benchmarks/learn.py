@@ -255,8 +255,16 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
         m["train_s_mean"] = sum(r["times"]["train_s"] for r in rs) / len(rs)
         out[method] = m
     for method, m in out.items():
-        m["vs_grpo"] = {split: paired_vs(runs, method, "grpo", split) for split in ("test", "train")}
+        ref = grpo_of(method)
+        m["vs_grpo"] = {split: paired_vs(runs, method, ref, split) for split in ("test", "train")}
+        m["vs_grpo_arm"] = ref
     return out
+
+
+def grpo_of(arm: str) -> str:
+    """The GRPO arm an arm is compared with: the one from the same start (``init_grpo`` for ``init_*`` arms,
+    which start from the ``--init`` checkpoint; ``grpo`` for the others)."""
+    return "init_grpo" if arm.startswith("init_") else "grpo"
 
 
 def runs_variations(rs: list[dict[str, Any]], split: str) -> dict[str, Any]:
@@ -359,8 +367,9 @@ def markdown(agg: dict[str, Any], meta: dict[str, Any]) -> str:
              f"{meta['eval_episodes']} eval episodes per split per seed (T 0.4, no memory); train-variation "
              f"evaluation on {which}; wall time {meta['elapsed_min']:.1f} min (this call).", "",
              "Scores 0..100 (a failure counts 0). CIs 95%: *seeds* = Student t over the per-seed means; *eps* = "
-             "over seeds × episodes. *Δ GRPO* = paired difference to GRPO on the same episodes (same task, "
-             "variation and sampling seed), pooled over seeds, with the successes only this arm / only GRPO had.", "",
+             "over seeds × episodes. *Δ GRPO* = paired difference to the GRPO arm from the same start (`grpo`; "
+             "`init_grpo` for the `init_*` arms) on the same episodes (same task, variation and sampling seed), "
+             "pooled over the seeds both ran, with the successes only this arm / only GRPO had.", "",
              "| arm | seeds | test score | CI seeds | CI eps | test successes | success % CI seeds | Δ GRPO test | "
              "train-var score | CI seeds | train-var success | Δ GRPO train-var | env steps / seed |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -242,3 +242,21 @@ def test_prefill_profile_groups_ops_and_covers_the_forward():
     assert sum(shares) == pytest.approx(1.0)
     assert {"linear", "attention"} <= set(res["groups"])
     assert res["groups"]["linear"]["gflops"] > 0
+
+
+def test_learn_compares_init_arms_with_grpo_from_the_same_start():
+    """``init_*`` arms (from the ``--init`` checkpoint) are paired with ``init_grpo``, the others with ``grpo``."""
+    from benchmarks import learn
+
+    def run(arm, scores):
+        eps = [{"id": i, "task": "t", "variation": i % 2, "seed": [0, i], "score": s, "success": s == 100,
+                "crashed": False} for i, s in enumerate(scores)]
+        ev = {"episodes": eps, "overall": {"score": sum(scores) / len(scores), "success_rate": 0.0}}
+        return {"method": arm, "seed": 0, "eval": {"test": ev, "train": ev}, "metrics": [], "times": {"train_s": 0.0}}
+
+    agg = learn.aggregate([run("grpo", [0, 0]), run("init_grpo", [25, 25]), run("init_empo2_live_oracle", [50, 75]),
+                           run("empo2", [25, 50])])
+    assert agg["init_empo2_live_oracle"]["vs_grpo_arm"] == "init_grpo"
+    assert agg["init_empo2_live_oracle"]["vs_grpo"]["test"]["score_diff"] == pytest.approx(37.5)
+    assert agg["empo2"]["vs_grpo"]["test"]["score_diff"] == pytest.approx(37.5)
+    assert agg["init_grpo"]["vs_grpo"]["test"] is None and agg["grpo"]["vs_grpo"]["test"] is None
