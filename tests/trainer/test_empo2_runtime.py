@@ -231,7 +231,9 @@ def test_oracle_source_shows_the_next_gold_action_of_the_state_reached(tmp_path,
                                  "empo2.write_memory=never"])
         setup = SimpleNamespace(cfg=cfg, policy=tiny_policy, fmt=chat_format, engine=eng, family=fam,
                                 tasks=["fetch-key"])
-        rt = make_runtime(cfg, setup, tmp_path)
+        with pytest.raises(ConfigError, match="training diagnostic"):  # eval --with-memory, adapt
+            make_runtime(cfg, setup, tmp_path / "eval", read_only=True)
+        rt = make_runtime(cfg, setup, tmp_path, training=True)
         try:
             gold = {v: TinyEnv().gold_path(TaskSpec("tiny", "fetch-key", v)) for v in (0, 1)}
             assert rt.oracle_gold == {("fetch-key", v): g for v, g in gold.items()}

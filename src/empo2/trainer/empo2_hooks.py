@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 
-def make_runtime(cfg: Any, setup: Any, run_dir: Path, read_only: bool = False) -> Any:
+def make_runtime(cfg: Any, setup: Any, run_dir: Path, read_only: bool = False, training: bool = False) -> Any:
     """An ``Empo2Runtime`` on the memory of ``run_dir`` (``<run_dir>/memory.sqlite``).
 
     Args:
@@ -18,18 +18,26 @@ def make_runtime(cfg: Any, setup: Any, run_dir: Path, read_only: bool = False) -
         setup: the run ``Setup``.
         run_dir: the folder whose memory is used (created or resumed unless ``read_only``).
         read_only: use another run's memory without writing to it.
+        training: the caller is the training loop, the one place ``empo2.memory.source: oracle`` (whose gold
+            paths are those of the run's train variations) may be used.
 
     Raises:
         EmbedderUnavailableError: the embedder cannot be loaded (message names the package).
         FileNotFoundError: ``read_only`` and ``run_dir`` has no memory.
         MemoryStoreError: a corrupt or mismatched memory file (message names the file).
         ImportError: ``empo2.memory.backend=ray`` without ray installed.
+        ConfigError: ``empo2.memory.source: oracle`` outside training (evaluation, adaptation).
     """
     from empo2.memory.open_backend import open_memory
     from empo2.memory.embedder import load_embedder
     from empo2.trainer.empo2_runtime import Empo2Runtime
 
     mcfg = cfg.empo2.memory
+    if mcfg.source == "oracle" and not training:
+        from empo2.configschema import ConfigError
+
+        raise ConfigError("empo2.memory.source=oracle is a training diagnostic (gold paths of the train "
+                          "variations); evaluation and adaptation read a memory: add empo2.memory.source=memory")
     embedder = load_embedder(mcfg.embedder)
     memory = open_memory(mcfg.backend, run_dir, dim=embedder.dim, embedder=embedder.name, capacity=mcfg.capacity,
                          novelty_threshold=cfg.empo2.intrinsic.threshold, read_only=read_only,

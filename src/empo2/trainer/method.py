@@ -120,4 +120,4 @@ def make_method(cfg: Any, setup: Any, run_dir: Path) -> Method:
         return Method(name)
     from empo2.trainer.empo2_hooks import make_runtime
 
-    return make_runtime(cfg, setup, run_dir)
+    return make_runtime(cfg, setup, run_dir, training=True)
