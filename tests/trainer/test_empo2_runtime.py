@@ -236,7 +236,7 @@ def test_oracle_source_shows_the_next_gold_action_of_the_state_reached(tmp_path,
         rt = make_runtime(cfg, setup, tmp_path, training=True)
         try:
             gold = {v: TinyEnv().gold_path(TaskSpec("tiny", "fetch-key", v)) for v in (0, 1)}
-            assert rt.oracle_gold == {("fetch-key", v): g for v, g in gold.items()}
+            assert rt.oracle.gold == {("fetch-key", v): g for v, g in gold.items()}
             bucket = TaskSpec("tiny", "fetch-key", 0).bucket  # a memory entry that τ = −1 would pass: never shown
             rt.memory.add([MemoryEntry(bucket, rt.embedder.encode(["seed"])[0], "seed", "stored tip", "stored tip",
                                        50.0, -1, -1)])

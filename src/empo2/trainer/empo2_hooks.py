@@ -42,9 +42,37 @@ def make_runtime(cfg: Any, setup: Any, run_dir: Path, read_only: bool = False, t
     memory = open_memory(mcfg.backend, run_dir, dim=embedder.dim, embedder=embedder.name, capacity=mcfg.capacity,
                          novelty_threshold=cfg.empo2.intrinsic.threshold, read_only=read_only,
                          ray_cfg=getattr(cfg, "ray", None))
-    oracle = oracle_gold_paths(cfg, setup) if mcfg.source == "oracle" else None
+    oracle = OracleTipSource(oracle_gold_paths(cfg, setup)) if mcfg.source == "oracle" else None
     return Empo2Runtime(cfg, setup, memory, embedder, read_only=read_only, generator=setup.engine.generator,
-                        oracle_gold=oracle)
+                        oracle=oracle)
+
+
+class OracleTipSource:
+    """The tips of ``empo2.memory.source: oracle``: for an episode state, ``["Next action: <next gold action>"]``
+    of its variation's gold path given the actions taken so far (``tipdemos.oracle_next_action``), or ``[]``
+    once the path is done (docs/learning.md "A live oracle").
+
+    Args:
+        gold: (task, variation) → gold actions (``oracle_gold_paths``).
+    """
+
+    def __init__(self, gold: dict[tuple[str, int], list[str]]):
+        self.gold = gold
+
+    def __call__(self, st: Any) -> list[str]:
+        """Tips for ``st`` (an ``EpisodeState``: ``spec.task`` and ``steps[*].action`` are read).
+
+        Raises:
+            KeyError: a (task, variation) whose gold path was not played at the start.
+        """
+        from empo2.trainer.tipdemos import imperative_tip, oracle_next_action
+
+        key = (st.spec.task.task, st.spec.task.variation)
+        if key not in self.gold:
+            raise KeyError(f"empo2.memory.source=oracle has no gold path of {key[0]} variation {key[1]} "
+                           f"(played at the start: {sorted(self.gold)})")
+        nxt = oracle_next_action(self.gold[key], [s.action for s in st.steps])
+        return [imperative_tip(nxt)] if nxt else []
 
 
 def oracle_gold_paths(cfg: Any, setup: Any) -> dict[tuple[str, int], list[str]]:

@@ -32,6 +32,7 @@ state is saved in checkpoints.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -94,15 +95,15 @@ class Empo2Runtime(Method):
         read_only: never write to the memory (evaluation/adaptation with another run's memory).
         generator: the run's generation backend (``policy.generator``), shared with the rollout
             engine: tips continue the KV caches it kept for the finished episodes (same keys).
-        oracle_gold: ``empo2.memory.source: oracle`` (a diagnostic): the admissible gold path of each
-            (task, variation) the run trains on; memory-mode steps are then shown ``"Next action: <the next
-            gold action>"`` (``tipdemos.oracle_next_action`` of the actions taken so far) instead of retrieved
-            tips, and plain steps keep the same tip unshown. ``None``: retrieval (the method).
+        oracle: ``empo2.memory.source: oracle`` (a diagnostic): state → its tips, e.g.
+            ``empo2_hooks.OracleTipSource`` (``"Next action: <the next gold action>"`` given the actions taken
+            so far); memory-mode steps are shown these instead of retrieved tips, and plain steps keep them
+            unshown. ``None``: retrieval (the method).
     """
 
     def __init__(self, cfg: Any, setup: Any, memory: MemoryBackend, embedder: Any, read_only: bool = False,
                  generator: Generator | None = None,
-                 oracle_gold: dict[tuple[str, int], list[str]] | None = None):
+                 oracle: Callable[[EpisodeState], list[str]] | None = None):
         if generator is None:
             raise ValueError("Empo2Runtime needs the run's generator (the rollout engine's), to sample tips")
         self.cfg = cfg
@@ -117,7 +118,7 @@ class Empo2Runtime(Method):
         """Sample each wave's tips when the wave ends (``after_wave``), from the KV caches the engine
         kept for it; False samples them all in ``write_tips`` (the engine then keeps every wave's caches
         until the rollout ends, within its byte cap)."""
-        self.oracle_gold = oracle_gold
+        self.oracle = oracle
         self._early_tips: dict[str, Generation] = {}
         """Tips ``after_wave`` sampled, by ``Trajectory.id``, until ``write_tips`` stores them."""
         self._reset_counters()
@@ -160,7 +161,7 @@ class Empo2Runtime(Method):
         embs = self.embedder.encode([self._state_text(st) for st in states])
         # plain states are queried too, and their tips kept unseen (``info["hidden_tips"]``): the baseline of
         # memory/tip_follow_rate (``tipinfo.tip_follow_shares``); they are never shown nor counted as hits
-        found = (self._oracle_tips(states) if self.oracle_gold is not None else
+        found = ([self.oracle(st) for st in states] if self.oracle is not None else
                  [[h.text for h in hits] for hits in
                   self.memory.query([st.spec.task.bucket for st in states], embs, self.mcfg.threshold,
                                     self.mcfg.top_k, compare=self.mcfg.compare, ties=self.mcfg.ties)])
@@ -180,26 +181,6 @@ class Empo2Runtime(Method):
         if self.icfg.enabled and self.icfg.count == "retrieved":
             for st in states:  # authors: 1/(retrieved + 1) in tip modes, 0 in plain mode
                 st.intrinsic = intrinsic_from_retrieved(len(st.tips)) if ROLLOUT_SHOWS_TIPS[st.spec.mode] else 0.0
-
-    def _oracle_tips(self, states: list[EpisodeState]) -> list[list[str]]:
-        """Per state, ``["Next action: <next gold action>"]`` of its variation's gold path given the actions
-        taken so far (``tipdemos.oracle_next_action``), or ``[]`` once the path is done.
-
-        Raises:
-            KeyError: a state of a (task, variation) whose gold path was not played at the start.
-        """
-        from empo2.trainer.tipdemos import imperative_tip, oracle_next_action
-
-        assert self.oracle_gold is not None
-        out = []
-        for st in states:
-            key = (st.spec.task.task, st.spec.task.variation)
-            if key not in self.oracle_gold:
-                raise KeyError(f"empo2.memory.source=oracle has no gold path of {key[0]} variation {key[1]} "
-                               f"(played at the start: {sorted(self.oracle_gold)})")
-            nxt = oracle_next_action(self.oracle_gold[key], [s.action for s in st.steps])
-            out.append([imperative_tip(nxt)] if nxt else [])
-        return out
 
     def keep_episode_kv(self, st: EpisodeState) -> bool:
         """``StepHook`` extension: keep a finished episode's KV cache when it will write a tip from it
