@@ -473,7 +473,7 @@ def cmd_memory_oracle(args: argparse.Namespace) -> int:
     from empo2.config import load_config
     from empo2.configschema import ConfigError
     from empo2.envs.registry import make_family
-    from empo2.trainer.demos import gold_records, variation_pairs
+    from empo2.trainer.demos import policy_gold_records, variation_pairs
     from empo2.trainer.tipdemos import oracle_memory_rows
 
     # key=value overrides after --task / --variations are in args.overrides already (StrictParser.parse_args)
@@ -497,10 +497,7 @@ def cmd_memory_oracle(args: argparse.Namespace) -> int:
     if out.is_dir():
         raise ConfigError(f"--out {out} is a folder; give a file path, e.g. --out {out / 'oracle.jsonl'}")
     mcfg = cfg.empo2.memory
-    # a constrained policy can take only admissible actions: its gold path skips the others (e.g. ScienceWorld's
-    # "open door to …" when the easy simplification opened every door), or no rollout would ever reach the keys
-    constrained = cfg.action.mode == "constrained"
-    records = gold_records(family, pairs, num_workers=max(1, min(cfg.env.num_workers, 4)), admissible_only=constrained)
+    records = policy_gold_records(cfg, family, pairs)
     rows = [row for r in records
             for row in oracle_memory_rows(r, mcfg.key_text, mcfg.recent_turns, cfg.env.max_turns)]
     if not rows:

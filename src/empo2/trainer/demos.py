@@ -124,6 +124,22 @@ def gold_records(family: EnvFamily, pairs: list[tuple[str, int]], num_workers: i
     return out
 
 
+def policy_gold_records(cfg: Any, family: EnvFamily, pairs: list[tuple[str, int]]) -> list[dict[str, Any]]:
+    """The gold paths of ``pairs`` that a policy of ``cfg`` can take (``gold_records`` on up to
+    ``min(env.num_workers, 4)`` environments, train split).
+
+    A constrained policy (``action.mode: constrained``) can emit only admissible actions, so its path skips the
+    others (e.g. ScienceWorld's ``open door to …`` once the ``easy`` simplification opened every door); with
+    them no rollout would ever reach the later states. Used by ``empo2 memory oracle`` and
+    ``empo2.memory.source: oracle``.
+
+    Raises:
+        ConfigError: as ``gold_records``.
+    """
+    return gold_records(family, pairs, num_workers=max(1, min(cfg.env.num_workers, 4)),
+                        admissible_only=cfg.action.mode == "constrained")
+
+
 def record_from_jsonl(record: dict[str, Any], where: str) -> dict[str, Any]:
     """Check that a JSONL episode record has what a demonstration needs; returns it.
 

@@ -86,19 +86,17 @@ def oracle_gold_paths(cfg: Any, setup: Any) -> dict[tuple[str, int], list[str]]:
         (task, variation) → gold actions, in order.
 
     Raises:
-        ConfigError: ``env.variations`` is empty, the environment has no gold paths, or no gold path of a
-            variation ends in success (the variations are named).
+        ConfigError: ``env.variations`` holds no train variation of the tasks (an empty one is refused by
+            ``config.validate``), the environment has no gold paths, or the gold path of a variation does not
+            end in success (the variations are named).
     """
     from empo2.configschema import ConfigError
-    from empo2.trainer.demos import gold_records, variation_pairs
+    from empo2.trainer.demos import policy_gold_records, variation_pairs
 
-    if not cfg.env.variations:
-        raise ConfigError("empo2.memory.source=oracle needs env.variations (the gold path of each is played at the start)")
     pairs = variation_pairs(setup.family, setup.tasks, list(cfg.env.variations), 0)
     if not pairs:
         raise ConfigError(f"env.variations {list(cfg.env.variations)} are not train variations of {setup.tasks}")
-    records = gold_records(setup.family, pairs, num_workers=max(1, min(cfg.env.num_workers, 4)),
-                           admissible_only=cfg.action.mode == "constrained")
+    records = policy_gold_records(cfg, setup.family, pairs)
     gold = {(r["task"], int(r["variation"])): [str(st["action"]) for st in r["steps"]] for r in records}
     missing = [p for p in pairs if p not in gold]
     if missing:
