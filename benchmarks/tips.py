@@ -413,19 +413,18 @@ def _read_table(args: argparse.Namespace, res: dict[str, Any]) -> dict[str, Any]
 
 # ------------------------------------------------------------------------------------------ play
 class OracleTips(StepHook):
-    """``StepHook`` showing ``"Next action: <next gold action>"`` at every step (diagnostic only)."""
+    """``StepHook`` showing ``"Next action: <next gold action>"`` at every step (diagnostic only): the
+    tips of ``empo2_hooks.OracleTipSource``, none for a variation without a gold path."""
 
     def __init__(self, gold: dict[tuple[str, int], list[str]]):
-        self.gold = gold
+        from empo2.trainer.empo2_hooks import OracleTipSource
+
+        self.source = OracleTipSource(gold, missing_ok=True)
         self.shown = 0
 
     def before_turn(self, states: list[Any]) -> None:
-        from empo2.trainer.tipdemos import imperative_tip, oracle_next_action
-
         for st in states:
-            g = self.gold.get((st.spec.task.task, st.spec.task.variation), [])
-            nxt = oracle_next_action(g, [s.action for s in st.steps])
-            st.tips = [imperative_tip(nxt)] if nxt else []
+            st.tips = self.source(st)
             self.shown += bool(st.tips)
 
 

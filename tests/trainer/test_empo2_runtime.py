@@ -261,3 +261,24 @@ def test_oracle_source_shows_the_next_gold_action_of_the_state_reached(tmp_path,
             assert all(not s.tips for s in t.steps)
     assert checked >= 8
     assert m["memory/tip_follow_steps"] == sum(t.num_steps for t in trajs if t.mode is Mode.ON_TIPS)
+
+
+def test_oracle_tip_source_names_an_unplayed_variation_or_gives_none_when_missing_ok():
+    """``OracleTipSource``: a (task, variation) whose gold path was not played is a KeyError naming it
+    (training: every trained variation is played at the start); with ``missing_ok`` (``benchmarks.tips
+    play`` on test variations) it gets no tips; a finished gold path gives none either."""
+    from empo2.trainer.empo2_hooks import OracleTipSource
+    from empo2.trainer.tipdemos import imperative_tip
+
+    def state(v, actions):
+        return SimpleNamespace(spec=SimpleNamespace(task=TaskSpec("tiny", "fetch-key", v)),
+                               steps=[SimpleNamespace(action=a) for a in actions])
+
+    gold = {("fetch-key", 0): ["go east", "take key"]}
+    src = OracleTipSource(gold)
+    assert src(state(0, [])) == [imperative_tip("go east")]
+    assert src(state(0, ["go east"])) == [imperative_tip("take key")]
+    assert src(state(0, ["go east", "take key"])) == []
+    with pytest.raises(KeyError, match="fetch-key variation 5"):
+        src(state(5, []))
+    assert OracleTipSource(gold, missing_ok=True)(state(5, [])) == []

@@ -54,21 +54,26 @@ class OracleTipSource:
 
     Args:
         gold: (task, variation) → gold actions (``oracle_gold_paths``).
+        missing_ok: a (task, variation) without a gold path gets no tips instead of a ``KeyError``
+            (``benchmarks.tips play`` on test variations whose gold path was not played).
     """
 
-    def __init__(self, gold: dict[tuple[str, int], list[str]]):
+    def __init__(self, gold: dict[tuple[str, int], list[str]], missing_ok: bool = False):
         self.gold = gold
+        self.missing_ok = missing_ok
 
     def __call__(self, st: Any) -> list[str]:
         """Tips for ``st`` (an ``EpisodeState``: ``spec.task`` and ``steps[*].action`` are read).
 
         Raises:
-            KeyError: a (task, variation) whose gold path was not played at the start.
+            KeyError: a (task, variation) whose gold path was not played at the start (unless ``missing_ok``).
         """
         from empo2.trainer.tipdemos import imperative_tip, oracle_next_action
 
         key = (st.spec.task.task, st.spec.task.variation)
         if key not in self.gold:
+            if self.missing_ok:
+                return []
             raise KeyError(f"empo2.memory.source=oracle has no gold path of {key[0]} variation {key[1]} "
                            f"(played at the start: {sorted(self.gold)})")
         nxt = oracle_next_action(self.gold[key], [s.action for s in st.steps])
