@@ -26,7 +26,9 @@ evaluations, metrics rows and the settings it ran with); a later call with the s
 and skips it (``--redo`` trains it again), and trains an unfinished one again from scratch. A
 finished run whose settings differ from this call's (config file, overrides, eval episodes, init,
 memory file) is refused, not mixed in. ``learn_partial.json`` and ``learn.md`` are rewritten after
-every (arm, seed), so an interrupted benchmark leaves its table so far.
+every (arm, seed), so an interrupted benchmark leaves its table so far. ``--finished-only`` trains
+nothing: it aggregates the finished runs of the listed arms and seeds and names the missing ones (arms
+run for different seed sets in several sittings).
 
 Outputs (``--out``, default ``benchmarks/results/learn``):
 
@@ -370,6 +372,8 @@ def markdown(agg: dict[str, Any], meta: dict[str, Any]) -> str:
              "over seeds × episodes. *Δ GRPO* = paired difference to the GRPO arm from the same start (`grpo`; "
              "`init_grpo` for the `init_*` arms) on the same episodes (same task, variation and sampling seed), "
              "pooled over the seeds both ran, with the successes only this arm / only GRPO had.", "",
+             *([f"Not run yet, left out (`--finished-only`): {', '.join(meta['not_run'])}.", ""]
+               if meta.get("not_run") else []),
              "| arm | seeds | test score | CI seeds | CI eps | test successes | success % CI seeds | Δ GRPO test | "
              "train-var score | CI seeds | train-var success | Δ GRPO train-var | env steps / seed |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -428,9 +432,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--iterations", type=int, default=None, help="override trainer.iterations")
     p.add_argument("--eval-episodes", type=int, default=None, help="episodes per eval split per seed")
     p.add_argument("--redo", action="store_true", help="train finished (arm, seed) runs again instead of skipping them")
+    p.add_argument("--finished-only", action="store_true",
+                   help="train nothing: aggregate the (arm, seed) runs of --out that finished before and name "
+                        "those missing (arms run for different seed sets in several sittings)")
     p.add_argument("--keep-checkpoints", action="store_true")
     p.add_argument("overrides", nargs="*", help="extra key=value overrides for every run")
     args = p.parse_args(argv)
+    if args.finished_only and args.redo:
+        raise SystemExit("error: --finished-only trains nothing and --redo trains again; give one of them")
     quick = args.quick or args.tiny
     args.tiny = quick  # the benchmark convention: smoke-test sizes use the tiny model and a small peak matmul
     if args.out == RESULTS_DIR:
@@ -465,6 +474,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                       run_spec(m, s, cfg, extra, eval_episodes, init, mem))
                                  for s, m in order}
     skipped = 0
+    missing = [f"{m} seed {s}" for s, m in order if done.get((s, m)) is None]
+    if args.finished_only:
+        if len(missing) == len(order):
+            raise SystemExit(f"error: --finished-only: no run of {arms} seeds {seeds} has finished in {out / 'runs'}")
+        if missing:
+            print(f"[learn] --finished-only: not run yet, left out: {', '.join(missing)}", flush=True)
+        order = [(s, m) for s, m in order if done.get((s, m)) is not None]
+        meta["not_run"] = missing
     for k, (seed, arm) in enumerate(order):
         run_dir = out / "runs" / f"{arm}-s{seed}"
         r = done.get((seed, arm))

@@ -204,6 +204,15 @@ def test_learn_quick_runs_every_stage(tmp_path):
     for k in ("score", "successes", "episodes", "score_per_seed"):  # (one seed: its seed CI is NaN, never equal)
         assert again["results"]["methods"]["base"]["test"][k] == methods["base"]["test"][k]
     assert again["results"]["methods"]["grpo"]["test"]["score"] == methods["grpo"]["test"]["score"]  # same seed
+    # --finished-only trains nothing: seed 1 was never run, so it is named and left out
+    only = learn.main([*args[:4], "0", "1", *args[5:], "--finished-only"])
+    assert only["config"]["not_run"] == ["base seed 1", "grpo seed 1", "empo2_oracle seed 1"]
+    assert not (out / "runs" / "grpo-s1").exists()
+    assert only["results"]["methods"]["grpo"]["test"]["score"] == methods["grpo"]["test"]["score"]
+    with pytest.raises(SystemExit, match="no run of"):
+        learn.main([*args[:4], "1", *args[5:], "--finished-only"])
+    with pytest.raises(SystemExit, match="give one of them"):
+        learn.main([*args, "--finished-only", "--redo"])
     # a finished run made with other settings is refused, not mixed in
     with pytest.raises(SystemExit, match="finished with other settings"):
         learn.main([*args, "trainer.lr=2e-3"])
