@@ -277,8 +277,11 @@ def runs_variations(rs: list[dict[str, Any]], split: str) -> dict[str, Any]:
 
 def paired_vs(runs: list[dict[str, Any]], a: str, b: str, split: str) -> dict[str, Any] | None:
     """Arm ``a`` − arm ``b`` on the same episodes: per seed ``paired_difference``, then pooled over every
-    paired episode of every seed both ran (score 0..100, 95% Student-t CI). None when they share no
-    seed (or ``a`` is ``b``).
+    paired episode of every seed both ran (score 0..100, 95% Student-t CI: ``score_diff_ci``, which treats
+    the episodes as independent and so leaves out how much training runs differ between seeds), and the
+    same difference per seed (``score_diff_per_seed``, the mean over that seed's paired episodes) with a
+    95% Student-t CI over the seeds (``score_diff_seed_ci``; NaN for one seed) — the one that says whether
+    the difference holds from run to run. None when they share no seed (or ``a`` is ``b``).
 
     Raises:
         ValueError: the two arms' evaluations of one seed are not the same episodes.
@@ -293,6 +296,7 @@ def paired_vs(runs: list[dict[str, Any]], a: str, b: str, split: str) -> dict[st
     if not seeds:
         return None
     diffs: list[float] = []
+    per_seed: list[float] = []
     a_only = b_only = 0
     for seed in seeds:
         ea = EvalResult(split, 0.0, summarise([]), episodes=by[(a, seed)]["eval"][split]["episodes"])
@@ -300,10 +304,15 @@ def paired_vs(runs: list[dict[str, Any]], a: str, b: str, split: str) -> dict[st
         d = paired_difference(ea, eb)  # checks task/variation/seed per episode id
         a_only, b_only = a_only + d["a_only"], b_only + d["b_only"]
         pa = {e["id"]: e for e in ea.episodes}
-        diffs += [max(pa[e["id"]]["score"], 0.0) - max(e["score"], 0.0) for e in eb.episodes
-                  if e["id"] in pa and not e["crashed"] and not pa[e["id"]]["crashed"]]
+        seed_diffs = [max(pa[e["id"]]["score"], 0.0) - max(e["score"], 0.0) for e in eb.episodes
+                      if e["id"] in pa and not e["crashed"] and not pa[e["id"]]["crashed"]]
+        diffs += seed_diffs
+        if seed_diffs:
+            per_seed.append(sum(seed_diffs) / len(seed_diffs))
     mm, lo, hi = mean_ci(diffs)
+    _, slo, shi = mean_ci(per_seed) if per_seed else (math.nan,) * 3
     return {"seeds": seeds, "pairs": len(diffs), "score_diff": mm, "score_diff_ci": [lo, hi],
+            "score_diff_per_seed": per_seed, "score_diff_seed_ci": [slo, shi],
             "a_only_successes": a_only, "b_only_successes": b_only}
 
 
@@ -355,7 +364,9 @@ def _pm(d: dict[str, Any] | None) -> str:
         return "–"
     lo, hi = d["score_diff_ci"]
     ci = "" if (math.isnan(lo) or math.isnan(hi)) else f" [{lo:+.1f}, {hi:+.1f}]"
-    return f"{d['score_diff']:+.1f}{ci}, {d['a_only_successes']}/{d['b_only_successes']}"
+    slo, shi = d.get("score_diff_seed_ci", (math.nan, math.nan))
+    sci = "" if (math.isnan(slo) or math.isnan(shi)) else f" seeds [{slo:+.1f}, {shi:+.1f}]"
+    return f"{d['score_diff']:+.1f}{ci}{sci}, {d['a_only_successes']}/{d['b_only_successes']}"
 
 
 def markdown(agg: dict[str, Any], meta: dict[str, Any]) -> str:
@@ -371,7 +382,9 @@ def markdown(agg: dict[str, Any], meta: dict[str, Any]) -> str:
              "Scores 0..100 (a failure counts 0). CIs 95%: *seeds* = Student t over the per-seed means; *eps* = "
              "over seeds × episodes. *Δ GRPO* = paired difference to the GRPO arm from the same start (`grpo`; "
              "`init_grpo` for the `init_*` arms) on the same episodes (same task, variation and sampling seed), "
-             "pooled over the seeds both ran, with the successes only this arm / only GRPO had.", "",
+             "pooled over the seeds both ran: mean [CI over the paired episodes] seeds [CI over the per-seed "
+             "differences, the one that counts the spread between training runs], then the successes only this "
+             "arm / only GRPO had.", "",
              *([f"Not run yet, left out (`--finished-only`): {', '.join(meta['not_run'])}.", ""]
                if meta.get("not_run") else []),
              "| arm | seeds | test score | CI seeds | CI eps | test successes | success % CI seeds | Δ GRPO test | "

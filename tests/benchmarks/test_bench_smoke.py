@@ -8,6 +8,7 @@ asserted about speed). The results go to one temporary folder shared by the modu
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -269,3 +270,30 @@ def test_learn_compares_init_arms_with_grpo_from_the_same_start():
     assert agg["init_empo2_live_oracle"]["vs_grpo"]["test"]["score_diff"] == pytest.approx(37.5)
     assert agg["empo2"]["vs_grpo"]["test"]["score_diff"] == pytest.approx(37.5)
     assert agg["init_grpo"]["vs_grpo"]["test"] is None and agg["grpo"]["vs_grpo"]["test"] is None
+
+
+def test_learn_paired_difference_has_a_ci_over_seeds():
+    """``paired_vs``: besides the CI over pooled episodes, the per-seed paired differences and a Student-t CI
+    over them — wide when one seed reverses the difference, even though the episode CI excludes 0."""
+    from benchmarks import learn
+
+    from empo2.algo.stats import mean_ci
+
+    def run(arm, seed, scores):
+        eps = [{"id": i, "task": "t", "variation": i % 2, "seed": [seed, i], "score": s, "success": s == 100,
+                "crashed": False} for i, s in enumerate(scores)]
+        ev = {"episodes": eps, "overall": {"score": sum(scores) / len(scores), "success_rate": 0.0}}
+        return {"method": arm, "seed": seed, "eval": {"test": ev, "train": ev}, "metrics": [],
+                "times": {"train_s": 0.0}}
+
+    a = {0: [50, 50, 75, 50], 1: [75, 50, 75, 75], 2: [0, 25, 0, 25]}
+    b = {0: [25, 25, 25, 25], 1: [25, 25, 25, 50], 2: [25, 25, 25, 25]}
+    runs = [run("empo2", s, a[s]) for s in a] + [run("grpo", s, b[s]) for s in b]
+    d = learn.paired_vs(runs, "empo2", "grpo", "test")
+    want = [sum(x - y for x, y in zip(a[s], b[s])) / 4 for s in (0, 1, 2)]
+    assert d["score_diff_per_seed"] == pytest.approx(want)  # +31.25, +37.5, -12.5
+    assert d["score_diff_seed_ci"] == pytest.approx(list(mean_ci(want)[1:]))
+    assert d["score_diff_seed_ci"][0] < 0 < d["score_diff_ci"][0]  # seeds disagree; episodes alone would not say so
+    assert "seeds [" in learn._pm(d)
+    one = learn.paired_vs([run("empo2", 0, a[0]), run("grpo", 0, b[0])], "empo2", "grpo", "test")
+    assert all(math.isnan(x) for x in one["score_diff_seed_ci"]) and "seeds [" not in learn._pm(one)
