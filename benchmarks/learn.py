@@ -379,6 +379,10 @@ def markdown(agg: dict[str, Any], meta: dict[str, Any]) -> str:
              f"{meta['batch'][0]} tasks × {meta['batch'][1]} rollouts × ≤ {meta['max_turns']} turns; "
              f"{meta['eval_episodes']} eval episodes per split per seed (T 0.4, no memory); train-variation "
              f"evaluation on {which}; wall time {meta['elapsed_min']:.1f} min (this call).", "",
+             f"Every run: config `{meta['config']}`, overrides "
+             f"{', '.join(f'`{o}`' for o in meta.get('overrides') or []) or 'none'}; start "
+             f"{'`' + str(meta['init']) + '` (`--init`, for the `init_*` arms)' if meta.get('init') else 'the config model'}"
+             f"{'; memory imported from `' + str(meta['memory_import']) + '`' if meta.get('memory_import') else ''}.", "",
              "Scores 0..100 (a failure counts 0). CIs 95%: *seeds* = Student t over the per-seed means; *eps* = "
              "over seeds × episodes. *Δ GRPO* = paired difference to the GRPO arm from the same start (`grpo`; "
              "`init_grpo` for the `init_*` arms) on the same episodes (same task, variation and sampling seed), "

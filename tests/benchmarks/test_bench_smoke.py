@@ -196,6 +196,7 @@ def test_learn_quick_runs_every_stage(tmp_path):
     assert (out / "learn_curves.png").stat().st_size > 1000
     table = (out / "learn.md").read_text()
     assert "| base |" in table and "| grpo |" in table and "| empo2_oracle |" in table
+    assert "`env.variations=[0,1]`" in table.split("overrides", 1)[1] and "memory imported from" in table  # what the runs had
     assert (out / "report" / "report.md").is_file() and (out / "learn_partial.json").is_file()
     assert not (out / "runs" / "grpo-s0" / "checkpoints").exists()  # deleted after evaluation
     # resumable: finished runs are kept and skipped; an unfinished one (no result.json) is trained again
