@@ -374,15 +374,15 @@ def markdown(agg: dict[str, Any], meta: dict[str, Any]) -> str:
     tv = next(iter(agg.values()))["train"]["variations"] if agg else {}
     which = ("the ones the runs trained on (env.variations)" if tv.get("restricted") else
              "every train variation (env.variations not set)")
+    overrides = ", ".join(f"`{o}`" for o in meta.get("overrides") or []) or "none"
+    start = f"`{meta['init']}` (`--init`, for the `init_*` arms)" if meta.get("init") else "the config model"
+    imported = f"; memory imported from `{meta['memory_import']}`" if meta.get("memory_import") else ""
     lines = [f"# make learn — {meta['config']} ({meta['mode']})", "",
              f"Task(s) {meta['tasks']}; seeds {meta['seeds']}; {meta['iterations']} iterations of "
              f"{meta['batch'][0]} tasks × {meta['batch'][1]} rollouts × ≤ {meta['max_turns']} turns; "
              f"{meta['eval_episodes']} eval episodes per split per seed (T 0.4, no memory); train-variation "
              f"evaluation on {which}; wall time {meta['elapsed_min']:.1f} min (this call).", "",
-             f"Every run: config `{meta['config']}`, overrides "
-             f"{', '.join(f'`{o}`' for o in meta.get('overrides') or []) or 'none'}; start "
-             f"{'`' + str(meta['init']) + '` (`--init`, for the `init_*` arms)' if meta.get('init') else 'the config model'}"
-             f"{'; memory imported from `' + str(meta['memory_import']) + '`' if meta.get('memory_import') else ''}.", "",
+             f"Every run: config `{meta['config']}`, overrides {overrides}; start {start}{imported}.", "",
              "Scores 0..100 (a failure counts 0). CIs 95%: *seeds* = Student t over the per-seed means; *eps* = "
              "over seeds × episodes. *Δ GRPO* = paired difference to the GRPO arm from the same start (`grpo`; "
              "`init_grpo` for the `init_*` arms) on the same episodes (same task, variation and sampling seed), "
