@@ -222,6 +222,11 @@ class MemoryConfig:
     ties: Literal["newer_first", "older_first"] = doc(
         "order of equal-score tips: newer first (ours) or insertion order (authors' stable sort)", default="newer_first")
     top_k: int = doc("k: at most this many tips per step", default=10)
+    min_score: float | None = doc(
+        "show only retrieved tips whose episode scored at least this (0..100; ScienceWorld failures count 0 with "
+        "env.scienceworld.failure: zero); null = every retrieved tip (paper). Applied after Retr's top-k, which is "
+        "sorted by score, so the shown tips are the top-k of the entries that pass; novelty counts are unchanged",
+        default=None)
     capacity: int = doc("entries per bucket; the oldest are evicted (FIFO)", default=1000)
     max_tip_tokens: int = doc("token budget of the tip block of one step (longer blocks are cut, counted)", default=512)
     source: Literal["memory", "oracle"] = doc(
@@ -476,6 +481,7 @@ RANGES: dict[str, Bound] = {
     "empo2.memory.recent_turns": Bound(1, 10_000),
     "empo2.memory.threshold": Bound(-1.0, 1.0),
     "empo2.memory.top_k": Bound(0, 10_000),
+    "empo2.memory.min_score": Bound(-100.0, 100.0),
     "empo2.memory.capacity": Bound(1, 100_000_000),
     "empo2.memory.max_tip_tokens": Bound(0, 1 << 20),
     "empo2.tips.max_new_tokens": Bound(1, 8192),
@@ -549,6 +555,13 @@ def range_words(key: str) -> tuple[str, ...]:
     Returns:
         The key's word choices, ``()`` for a plain ``int``/``float`` key.
     """
+    import typing
+
+    return tuple(w for a in _union_args(key) if typing.get_origin(a) is typing.Literal for w in typing.get_args(a))
+
+
+def _union_args(key: str) -> tuple[Any, ...]:
+    """The members of a dotted key's type when it is a union (``float | None`` → ``(float, NoneType)``), else ``()``."""
     import types
     import typing
 
@@ -557,7 +570,7 @@ def range_words(key: str) -> tuple[str, ...]:
         tp = typing.get_type_hints(tp)[part]
     if typing.get_origin(tp) not in (typing.Union, types.UnionType):
         return ()
-    return tuple(w for a in typing.get_args(tp) if typing.get_origin(a) is typing.Literal for w in typing.get_args(a))
+    return typing.get_args(tp)
 
 
 def _check_ranges(cfg: Config) -> None:
@@ -567,6 +580,8 @@ def _check_ranges(cfg: Config) -> None:
         v = _get(cfg, key)
         if isinstance(v, str) and v in range_words(key):
             continue
+        if v is None and type(None) in _union_args(key):
+            continue  # an optional key left unset (e.g. empo2.memory.min_score: null)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not bound.holds(v):
             words = "".join(f" or {w!r}" for w in range_words(key))
             raise ConfigError(f"{key} = {v!r} is out of range; it must be a number in {bound}{words}")
@@ -638,6 +653,10 @@ def validate(cfg: Config) -> None:
     if cfg.trainer.strategy != "single" and cfg.empo2.p > 0 and (cfg.empo2.memory.backend != "ray" or not cfg.ray.address):
         raise ConfigError(f"EMPO² under trainer.strategy={cfg.trainer.strategy} needs one memory shared by every rank: "
                           "set empo2.memory.backend=ray and ray.address (e.g. 'auto' after `ray start --head`)")
+    if cfg.empo2.memory.source == "oracle" and cfg.empo2.memory.min_score is not None:
+        raise ConfigError("empo2.memory.min_score filters retrieved tips by their episode score, but "
+                          "empo2.memory.source=oracle shows oracle tips, which have no score; unset min_score "
+                          "(empo2.memory.min_score=null) or use source=memory")
     if cfg.empo2.memory.source == "oracle" and not cfg.env.variations:
         raise ConfigError("empo2.memory.source=oracle plays the gold path of every training variation at the start; "
                           "restrict them with env.variations (e.g. env.variations=[0,1,2,3])")

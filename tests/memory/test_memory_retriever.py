@@ -120,3 +120,28 @@ def test_two_phase_search_equals_select_on_all_keys(head):
                 idx, got_sims = search(keys, q, order, tau, k, "ge", head=head)
                 assert idx.tolist() == select(sims, order, tau, k, "ge").tolist()
                 np.testing.assert_allclose(got_sims, sims[idx], atol=1e-6)
+
+
+@pytest.mark.parametrize("ties", ["newer_first", "older_first"])
+def test_shown_hits_after_top_k_equals_top_k_of_the_passing_entries(ties):
+    """``empo2.memory.min_score``: filtering Retr's top-k by score is exact (docs/algorithms.md), i.e. the
+    same as retrieving from a memory that holds only the entries scoring >= min_score."""
+    from empo2.memory.store import shown_hits
+
+    rng = np.random.default_rng(3)
+    keys = rng.normal(size=(200, 8)).astype(np.float32)
+    keys /= np.linalg.norm(keys, axis=1, keepdims=True)
+    scores = rng.choice([0.0, 10.0, 25.0, 100.0], size=200)
+    rows = [entry(f"t{i}", float(scores[i]), keys[i]) for i in range(200)]
+    for m in (0.0, 10.0, 25.0, 100.0, 101.0):
+        with MemoryStore(None, dim=8) as every, MemoryStore(None, dim=8) as passing:
+            every.add(rows)
+            passing.add([r for r in rows if r.score >= m])
+            for q in keys[:6]:
+                for tau, k in ((-1.0, 3), (0.0, 10), (0.3, 1), (0.5, 4)):
+                    hits = every.query("tiny/t/0", q, tau, k, ties=ties)
+                    got = shown_hits(hits, m)
+                    assert texts(got) == texts(passing.query("tiny/t/0", q, tau, k, ties=ties))
+                    assert all(r.entry.score >= m for r in got)
+                    assert shown_hits(hits, None) == hits  # null: the paper's retrieval, untouched
+            assert m < 101.0 or not passing.entries()

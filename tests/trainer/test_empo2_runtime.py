@@ -211,6 +211,44 @@ def test_plain_states_retrieve_hidden_tips_for_the_tip_follow_baseline(tmp_path,
     assert m["memory/tip_follow_rate_plain"] == pytest.approx(want_plain)
 
 
+def test_min_score_hides_low_score_tips_in_both_modes_but_novelty_counts_them(tmp_path, tiny_policy, chat_format):
+    """``empo2.memory.min_score``: memory-mode steps are shown, and plain steps keep unshown, only the retrieved
+    tips whose episode scored >= min_score; ``intrinsic.count: retrieved`` still counts all retrieved entries;
+    ``memory/tips_below_min_score_per_step`` counts the hidden ones."""
+    from empo2.memory.store import MemoryEntry
+
+    fam = TinyFamily()
+    with EnvPool(fam, 4) as pool:
+        eng = RolloutEngine(tiny_policy.model, chat_format, fam, pool)
+        rt = _runtime(tmp_path, tiny_policy, chat_format, eng, "empo2.memory.threshold=-1.0",
+                      "empo2.memory.top_k=3", "empo2.memory.min_score=10", "empo2.intrinsic.count=retrieved",
+                      "empo2.write_memory=never")
+        try:
+            bucket = TaskSpec("tiny", "fetch-key", 0).bucket
+            key = rt.embedder.encode(["seed"])[0]
+            rt.memory.add([MemoryEntry(bucket, key, "seed", tip, tip, score, -1, -1) for tip, score in
+                           (("Next action: go east", 80.0), ("Next action: go west", 50.0),
+                            ("Next action: look around", 0.0), ("Next action: take key", 0.0))])
+            specs = [EpisodeSpec(TaskSpec("tiny", "fetch-key", 0), 0, r, 0, Mode.PLAIN if r < 2 else Mode.ON_TIPS)
+                     for r in range(4)]
+            settings = RolloutSettings(temperature=1.0, max_new_tokens=4, max_turns=2, action_mode="constrained",
+                                       correction="none", seed=7)
+            trajs = eng.run(specs, settings, iteration=IT, hook=rt.step_hook())
+            m = rt.after_rollout(trajs, IT)
+        finally:
+            rt.close()
+    shown = ["Next action: go east", "Next action: go west"]  # the top-3 minus the score-0 one
+    for t in trajs:
+        if t.mode is Mode.PLAIN:
+            assert t.info["hidden_tips"] == [shown] * t.num_steps
+            assert all(not s.tips for s in t.steps)
+        else:
+            assert all(s.tips == shown for s in t.steps)
+            assert all(s.intrinsic == pytest.approx(1 / 4) for s in t.steps)  # 3 retrieved + 1
+    assert m["memory/tips_per_step"] == pytest.approx(2.0)
+    assert m["memory/tips_below_min_score_per_step"] == pytest.approx(1.0)
+
+
 def test_oracle_source_shows_the_next_gold_action_of_the_state_reached(tmp_path, tiny_policy, chat_format):
     """``empo2.memory.source: oracle`` (docs/learning.md "A live oracle"): every memory-mode step is shown
     exactly "Next action: <the next gold action given the actions taken so far>", whichever state the
@@ -223,6 +261,9 @@ def test_oracle_source_shows_the_next_gold_action_of_the_state_reached(tmp_path,
     fam = TinyFamily()
     with pytest.raises(ConfigError, match="env.variations"):
         load_config(None, ["env.name=tiny", "env.tasks=[fetch-key]", "empo2.memory.source=oracle", "empo2.p=0.5"])
+    with pytest.raises(ConfigError, match="min_score"):  # oracle tips have no score to filter by
+        load_config(None, ["env.name=tiny", "env.tasks=[fetch-key]", "env.variations=[0]", "empo2.memory.source=oracle",
+                           "empo2.p=0.5", "empo2.memory.min_score=10"])
     with EnvPool(fam, 4) as pool:
         eng = RolloutEngine(tiny_policy.model, chat_format, fam, pool)
         cfg = load_config(None, ["empo2.memory.embedder=hashing", "empo2.p=1.0", "empo2.tips.max_new_tokens=4",

@@ -206,6 +206,27 @@ def retrieve(
     return store.query(bucket, state_embedding, threshold, top_k, compare=compare, ties=ties)
 
 
+def shown_hits(hits: Sequence[Retrieved], min_score: float | None) -> list[Retrieved]:
+    """The retrieved tips a step is shown under ``empo2.memory.min_score`` (docs/algorithms.md, EMPO² memory
+    at run time: score-aware display; not in the paper).
+
+    Retr(s_t; M) sorts by episode score (descending), so the entries that pass ``score >= min_score``
+    are a prefix of its result: keeping them after the top-k cut gives exactly the top-k of the
+    passing entries, whatever backend ran the query.
+
+    Args:
+        hits: one state's ``Retrieved`` list, best score first (as every backend's ``query`` returns it).
+        min_score: the lowest episode score (0..100 scale, as stored) a shown tip may have; ``None``
+            keeps every hit (the paper).
+
+    Returns:
+        The hits to show, in their order.
+    """
+    if min_score is None:
+        return list(hits)
+    return [h for h in hits if h.entry.score >= min_score]
+
+
 def build_entries(
     bucket: str,
     key: np.ndarray,

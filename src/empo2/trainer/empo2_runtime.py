@@ -41,7 +41,7 @@ from empo2.agent.prompts import later_user_text, user_text
 from empo2.algo.modes import ROLLOUT_SHOWS_TIPS
 from empo2.memory.backend import MemoryBackend
 from empo2.memory.novelty import intrinsic_from_retrieved
-from empo2.memory.store import MEMORY_FILENAME, build_entries
+from empo2.memory.store import MEMORY_FILENAME, build_entries, shown_hits
 from empo2.memory.text import (TIP_INSTRUCTION, TipPromptMode, clean_tip, final_score_text, key_text,
                                summary_tip_messages)
 from empo2.memory.tipinfo import (TipInformativeness, informativeness_shares, tip_follow_shares,
@@ -133,7 +133,7 @@ class Empo2Runtime(Method):
         return bool(self.cfg.trainer.update)
 
     def _reset_counters(self) -> None:
-        self.c = {"queries": 0, "hits": 0, "tips_shown": 0}
+        self.c = {"queries": 0, "hits": 0, "tips_shown": 0, "tips_low_score": 0}
 
     # ------------------------------------------------------------------ StepHook
     def step_hook(self) -> "Empo2Runtime":
@@ -161,26 +161,29 @@ class Empo2Runtime(Method):
         embs = self.embedder.encode([self._state_text(st) for st in states])
         # plain states are queried too, and their tips kept unseen (``info["hidden_tips"]``): the baseline of
         # memory/tip_follow_rate (``tipinfo.tip_follow_shares``); they are never shown nor counted as hits
-        found = ([self.oracle(st) for st in states] if self.oracle is not None else
-                 [[h.text for h in hits] for hits in
-                  self.memory.query([st.spec.task.bucket for st in states], embs, self.mcfg.threshold,
-                                    self.mcfg.top_k, compare=self.mcfg.compare, ties=self.mcfg.ties)])
+        if self.oracle is not None:
+            found = [self.oracle(st) for st in states]
+            n_found = [len(f) for f in found]
+        else:
+            hits = self.memory.query([st.spec.task.bucket for st in states], embs, self.mcfg.threshold,
+                                     self.mcfg.top_k, compare=self.mcfg.compare, ties=self.mcfg.ties)
+            n_found = [len(h) for h in hits]
+            found = [[h.text for h in shown_hits(hs, self.mcfg.min_score)] for hs in hits]
         for i, (st, e) in enumerate(zip(states, embs)):
             st.tips = []
-            n_retrieved = 0
             if not ROLLOUT_SHOWS_TIPS[st.spec.mode]:
                 st.info.setdefault("hidden_tips", []).append(found[i])
             else:
                 st.tips = list(found[i])
-                n_retrieved = len(st.tips)
                 self.c["queries"] += 1
-                self.c["hits"] += int(n_retrieved > 0)
-                self.c["tips_shown"] += n_retrieved
+                self.c["hits"] += int(len(st.tips) > 0)
+                self.c["tips_shown"] += len(st.tips)
+                self.c["tips_low_score"] += n_found[i] - len(st.tips)
             # one per turn: state_embeddings[i] is the state step i was chosen in (novelty, after the rollout)
             st.info.setdefault("state_embeddings", []).append(e)
         if self.icfg.enabled and self.icfg.count == "retrieved":
             for st in states:  # authors: 1/(retrieved + 1) in tip modes, 0 in plain mode
-                st.intrinsic = intrinsic_from_retrieved(len(st.tips)) if ROLLOUT_SHOWS_TIPS[st.spec.mode] else 0.0
+                st.intrinsic = intrinsic_from_retrieved(n_found[i]) if ROLLOUT_SHOWS_TIPS[st.spec.mode] else 0.0
 
     def keep_episode_kv(self, st: EpisodeState) -> bool:
         """``StepHook`` extension: keep a finished episode's KV cache when it will write a tip from it
@@ -370,6 +373,8 @@ class Empo2Runtime(Method):
         q = self.c["queries"]
         m["memory/retrieval_hit_rate"] = self.c["hits"] / q if q else 0.0
         m["memory/tips_per_step"] = self.c["tips_shown"] / q if q else 0.0
+        if self.mcfg.min_score is not None:  # retrieved but not shown: episode score below empo2.memory.min_score
+            m["memory/tips_below_min_score_per_step"] = self.c["tips_low_score"] / q if q else 0.0
         m.update(tip_follow_shares(trajs))  # memory/tip_follow_rate{,_plain}: actions named by retrieved tips
         r_int = [s.intrinsic for t in trajs for s in t.steps] if self.icfg.enabled else []
         m["memory/intrinsic_mean"] = float(np.mean(r_int)) if r_int else 0.0
