@@ -202,6 +202,15 @@ class AlgoConfig:
     dual_clip: float = doc("dual-clip constant c for A<0 (0 = off)", default=10.0)
     kl_coef: float = doc("coefficient of the k3 KL to the initial policy (0 = off, no reference model kept)", default=0.0)
     entropy_coef: float = doc("entropy bonus coefficient", default=0.0)
+    sft_coef: float = doc(
+        "λ_SFT: weight of a token-mean NLL term on demonstrations (algo.sft_data) added to every optimiser step "
+        "(InstructGPT's PPO-ptx; keeps e.g. a tip-reading warm-up's skill during RL); 0 = off", default=0.0)
+    sft_data: list[str] = doc(
+        "demonstrations of the algo.sft_coef term, as sft.data ('gold', 'gold_tips' of env.tasks, or trajectory "
+        "JSONL files such as a warm-up's <run>/sft_demos.jsonl); sft.min_score/tip_right/tip_wrong apply",
+        default_factory=list)
+    sft_episodes: int = doc("demonstration episodes drawn (seeded) for the algo.sft_coef term of each optimiser step",
+                            default=4)
     aggregation: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = doc(
         "how token losses are aggregated", default="token-mean")
     low_prob_mask: LowProbMaskConfig = field(default_factory=LowProbMaskConfig)
@@ -480,6 +489,8 @@ RANGES: dict[str, Bound] = {
     "empo2.q": Bound(0.0, 1.0),
     "empo2.memory.recent_turns": Bound(1, 10_000),
     "empo2.memory.threshold": Bound(-1.0, 1.0),
+    "algo.sft_coef": Bound(0.0, 1e6),
+    "algo.sft_episodes": Bound(1, 100_000),
     "empo2.memory.top_k": Bound(0, 10_000),
     "empo2.memory.min_score": Bound(-100.0, 100.0),
     "empo2.memory.capacity": Bound(1, 100_000_000),
@@ -653,6 +664,16 @@ def validate(cfg: Config) -> None:
     if cfg.trainer.strategy != "single" and cfg.empo2.p > 0 and (cfg.empo2.memory.backend != "ray" or not cfg.ray.address):
         raise ConfigError(f"EMPO² under trainer.strategy={cfg.trainer.strategy} needs one memory shared by every rank: "
                           "set empo2.memory.backend=ray and ray.address (e.g. 'auto' after `ray start --head`)")
+    if cfg.algo.sft_coef > 0 and not cfg.algo.sft_data:
+        raise ConfigError("algo.sft_coef > 0 needs demonstrations: set algo.sft_data (e.g. "
+                          "'algo.sft_data=[runs/<warm-up>/sft_demos.jsonl]' or [gold_tips])")
+    if cfg.algo.sft_data and cfg.algo.sft_coef == 0:
+        raise ConfigError(f"algo.sft_data={cfg.algo.sft_data} is set but algo.sft_coef is 0, so it would not be used; "
+                          "set algo.sft_coef (e.g. 0.1) or remove algo.sft_data")
+    for src in cfg.algo.sft_data if cfg.algo.sft_coef > 0 else []:
+        if src not in ("gold", "gold_tips") and not Path(src).is_file():
+            raise ConfigError(f"algo.sft_data: {src!r} is neither 'gold', 'gold_tips' nor an existing trajectory "
+                              "JSONL file")
     if cfg.empo2.memory.source == "oracle" and cfg.empo2.memory.min_score is not None:
         raise ConfigError("empo2.memory.min_score filters retrieved tips by their episode score, but "
                           "empo2.memory.source=oracle shows oracle tips, which have no score; unset min_score "

@@ -318,10 +318,17 @@ class Learner:
             ``ParallelStrategy`` (``trainer.parallel.make_strategy``): under ``ddp`` the model is wrapped
             with DDP; under ``fsdp`` the learner trains a sharded copy and copies the full weights back
             into ``model`` (which the rollout uses) after every update.
+        sft_samples: the packed demonstrations of the ``algo.sft_coef`` term (``trainer.sft.demo_samples``);
+            needed, and only used, when ``algo.sft_coef > 0``.
+
+    Raises:
+        ValueError: ``algo.sft_coef > 0`` without demonstrations, or with more than one process (the term
+        is not yet reduced across ranks).
     """
 
     def __init__(self, model: Any, algo: AlgoConfig, trainer: TrainerConfig, temperature: float, pad_id: int,
-                 seed: int = 0, ref_model: Any | None = None, amp: str = "none", dist: DistContext | None = None):
+                 seed: int = 0, ref_model: Any | None = None, amp: str = "none", dist: DistContext | None = None,
+                 sft_samples: list[PackedSample] | None = None):
         self.model = model
         self.amp = amp
         self.dist = dist or DistContext()
@@ -333,6 +340,12 @@ class Learner:
         self.seed = int(seed)
         params = [p for p in self.train_model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=trainer.lr, weight_decay=trainer.weight_decay)
+        self.sft_samples = [x for x in sft_samples or [] if x.num_targets > 0]
+        if algo.sft_coef > 0 and not self.sft_samples:
+            raise ValueError("algo.sft_coef > 0 but no demonstration has an action token to train (algo.sft_data)")
+        if algo.sft_coef > 0 and self.dist.world > 1:
+            raise ValueError(f"algo.sft_coef > 0 runs in one process only (this run has {self.dist.world}); "
+                             "set algo.sft_coef=0 or train with one process")
         self.ref_model = None
         self.is_peft = hasattr(model, "disable_adapter")
         if algo.kl_coef > 0 and not self.is_peft:
@@ -426,7 +439,8 @@ class Learner:
             return {"train/skipped": 1.0, "train/masked_frac": masked_frac, "train/optimizer_steps": 0.0}
         signal = {id(s): any(a != 0.0 for a in s.advantages) for s in samples}
         can_skip = algo.kl_coef == 0 and algo.entropy_coef == 0
-        if can_skip and not P.any(any(signal.values())):
+        sft_on = algo.sft_coef > 0  # every mini-batch takes a step: the demonstrations' term has a gradient
+        if can_skip and not sft_on and not P.any(any(signal.values())):
             # Every loss term is A·(clipped ratio) with A = 0: the whole gradient is 0, no step at all.
             return {"train/skipped": 1.0, "train/skipped_zero_advantage": 1.0, "train/optimizer_steps": 0.0}
         skip = can_skip and self.cfg.skip_zero_advantage
@@ -443,8 +457,9 @@ class Learner:
         params = [p for p in self.train_model.parameters() if p.requires_grad]
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
         self.train_model.train()
-        for normaliser, mbs, n_run in steps_plan:  # one optimiser step per mini-batch, every epoch
-            if n_run == 0:
+        sft_nll: list[float] = []
+        for step_index, (normaliser, mbs, n_run) in enumerate(steps_plan):  # one optimiser step per mini-batch
+            if n_run == 0 and not sft_on:
                 skipped_minibatches += 1
                 continue
             self.optimizer.zero_grad(set_to_none=True)
@@ -459,9 +474,12 @@ class Learner:
                         P.scale_loss(loss).backward()
                 step_metrics.append(m)
                 progress.advance()
+            if sft_on:
+                sft_nll.append(self._sft_backward(iteration, step_index, checkpoint_head))
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
             self.optimizer.step()
-            meter.add_step(metric_floats(step_metrics), later)  # one host sync for the step's metrics
+            # one host sync for the step's metrics (none: a step of the demonstrations' term alone)
+            meter.add_step(metric_floats(step_metrics), later)
         self.train_model.eval()
         P.after_update()
         out = {f"train/{k}": v for k, v in meter.result().items()}
@@ -474,9 +492,24 @@ class Learner:
         out["train/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
         out["train/grad_norm_max"] = float(np.max(grad_norms)) if grad_norms else 0.0
         out["train/masked_frac"] = masked_frac
+        if sft_nll:  # algo.sft_coef: the demonstrations' NLL (nats per action token) before each step
+            out["train/sft_nll"] = float(np.mean(sft_nll))
+            out["train/sft_loss"] = algo.sft_coef * out["train/sft_nll"]
         if meter.steps == 0:
             out["train/skipped"] = 1.0
         return out
+
+    def _sft_backward(self, iteration: int, step_index: int, checkpoint_head: bool) -> float:
+        """Backpropagate ``algo.sft_coef`` × the NLL of ``algo.sft_episodes`` demonstrations drawn for this
+        optimiser step (seeded by ``run.seed``, iteration and step; ``trainer.sft.demo_nll_backward``)."""
+        from empo2.trainer.sft import demo_nll_backward
+
+        rng = np.random.default_rng([self.seed, 23, iteration, step_index])
+        n = min(self.algo.sft_episodes, len(self.sft_samples))
+        batch = [self.sft_samples[i] for i in rng.choice(len(self.sft_samples), size=n, replace=False)]
+        return demo_nll_backward(self.train_model, batch, pad_id=self.pad_id,
+                                 micro_batch_tokens=self.cfg.micro_batch_tokens, logprob_chunk=self.cfg.logprob_chunk,
+                                 checkpoint_head=checkpoint_head, scale=self.algo.sft_coef, amp=self.amp)
 
     def _token_masks(self, samples: list[PackedSample]) -> tuple[dict[int, torch.Tensor], float]:
         """Per trajectory (by ``id``) its ``[num_targets]`` bool mask of trained tokens, and the masked

@@ -39,7 +39,7 @@ from empo2.trainer.metrics import RunLogger
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SftResult", "run_sft", "sft_loss"]
+__all__ = ["SftResult", "demo_nll_backward", "demo_samples", "rl_demo_samples", "run_sft", "sft_loss"]
 
 DEMOS_FILE = "sft_demos.jsonl"
 
@@ -93,6 +93,93 @@ def sft_loss(logp: torch.Tensor, normaliser: float) -> torch.Tensor:
     return -logp.sum() / normaliser
 
 
+def demo_samples(demos: list[dict[str, Any]], fmt: ChatFormat, family: Any, few_shot: bool, max_turns: int,
+                 max_context: int) -> tuple[list[PackedSample], int]:
+    """The demonstrations as packed sequences whose targets are their action tokens (``empo2 sft`` and the
+    RL loss's ``algo.sft_coef`` term).
+
+    Args:
+        demos: episode records (``trainer.demos.load_demos``).
+        fmt: the model's chat markup; family: the environment family (system prompt, few-shot turns).
+        few_shot: include the few-shot turns (``action.few_shot``); max_turns: steps kept per episode.
+        max_context: ``model.max_context``; steps beyond it are cut (logged).
+
+    Returns:
+        ``(samples, steps)``: the samples with at least one action token, and the number of steps kept.
+    """
+    samples, n_steps = [], 0
+    for i, d in enumerate(demos):
+        traj = demo_trajectory(d, fmt, family, few_shot, max_turns, index=i)
+        smp = build_sample(traj, [1.0] * traj.num_steps, i, n_steps, max_context)
+        n_steps += traj.num_steps
+        if smp.cut_steps:
+            log.info("demonstration %s: %d steps beyond model.max_context not trained", d.get("id", i), smp.cut_steps)
+        if smp.num_targets:
+            samples.append(smp)
+    return samples, n_steps
+
+
+def rl_demo_samples(cfg: Config, family: Any, fmt: ChatFormat) -> list[PackedSample]:
+    """The demonstrations of the RL loss's ``algo.sft_coef`` term (``algo.sft_data``, read like ``sft.data``
+    with ``sft.min_score``, ``sft.variations_per_task``, ``sft.tip_right``/``tip_wrong``), packed.
+
+    Returns:
+        ``[]`` when ``algo.sft_coef`` is 0; otherwise the packed demonstrations.
+
+    Raises:
+        ConfigError / FileNotFoundError / TrajectoryFileError: as ``load_demos`` (no demonstration, a missing
+        or malformed JSONL file).
+    """
+    if cfg.algo.sft_coef <= 0:
+        return []
+    tasks = [family.resolve_task(t) for t in cfg.env.tasks]
+    pairs = variation_pairs(family, tasks, cfg.env.variations, cfg.sft.variations_per_task)
+    demos = load_demos(cfg.algo.sft_data, family, tasks, pairs, cfg.sft.min_score, cfg.env.num_workers,
+                       tip_plan=(cfg.run.seed, cfg.sft.tip_right, cfg.sft.tip_wrong))
+    samples, n_steps = demo_samples(demos, fmt, family, cfg.action.few_shot, cfg.env.max_turns, cfg.model.max_context)
+    log.info("algo.sft_coef %s: %d demonstrations, %d steps, %d action tokens", cfg.algo.sft_coef, len(samples),
+             n_steps, sum(s.num_targets for s in samples))
+    return samples
+
+
+def demo_nll_backward(model: Any, batch: list[PackedSample], *, pad_id: int, micro_batch_tokens: int,
+                      logprob_chunk: int, checkpoint_head: bool, scale: float = 1.0, amp: str = "none") -> float:
+    """Backpropagate ``scale`` × the token-mean negative log-likelihood of a batch of demonstrations.
+
+    loss = scale · (−Σ_tokens log π(token | context)) / N over the N action tokens of ``batch``, at
+    temperature 1, micro-batched by ``micro_batch_tokens`` (gradients accumulate into ``.grad``; the
+    caller zeroes and steps the optimiser).
+
+    Args:
+        model: the module to score (its parameters get the gradient).
+        batch: packed demonstrations (``demo_samples``), at least one action token in all.
+        pad_id: padding id; micro_batch_tokens / logprob_chunk / checkpoint_head: as ``trainer.*`` and
+            ``model.gradient_checkpointing``.
+        scale: multiplies the loss (``algo.sft_coef`` in RL; 1 in ``empo2 sft``).
+        amp: ``model.autocast`` of the forward.
+
+    Returns:
+        The batch's token-mean NLL (nats per token, float; unscaled).
+
+    Raises:
+        ValueError: the batch has no action token.
+    """
+    from empo2.policy.precision import autocast
+
+    norm = float(sum(s.num_targets for s in batch))
+    device = next(model.parameters()).device
+    total = 0.0
+    for mb in micro_batches(batch, micro_batch_tokens):
+        ids, att, rows, cols = _collate(mb, pad_id, device)
+        with autocast(device, amp):
+            lp, _ = target_logprobs(model, ids, att, rows, cols, temperature=1.0, chunk=logprob_chunk,
+                                    checkpoint_head=checkpoint_head)
+        loss = sft_loss(lp.float(), norm)
+        (loss * scale).backward()
+        total += float(loss.detach())
+    return total
+
+
 def run_sft(cfg: Config, progress: Any = None) -> SftResult:
     """Fine-tune ``cfg.model`` on the demonstrations of ``cfg.sft`` and write the run folder.
 
@@ -126,20 +213,11 @@ def run_sft(cfg: Config, progress: Any = None) -> SftResult:
             f.write(json.dumps(d) + "\n")
     policy = load_policy(cfg.model)
     fmt = ChatFormat(policy.tokenizer)
-    samples, n_steps = [], 0
-    for i, d in enumerate(demos):
-        traj = demo_trajectory(d, fmt, family, cfg.action.few_shot, cfg.env.max_turns, index=i)
-        smp = build_sample(traj, [1.0] * traj.num_steps, i, n_steps, cfg.model.max_context)
-        n_steps += traj.num_steps
-        if smp.cut_steps:
-            log.info("demonstration %s: %d steps beyond model.max_context not trained", d.get("id", i), smp.cut_steps)
-        if smp.num_targets:
-            samples.append(smp)
+    samples, n_steps = demo_samples(demos, fmt, family, cfg.action.few_shot, cfg.env.max_turns, cfg.model.max_context)
     tokens = sum(s.num_targets for s in samples)
     log.info("SFT on %d demonstrations, %d steps, %d action tokens (%d sequence tokens) per epoch", len(samples),
              n_steps, tokens, sum(len(s.ids) for s in samples))
     model = policy.model
-    device = next(model.parameters()).device
     pad = int(policy.tokenizer.pad_token_id or 0)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.sft.lr,
                             weight_decay=cfg.trainer.weight_decay)
@@ -158,14 +236,9 @@ def run_sft(cfg: Config, progress: Any = None) -> SftResult:
                 batch = [samples[i] for i in order[b:b + cfg.sft.batch_episodes]]
                 norm = float(sum(s.num_targets for s in batch))
                 opt.zero_grad(set_to_none=True)
-                for mb in micro_batches(batch, cfg.trainer.micro_batch_tokens):
-                    ids, att, rows, cols = _collate(mb, pad, device)
-                    lp, _ = target_logprobs(model, ids, att, rows, cols, temperature=1.0,
-                                            chunk=cfg.trainer.logprob_chunk,
-                                            checkpoint_head=cfg.model.gradient_checkpointing)
-                    loss = sft_loss(lp, norm)
-                    loss.backward()
-                    loss_sum += float(loss.detach()) * norm
+                loss_sum += demo_nll_backward(model, batch, pad_id=pad, micro_batch_tokens=cfg.trainer.micro_batch_tokens,
+                                              logprob_chunk=cfg.trainer.logprob_chunk,
+                                              checkpoint_head=cfg.model.gradient_checkpointing) * norm
                 if cfg.trainer.grad_clip > 0:
                     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
                                                    cfg.trainer.grad_clip)
