@@ -56,7 +56,17 @@ def test_every_numeric_config_key_has_a_range_that_holds_its_default():
         v = cfg
         for part in key.split("."):
             v = getattr(v, part)
+        if v is None:  # an optional key whose default is "unset" (e.g. empo2.memory.min_score)
+            assert load_config(None, [f"{key}=null"]) is not None
+            continue
         assert v in range_words(key) if isinstance(v, str) else bound.holds(v), (key, v, bound)
+
+
+def test_an_optional_number_takes_null_and_numbers_in_range_only():
+    assert load_config(None, ["empo2.memory.min_score=null"]).empo2.memory.min_score is None
+    assert load_config(None, ["empo2.memory.min_score=25"]).empo2.memory.min_score == 25.0
+    with pytest.raises(ConfigError, match="min_score"):
+        load_config(None, ["empo2.memory.min_score=1000"])
 
 
 def test_a_word_key_takes_its_word_and_numbers_in_range_only():
