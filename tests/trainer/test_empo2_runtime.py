@@ -37,6 +37,25 @@ def _roll(tmp_path, policy, fmt, specs, settings, pool_size, *overrides):
     return pool, rt, eng.run(specs, settings, iteration=IT, hook=rt.step_hook())
 
 
+def _roll_with_entries(tmp_path, policy, fmt, entries, modes, max_turns, *overrides):
+    """Seed the memory (``entries(runtime)``), roll out one episode of ``fetch-key`` variation 0 per mode;
+    returns ``(trajectories, memory metrics, memory-mode queries)``."""
+    fam = TinyFamily()
+    with EnvPool(fam, len(modes)) as pool:
+        eng = RolloutEngine(policy.model, fmt, fam, pool)
+        rt = _runtime(tmp_path, policy, fmt, eng, "empo2.write_memory=never", *overrides)
+        try:
+            rt.memory.add(entries(rt))
+            specs = [EpisodeSpec(TaskSpec("tiny", "fetch-key", 0), 0, r, 0, mode) for r, mode in enumerate(modes)]
+            settings = RolloutSettings(temperature=1.0, max_new_tokens=4, max_turns=max_turns, action_mode="constrained",
+                                       correction="none", seed=7)
+            trajs = eng.run(specs, settings, iteration=IT, hook=rt.step_hook())
+            queries = rt.c["queries"]
+            return trajs, rt.after_rollout(trajs, IT), queries
+        finally:
+            rt.close()
+
+
 def _replay_final_observation(t):
     """The observation the environment returned after the trajectory's last action (replayed)."""
     env = TinyEnv()
@@ -169,26 +188,13 @@ def test_plain_states_retrieve_hidden_tips_for_the_tip_follow_baseline(tmp_path,
     from empo2.memory.store import MemoryEntry
     from empo2.memory.tipinfo import names_action
 
-    fam = TinyFamily()
-    with EnvPool(fam, 4) as pool:
-        eng = RolloutEngine(tiny_policy.model, chat_format, fam, pool)
-        # τ = −1: every entry of the bucket passes, so every state of both modes gets tips
-        rt = _runtime(tmp_path, tiny_policy, chat_format, eng, "empo2.memory.threshold=-1.0",
-                      "empo2.write_memory=never")
-        try:
-            bucket = TaskSpec("tiny", "fetch-key", 0).bucket
-            key = rt.embedder.encode(["seed"])[0]
-            rt.memory.add([MemoryEntry(bucket, key, "seed", tip, tip, 50.0, -1, -1)
-                           for tip in ("Next action: go east", "Next action: look around")])
-            specs = [EpisodeSpec(TaskSpec("tiny", "fetch-key", 0), 0, r, 0, Mode.PLAIN if r < 2 else Mode.ON_TIPS)
-                     for r in range(4)]
-            settings = RolloutSettings(temperature=1.0, max_new_tokens=4, max_turns=3, action_mode="constrained",
-                                       correction="none", seed=7)
-            trajs = eng.run(specs, settings, iteration=IT, hook=rt.step_hook())
-            queries = rt.c["queries"]
-            m = rt.after_rollout(trajs, IT)
-        finally:
-            rt.close()
+    def entries(rt):  # τ = −1 (below): every entry of the bucket passes, so every state of both modes gets tips
+        key = rt.embedder.encode(["seed"])[0]
+        return [MemoryEntry(TaskSpec("tiny", "fetch-key", 0).bucket, key, "seed", tip, tip, 50.0, -1, -1)
+                for tip in ("Next action: go east", "Next action: look around")]
+
+    trajs, m, queries = _roll_with_entries(tmp_path, tiny_policy, chat_format, entries, [Mode.PLAIN] * 2 + [Mode.ON_TIPS] * 2,
+                                           3, "empo2.memory.threshold=-1.0")
     plain = [t for t in trajs if t.mode is Mode.PLAIN]
     tipped = [t for t in trajs if t.mode is Mode.ON_TIPS]
     assert queries == sum(t.num_steps for t in tipped)  # plain queries are not retrieval statistics
@@ -217,26 +223,15 @@ def test_min_score_hides_low_score_tips_in_both_modes_but_novelty_counts_them(tm
     ``memory/tips_below_min_score_per_step`` counts the hidden ones."""
     from empo2.memory.store import MemoryEntry
 
-    fam = TinyFamily()
-    with EnvPool(fam, 4) as pool:
-        eng = RolloutEngine(tiny_policy.model, chat_format, fam, pool)
-        rt = _runtime(tmp_path, tiny_policy, chat_format, eng, "empo2.memory.threshold=-1.0",
-                      "empo2.memory.top_k=3", "empo2.memory.min_score=10", "empo2.intrinsic.count=retrieved",
-                      "empo2.write_memory=never")
-        try:
-            bucket = TaskSpec("tiny", "fetch-key", 0).bucket
-            key = rt.embedder.encode(["seed"])[0]
-            rt.memory.add([MemoryEntry(bucket, key, "seed", tip, tip, score, -1, -1) for tip, score in
-                           (("Next action: go east", 80.0), ("Next action: go west", 50.0),
-                            ("Next action: look around", 0.0), ("Next action: take key", 0.0))])
-            specs = [EpisodeSpec(TaskSpec("tiny", "fetch-key", 0), 0, r, 0, Mode.PLAIN if r < 2 else Mode.ON_TIPS)
-                     for r in range(4)]
-            settings = RolloutSettings(temperature=1.0, max_new_tokens=4, max_turns=2, action_mode="constrained",
-                                       correction="none", seed=7)
-            trajs = eng.run(specs, settings, iteration=IT, hook=rt.step_hook())
-            m = rt.after_rollout(trajs, IT)
-        finally:
-            rt.close()
+    def entries(rt):
+        key = rt.embedder.encode(["seed"])[0]
+        return [MemoryEntry(TaskSpec("tiny", "fetch-key", 0).bucket, key, "seed", tip, tip, score, -1, -1)
+                for tip, score in (("Next action: go east", 80.0), ("Next action: go west", 50.0),
+                                   ("Next action: look around", 0.0), ("Next action: take key", 0.0))]
+
+    trajs, m, _ = _roll_with_entries(tmp_path, tiny_policy, chat_format, entries, [Mode.PLAIN] * 2 + [Mode.ON_TIPS] * 2,
+                                     2, "empo2.memory.threshold=-1.0", "empo2.memory.top_k=3",
+                                     "empo2.memory.min_score=10", "empo2.intrinsic.count=retrieved")
     shown = ["Next action: go east", "Next action: go west"]  # the top-3 minus the score-0 one
     for t in trajs:
         if t.mode is Mode.PLAIN:

@@ -18,6 +18,7 @@ from empo2.config import AlgoConfig, TrainerConfig, load_config
 from empo2.configschema import ConfigError
 from empo2.trainer.batch import PackedSample
 from empo2.trainer.learner import Learner
+from tests.faults.common import TINY
 from tests.runcfg import write_config
 
 
@@ -128,15 +129,10 @@ def test_bad_term_settings_fail_before_any_work(overrides, match):
 
 
 def test_train_with_gold_tip_demonstrations_logs_the_term_and_lowers_its_nll(tmp_path, tiny_policy):
-    base = {
-        "model": {"name_or_path": "tiny-random"},
-        "env": {"name": "tiny", "tasks": ["fetch-key"], "max_turns": 6, "num_workers": 2, "variations": [0, 1]},
-        "action": {"mode": "constrained", "max_new_tokens": 6},
-        "rollout": {"tasks_per_iteration": 2, "group_size": 2},
-        "eval": {"episodes": 2, "before_after": False},
-        "trainer": {"iterations": 3, "lr": 5.0e-3, "tensorboard": False},
-        "algo": {"sft_coef": 1.0, "sft_data": ["gold_tips"], "sft_episodes": 2},
-    }
+    base = copy.deepcopy(TINY)
+    base["env"]["variations"] = [0, 1]
+    base["trainer"].update(iterations=3, lr=5.0e-3)
+    base["algo"] = {"sft_coef": 1.0, "sft_data": ["gold_tips"], "sft_episodes": 2}
     cfg = write_config(tmp_path, base, "ptx")
     assert main(["train", "--config", str(cfg)]) == 0
     rows = [json.loads(line) for line in (tmp_path / "runs" / "ptx" / "metrics.jsonl").read_text().splitlines()]
