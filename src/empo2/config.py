@@ -207,9 +207,11 @@ class AlgoConfig:
         "(InstructGPT's PPO-ptx; keeps e.g. a tip-reading warm-up's skill during RL); 0 = off", default=0.0)
     sft_data: list[str] = doc(
         "demonstrations of the algo.sft_coef term, as sft.data ('gold', 'gold_tips' of env.tasks, or trajectory "
-        "JSONL files such as a warm-up's <run>/sft_demos.jsonl); sft.min_score/tip_right/tip_wrong apply",
+        "JSONL files such as a warm-up's <run>/sft_demos.jsonl); sft.min_score, sft.variations_per_task (gold "
+        "variations played) and sft.tip_right/tip_wrong apply; files are checked when training starts",
         default_factory=list)
-    sft_episodes: int = doc("demonstration episodes drawn (seeded) for the algo.sft_coef term of each optimiser step",
+    sft_episodes: int = doc("demonstration episodes drawn (seeded) for the algo.sft_coef term of each optimiser step "
+                            "(all of them when fewer; a warning says so)",
                             default=4)
     aggregation: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = doc(
         "how token losses are aggregated", default="token-mean")
@@ -670,10 +672,13 @@ def validate(cfg: Config) -> None:
     if cfg.algo.sft_data and cfg.algo.sft_coef == 0:
         raise ConfigError(f"algo.sft_data={cfg.algo.sft_data} is set but algo.sft_coef is 0, so it would not be used; "
                           "set algo.sft_coef (e.g. 0.1) or remove algo.sft_data")
-    for src in cfg.algo.sft_data if cfg.algo.sft_coef > 0 else []:
-        if src not in ("gold", "gold_tips") and not Path(src).is_file():
-            raise ConfigError(f"algo.sft_data: {src!r} is neither 'gold', 'gold_tips' nor an existing trajectory "
-                              "JSONL file")
+    if cfg.algo.sft_coef > 0 and cfg.trainer.strategy != "single":
+        raise ConfigError(f"algo.sft_coef > 0 is supported with trainer.strategy=single only (got "
+                          f"{cfg.trainer.strategy!r}: the demonstration term is not sharded across ranks); set "
+                          "algo.sft_coef=0 or trainer.strategy=single")
+    if cfg.algo.sft_coef > 0 and not cfg.trainer.update:
+        raise ConfigError(f"algo.sft_coef = {cfg.algo.sft_coef} has no effect in a memory-only run "
+                          "(trainer.update=false takes no gradient steps); set algo.sft_coef=0 or trainer.update=true")
     if cfg.empo2.memory.source == "oracle" and cfg.empo2.memory.min_score is not None:
         raise ConfigError("empo2.memory.min_score filters retrieved tips by their episode score, but "
                           "empo2.memory.source=oracle shows oracle tips, which have no score; unset min_score "

@@ -470,6 +470,7 @@ from empo2.envs.scienceworld.env import SciWorldEnv
 envs = [SciWorldEnv(), SciWorldEnv()]
 print(json.dumps([e.pid for e in envs]), flush=True)
 if sys.argv[1] == "exit":
+    sys.stdin.readline()  # wait until the test has seen both JVMs alive (else a race: CI stop 32)
     sys.exit(0)  # no close(): the finalizers at exit must stop the JVMs
 time.sleep(600)
 """
@@ -496,11 +497,16 @@ def _wait_gone(pids: list[int], timeout: float = 10.0) -> None:
 @pytest.mark.parametrize("how", ["exit", "sigterm", "sigkill"])
 def test_no_orphan_jvms(how):
     _need_java()
-    child = subprocess.Popen([sys.executable, "-c", _CHILD, how], stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, how], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
         pids = json.loads(child.stdout.readline())
         assert len(pids) == 2 and all(_alive(p) for p in pids)
-        if how == "sigterm":
+        if how == "exit":
+            child.stdin.write("go\n")
+            child.stdin.flush()
+        elif how == "sigterm":
             child.send_signal(signal.SIGTERM)
         elif how == "sigkill":
             child.kill()

@@ -244,6 +244,34 @@ def test_min_score_hides_low_score_tips_in_both_modes_but_novelty_counts_them(tm
     assert m["memory/tips_below_min_score_per_step"] == pytest.approx(1.0)
 
 
+def test_retrieved_count_novelty_uses_each_states_own_retrieval(tmp_path, tiny_policy, chat_format):
+    """``intrinsic.count: retrieved``: r_int = 1/(retrieved + 1) with *this state's* retrieval count, when the
+    states of one turn retrieve different numbers of tips (variation 0's bucket holds 3 entries, variation
+    1's none: [1/4, 1] per step), and 0 in plain mode."""
+    from empo2.memory.store import MemoryEntry
+
+    fam = TinyFamily()
+    with EnvPool(fam, 3) as pool:
+        eng = RolloutEngine(tiny_policy.model, chat_format, fam, pool)
+        rt = _runtime(tmp_path, tiny_policy, chat_format, eng, "empo2.write_memory=never", "empo2.memory.threshold=-1.0",
+                      "empo2.intrinsic.count=retrieved", "env.variations=[0,1]")
+        try:
+            key = rt.embedder.encode(["seed"])[0]
+            rt.memory.add([MemoryEntry(TaskSpec("tiny", "fetch-key", 0).bucket, key, "seed", f"tip {j}", f"tip {j}",
+                                       50.0, -1, -1) for j in range(3)])
+            specs = [EpisodeSpec(TaskSpec("tiny", "fetch-key", v), v, r, v, mode)
+                     for r, (v, mode) in enumerate(((0, Mode.ON_TIPS), (1, Mode.ON_TIPS), (0, Mode.PLAIN)))]
+            settings = RolloutSettings(temperature=1.0, max_new_tokens=4, max_turns=2, action_mode="constrained",
+                                       correction="none", seed=7)
+            trajs = eng.run(specs, settings, iteration=IT, hook=rt.step_hook())
+        finally:
+            rt.close()
+    by = {(t.task.variation, t.mode): t for t in trajs}
+    assert [s.intrinsic for s in by[0, Mode.ON_TIPS].steps] == pytest.approx([0.25] * by[0, Mode.ON_TIPS].num_steps)
+    assert [s.intrinsic for s in by[1, Mode.ON_TIPS].steps] == pytest.approx([1.0] * by[1, Mode.ON_TIPS].num_steps)
+    assert all(s.intrinsic == 0.0 for s in by[0, Mode.PLAIN].steps)
+
+
 def test_oracle_source_shows_the_next_gold_action_of_the_state_reached(tmp_path, tiny_policy, chat_format):
     """``empo2.memory.source: oracle`` (docs/learning.md "A live oracle"): every memory-mode step is shown
     exactly "Next action: <the next gold action given the actions taken so far>", whichever state the

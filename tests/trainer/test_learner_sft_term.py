@@ -119,7 +119,8 @@ def test_the_term_needs_demonstrations_and_one_process(tiny_policy):
 @pytest.mark.parametrize("overrides, match", [
     (["algo.sft_coef=0.1"], "needs demonstrations"),
     (["algo.sft_data=[gold_tips]"], "algo.sft_coef is 0"),
-    (["algo.sft_coef=0.1", "algo.sft_data=[no/such/file.jsonl]"], "no/such/file.jsonl"),
+    (["algo.sft_coef=0.1", "algo.sft_data=[gold]", "trainer.strategy=ddp"], "trainer.strategy=single"),
+    (["algo.sft_coef=0.1", "algo.sft_data=[gold]", "trainer.update=false"], "memory-only"),
     (["algo.sft_coef=-1", "algo.sft_data=[gold]"], "algo.sft_coef"),
     (["algo.sft_coef=0.1", "algo.sft_data=[gold]", "algo.sft_episodes=0"], "algo.sft_episodes"),
 ])
@@ -140,3 +141,50 @@ def test_train_with_gold_tip_demonstrations_logs_the_term_and_lowers_its_nll(tmp
     assert len(nll) == 3  # every iteration steps, with or without an RL signal
     assert all(r["train/optimizer_steps"] >= 1 for r in rows)
     assert nll[-1] < nll[0]
+
+
+def test_a_missing_or_bad_demonstration_file_fails_at_train_time_before_the_model(tmp_path, tiny_policy, monkeypatch):
+    """The config itself loads (eval/export of a checkpoint whose demonstration file has gone must work); ``empo2
+    train`` fails with exit 2 naming ``algo.sft_data`` before any model or run folder; malformed rows name the
+    episode; demonstrations cut entirely by model.max_context are a ConfigError, not a traceback."""
+    from empo2.envs.tiny.env import TinyFamily
+    from empo2.trainer import loop
+    from empo2.trainer.sft import rl_demo_samples, rl_demos
+    from empo2.trajfile import TrajectoryFileError
+
+    over = ["env.name=tiny", "env.tasks=[fetch-key]", "algo.sft_coef=0.1"]
+    load_config(None, [*over, "algo.sft_data=[no/such/file.jsonl]"])  # no file check in the config
+    with pytest.raises(ConfigError, match=r"algo.sft_data: 'no/such/file.jsonl' is neither"):
+        rl_demos(load_config(None, [*over, "algo.sft_data=[no/such/file.jsonl]"]), TinyFamily())
+
+    def no_model(*a, **k):
+        raise AssertionError("the model was loaded before the demonstrations were checked")
+
+    monkeypatch.setattr(loop, "build_setup", no_model)
+    base = copy.deepcopy(TINY)
+    base["algo"] = {"sft_coef": 1.0, "sft_data": [str(tmp_path / "gone.jsonl")]}
+    cfg = write_config(tmp_path, base, "missing")
+    assert main(["train", "--config", str(cfg)]) == 2
+    assert not (tmp_path / "runs" / "missing").exists()
+
+    good = {"task": "fetch-key", "variation": 0, "task_description": "t", "score": 100,
+            "steps": [{"observation": "o", "action": "go east"}]}
+    for bad, match in [({**good, "score": "high"}, "'score' must be a number"),
+                       ({**good, "steps": [{"observation": "o", "action": 3}]}, "must be strings"),
+                       ({**good, "steps": "go east"}, "'steps' must be a list"),
+                       ([1, 2], "not a JSON object")]:
+        f = tmp_path / "bad.jsonl"
+        f.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
+        with pytest.raises(TrajectoryFileError, match=rf"algo.sft_data .*bad.jsonl episode 2: .*{match}"):
+            rl_demos(load_config(None, [*over, f"algo.sft_data=[{f}]"]), TinyFamily())
+
+    from empo2.policy.chat import ChatFormat
+
+    f = tmp_path / "good.jsonl"
+    f.write_text(json.dumps(good) + "\n")
+    cfg_small = load_config(None, [*over, f"algo.sft_data=[{f}]", "model.max_context=64",
+                                   "action.max_new_tokens=8", "empo2.tips.max_new_tokens=8"])
+    demos = rl_demos(cfg_small, TinyFamily())
+    assert len(demos) == 1
+    with pytest.raises(ConfigError, match="model.max_context=64"):
+        rl_demo_samples(cfg_small, demos, TinyFamily(), ChatFormat(tiny_policy.tokenizer))

@@ -140,27 +140,46 @@ def policy_gold_records(cfg: Any, family: EnvFamily, pairs: list[tuple[str, int]
                         admissible_only=cfg.action.mode == "constrained")
 
 
-def record_from_jsonl(record: dict[str, Any], where: str) -> dict[str, Any]:
+def record_from_jsonl(record: Any, where: str) -> dict[str, Any]:
     """Check that a JSONL episode record has what a demonstration needs; returns it.
 
     Raises:
-        TrajectoryFileError: a required key is missing (names ``where`` and the key).
+        TrajectoryFileError: the record is not an object, a required key is missing, ``steps`` is not a list
+        of objects with a string ``action`` and ``observation``, or ``score`` / ``reward`` is not a number
+        (names ``where``, the key and, for steps, the step).
     """
+    fmt_hint = ("a demonstration needs task, variation, task_description, score and steps[{observation, action}] "
+                "(our trajectory JSONL format)")
+    if not isinstance(record, dict):
+        raise TrajectoryFileError(f"{where}: not a JSON object; {fmt_hint}")
     for k in ("task", "task_description", "steps"):
         if k not in record:
-            raise TrajectoryFileError(f"{where}: missing key {k!r}; a demonstration needs task, variation, "
-                                      "task_description, score and steps[{observation, action}] (our "
-                                      "trajectory JSONL format)")
+            raise TrajectoryFileError(f"{where}: missing key {k!r}; {fmt_hint}")
+    if not isinstance(record["steps"], list):
+        raise TrajectoryFileError(f"{where}: 'steps' must be a list of {{observation, action}} objects")
+    if "score" in record and not _is_number(record["score"]):
+        raise TrajectoryFileError(f"{where}: 'score' must be a number (the episode's final score), got "
+                                  f"{record['score']!r}")
     for j, st in enumerate(record["steps"]):
-        if "observation" not in st or "action" not in st:
+        if not isinstance(st, dict) or "observation" not in st or "action" not in st:
             raise TrajectoryFileError(f"{where}: step {j} needs 'observation' and 'action'")
+        if not isinstance(st["action"], str) or not isinstance(st["observation"], str):
+            raise TrajectoryFileError(f"{where}: step {j}: 'observation' and 'action' must be strings, got "
+                                      f"{type(st['observation']).__name__} and {type(st['action']).__name__}")
+        if "reward" in st and not _is_number(st["reward"]):
+            raise TrajectoryFileError(f"{where}: step {j}: 'reward' must be a number, got {st['reward']!r}")
     return record
 
 
+def _is_number(x: Any) -> bool:
+    """True for a JSON number (int or float, not bool)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def load_demos(sources: list[str], family: EnvFamily, tasks: list[str], gold_pairs: list[tuple[str, int]],
-               min_score: float, num_workers: int, tip_plan: tuple[int, float, float] = (0, 0.6, 0.2)
-               ) -> list[dict[str, Any]]:
-    """All demonstrations named by ``sft.data``.
+               min_score: float, num_workers: int, tip_plan: tuple[int, float, float] = (0, 0.6, 0.2),
+               key: str = "sft.data") -> list[dict[str, Any]]:
+    """All demonstrations named by ``sft.data`` (or ``algo.sft_data``: ``key`` names it in errors).
 
     Args:
         sources: ``"gold"``, ``"gold_tips"`` (the gold paths with a tip block per step,
@@ -171,10 +190,11 @@ def load_demos(sources: list[str], family: EnvFamily, tasks: list[str], gold_pai
         min_score: JSONL episodes with a final score below this are dropped (crashed ones always).
         num_workers: environments playing gold paths at once.
         tip_plan: ``(seed, right, wrong)`` of the ``gold_tips`` tips (``tipdemos.gold_tip_plan``).
+        key: the config key that named ``sources`` (in error messages).
 
     Raises:
-        FileNotFoundError / TrajectoryFileError: a JSONL source is missing or malformed. ConfigError: ``gold``
-        without gold paths, or no demonstration at all.
+        ConfigError: a JSONL source does not exist, ``gold`` without gold paths, or no demonstration at all.
+        TrajectoryFileError: a JSONL source is malformed (names the file and episode).
     """
     out: list[dict[str, Any]] = []
     gold: list[dict[str, Any]] | None = None
@@ -185,13 +205,16 @@ def load_demos(sources: list[str], family: EnvFamily, tasks: list[str], gold_pai
                 log.info("gold paths: %d of %d (task, variation) pairs reached 100", len(gold), len(gold_pairs))
             out.extend(gold if src == "gold" else [with_gold_tips(r, *tip_plan) for r in gold])
             continue
+        if not Path(src).is_file():
+            raise ConfigError(f"{key}: {src!r} is neither 'gold', 'gold_tips' nor an existing trajectory JSONL file "
+                              "(e.g. a warm-up's runs/<name>/sft_demos.jsonl)")
         recs = read_records(Path(src))
-        kept = [record_from_jsonl(r, f"{src} episode {i + 1}") for i, r in enumerate(recs)]
+        kept = [record_from_jsonl(r, f"{key} {src} episode {i + 1}") for i, r in enumerate(recs)]
         kept = [r for r in kept if not r.get("crashed") and r["steps"] and float(r.get("score", 0.0)) >= min_score]
         log.info("%s: %d of %d episodes have score >= %s", src, len(kept), len(recs), min_score)
         out.extend(kept)
     if not out:
-        raise ConfigError(f"no demonstrations from sft.data={sources} (tasks {tasks}); lower sft.min_score or check "
+        raise ConfigError(f"no demonstrations from {key}={sources} (tasks {tasks}); lower sft.min_score or check "
                           "the files")
     return out
 

@@ -182,7 +182,7 @@ class Empo2Runtime(Method):
             # one per turn: state_embeddings[i] is the state step i was chosen in (novelty, after the rollout)
             st.info.setdefault("state_embeddings", []).append(e)
         if self.icfg.enabled and self.icfg.count == "retrieved":
-            for st in states:  # authors: 1/(retrieved + 1) in tip modes, 0 in plain mode
+            for i, st in enumerate(states):  # authors: 1/(retrieved + 1) in tip modes, 0 in plain mode
                 st.intrinsic = intrinsic_from_retrieved(n_found[i]) if ROLLOUT_SHOWS_TIPS[st.spec.mode] else 0.0
 
     def keep_episode_kv(self, st: EpisodeState) -> bool:

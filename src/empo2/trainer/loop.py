@@ -56,7 +56,7 @@ from empo2.trainer.progress import (
     Progress, checkpoint_note, eval_note, tips_note, trajectories_note, update_note)
 
 from empo2.trainer.mismatch import apply_mismatch, mismatch_wanted
-from empo2.trainer.sft import rl_demo_samples
+from empo2.trainer.sft import rl_demo_samples, rl_demos
 from empo2.trainer.setup import Setup, build_setup, resolve_tasks  # noqa: F401  (re-exported: the composition root)
 
 log = logging.getLogger(__name__)
@@ -169,6 +169,7 @@ class Trainer:
         if resume and cfg.empo2.p > 0:
             check_memory_matches(self.run_dir / MEMORY_FILENAME, ckpt, state, self.start_iteration)
         weights = ckpt.resolve() if resumed else None
+        demos = rl_demos(cfg, self._family)  # algo.sft_data: a missing or malformed file fails before the model loads
         if on_checked is not None:
             on_checked()
         self.progress = Progress(enabled=cfg.run.progress and self.dist.is_main, console=console)
@@ -193,7 +194,7 @@ class Trainer:
             self.learner = Learner(self.setup.policy.model, cfg.algo, cfg.trainer, cfg.rollout.temperature,
                                    int(self.setup.policy.tokenizer.pad_token_id or 0), seed=cfg.run.seed,
                                    ref_model=ref_model, amp=cfg.model.autocast, dist=self.dist,
-                                   sft_samples=rl_demo_samples(cfg, self._family, self.setup.fmt))
+                                   sft_samples=rl_demo_samples(cfg, demos, self._family, self.setup.fmt))
             self.iterations_without_step = 0
             self.modes = ModeSampler(cfg.empo2.p, cfg.empo2.q, cfg.empo2.mode_granularity, cfg.run.seed)
             rewind = (self.start_iteration or -1) if resume else None  # rows after the checkpoint go

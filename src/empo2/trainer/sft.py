@@ -39,7 +39,7 @@ from empo2.trainer.metrics import RunLogger
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SftResult", "demo_nll_backward", "demo_samples", "rl_demo_samples", "run_sft", "sft_loss"]
+__all__ = ["SftResult", "demo_nll_backward", "demo_samples", "rl_demo_samples", "rl_demos", "run_sft", "sft_loss"]
 
 DEMOS_FILE = "sft_demos.jsonl"
 
@@ -119,24 +119,47 @@ def demo_samples(demos: list[dict[str, Any]], fmt: ChatFormat, family: Any, few_
     return samples, n_steps
 
 
-def rl_demo_samples(cfg: Config, family: Any, fmt: ChatFormat) -> list[PackedSample]:
-    """The demonstrations of the RL loss's ``algo.sft_coef`` term (``algo.sft_data``, read like ``sft.data``
-    with ``sft.min_score``, ``sft.variations_per_task``, ``sft.tip_right``/``tip_wrong``), packed.
+def rl_demos(cfg: Config, family: Any) -> list[dict[str, Any]]:
+    """The demonstration records of the RL loss's ``algo.sft_coef`` term: ``algo.sft_data`` read like ``sft.data``
+    with ``sft.min_score``, ``sft.variations_per_task`` (which train variations ``gold`` / ``gold_tips`` play)
+    and ``sft.tip_right``/``tip_wrong``. Called by the trainer before the model loads, so a missing or
+    malformed file fails first.
 
     Returns:
-        ``[]`` when ``algo.sft_coef`` is 0; otherwise the packed demonstrations.
+        ``[]`` when ``algo.sft_coef`` is 0; otherwise the episode records (``trainer.demos`` format).
 
     Raises:
-        ConfigError / FileNotFoundError / TrajectoryFileError: as ``load_demos`` (no demonstration, a missing
-        or malformed JSONL file).
+        ConfigError / TrajectoryFileError: as ``load_demos`` (a missing or malformed JSONL file, no demonstration),
+        naming ``algo.sft_data``.
     """
     if cfg.algo.sft_coef <= 0:
         return []
     tasks = [family.resolve_task(t) for t in cfg.env.tasks]
     pairs = variation_pairs(family, tasks, cfg.env.variations, cfg.sft.variations_per_task)
-    demos = load_demos(cfg.algo.sft_data, family, tasks, pairs, cfg.sft.min_score, cfg.env.num_workers,
-                       tip_plan=(cfg.run.seed, cfg.sft.tip_right, cfg.sft.tip_wrong))
+    return load_demos(cfg.algo.sft_data, family, tasks, pairs, cfg.sft.min_score, cfg.env.num_workers,
+                      tip_plan=(cfg.run.seed, cfg.sft.tip_right, cfg.sft.tip_wrong), key="algo.sft_data")
+
+
+def rl_demo_samples(cfg: Config, demos: list[dict[str, Any]], family: Any, fmt: ChatFormat) -> list[PackedSample]:
+    """``demos`` (``rl_demos``) packed for the ``algo.sft_coef`` term, cut to ``env.max_turns`` steps and
+    ``model.max_context`` tokens.
+
+    Returns:
+        ``[]`` when ``algo.sft_coef`` is 0; otherwise the packed demonstrations (each with ≥ 1 action token).
+
+    Raises:
+        ConfigError: no demonstration keeps an action token within ``model.max_context``.
+    """
+    if cfg.algo.sft_coef <= 0:
+        return []
     samples, n_steps = demo_samples(demos, fmt, family, cfg.action.few_shot, cfg.env.max_turns, cfg.model.max_context)
+    if not samples:
+        raise ConfigError(f"algo.sft_data: none of the {len(demos)} demonstrations has an action token within "
+                          f"model.max_context={cfg.model.max_context} (the system prompt and first observation "
+                          "fill it); raise model.max_context or set action.few_shot=false")
+    if cfg.algo.sft_episodes > len(samples):
+        log.warning("algo.sft_episodes=%d but only %d demonstrations: each optimiser step uses all %d",
+                    cfg.algo.sft_episodes, len(samples), len(samples))
     log.info("algo.sft_coef %s: %d demonstrations, %d steps, %d action tokens", cfg.algo.sft_coef, len(samples),
              n_steps, sum(s.num_targets for s in samples))
     return samples
