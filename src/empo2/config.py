@@ -234,8 +234,8 @@ class MemoryConfig:
         "order of equal-score tips: newer first (ours) or insertion order (authors' stable sort)", default="newer_first")
     top_k: int = doc("k: at most this many tips per step", default=10)
     min_score: float | None = doc(
-        "show only retrieved tips whose episode scored at least this (0..100; ScienceWorld failures count 0 with "
-        "env.scienceworld.failure: zero); null = every retrieved tip (paper). Applied after Retr's top-k, which is "
+        "show only retrieved tips whose episode scored at least this (-100..100, the scores' scale; e.g. 1 keeps "
+        "only episodes that scored); null = every retrieved tip (paper). Applied after Retr's top-k, which is "
         "sorted by score, so the shown tips are the top-k of the entries that pass; novelty counts are unchanged",
         default=None)
     capacity: int = doc("entries per bucket; the oldest are evicted (FIFO)", default=1000)

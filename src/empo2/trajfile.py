@@ -19,13 +19,18 @@ def read_records(path: Path) -> list[dict[str, Any]]:
     """Episode records of a trajectory JSONL file (one JSON object per line; blank lines skipped).
 
     Raises:
-        FileNotFoundError: no such file. TrajectoryFileError: a line is not JSON (names the file and line).
+        FileNotFoundError: no such file. TrajectoryFileError: the file is not UTF-8, or a line is not JSON (names
+        the file and line).
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"trajectory file {path} does not exist")
     out = []
-    for i, line in enumerate(path.read_text().splitlines(), 1):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise TrajectoryFileError(f"{path} is not UTF-8 text ({e}); a trajectory file is JSON lines") from None
+    for i, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:

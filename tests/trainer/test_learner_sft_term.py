@@ -169,14 +169,34 @@ def test_a_missing_or_bad_demonstration_file_fails_at_train_time_before_the_mode
 
     good = {"task": "fetch-key", "variation": 0, "task_description": "t", "score": 100,
             "steps": [{"observation": "o", "action": "go east"}]}
-    for bad, match in [({**good, "score": "high"}, "'score' must be a number"),
+    for bad, match in [({**good, "score": "high"}, "'score' must be a finite number"),
                        ({**good, "steps": [{"observation": "o", "action": 3}]}, "must be strings"),
                        ({**good, "steps": "go east"}, "'steps' must be a list"),
-                       ([1, 2], "not a JSON object")]:
+                       ([1, 2], "not a JSON object"),
+                       ({**good, "variation": "abc"}, "'variation' must be an integer"),
+                       ({**good, "task_description": 42}, "'task_description' must be a string"),
+                       ({**good, "initial_score": "x"}, "'initial_score' must be a finite number"),
+                       ({**good, "score": float("nan")}, "'score' must be a finite number"),
+                       ({**good, "steps": [{"observation": "o", "action": "go", "score": "x"}]}, "step 0: 'score'"),
+                       ({**good, "steps": [{"observation": "o", "action": "go", "valid": "false"}]}, "'valid'"),
+                       ({**good, "steps": [{"observation": "o", "action": "go", "tips": "abc"}]}, "list of strings"),
+                       ({**good, "steps": [{"observation": "o", "action": "  "}]}, "'action' is empty")]:
         f = tmp_path / "bad.jsonl"
         f.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n")
         with pytest.raises(TrajectoryFileError, match=rf"algo.sft_data .*bad.jsonl episode 2: .*{match}"):
             rl_demos(load_config(None, [*over, f"algo.sft_data=[{f}]"]), TinyFamily())
+
+    f = tmp_path / "binary.jsonl"
+    f.write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(TrajectoryFileError, match="algo.sft_data: .*not UTF-8"):
+        rl_demos(load_config(None, [*over, f"algo.sft_data=[{f}]"]), TinyFamily())
+    f = tmp_path / "empty.jsonl"
+    f.write_text("\n")
+    with pytest.raises(ConfigError, match="empty.jsonl: 0 episodes"):
+        rl_demos(load_config(None, [*over, f"algo.sft_data=[{f}]"]), TinyFamily())
+    f.write_text(json.dumps({**good, "steps": []}) + "\n" + json.dumps({**good, "score": 0}) + "\n")
+    with pytest.raises(ConfigError, match="2 episodes, 1 crashed or without steps, 1 below sft.min_score"):
+        rl_demos(load_config(None, [*over, f"algo.sft_data=[{f}]"]), TinyFamily())
 
     from empo2.policy.chat import ChatFormat
 

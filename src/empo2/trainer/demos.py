@@ -19,6 +19,7 @@ so SFT trains the same ids, in the same context, that rollouts sample (loss on a
 from __future__ import annotations
 
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
@@ -141,12 +142,16 @@ def policy_gold_records(cfg: Any, family: EnvFamily, pairs: list[tuple[str, int]
 
 
 def record_from_jsonl(record: Any, where: str) -> dict[str, Any]:
-    """Check that a JSONL episode record has what a demonstration needs; returns it.
+    """Check that a JSONL episode record has what a demonstration needs, with the types ``demo_trajectory``
+    reads; returns it.
+
+    Required: ``task`` (str), ``task_description`` (str), ``steps`` (list of objects with a string
+    ``observation`` and a non-empty string ``action``). Optional, checked when present: ``variation``
+    (int), ``score`` / ``initial_score`` and each step's ``score`` / ``reward`` (finite numbers), each
+    step's ``valid`` (bool) and ``tips`` (list of strings).
 
     Raises:
-        TrajectoryFileError: the record is not an object, a required key is missing, ``steps`` is not a list
-        of objects with a string ``action`` and ``observation``, or ``score`` / ``reward`` is not a number
-        (names ``where``, the key and, for steps, the step).
+        TrajectoryFileError: the first violation, naming ``where``, the key and, for steps, the step.
     """
     fmt_hint = ("a demonstration needs task, variation, task_description, score and steps[{observation, action}] "
                 "(our trajectory JSONL format)")
@@ -155,25 +160,38 @@ def record_from_jsonl(record: Any, where: str) -> dict[str, Any]:
     for k in ("task", "task_description", "steps"):
         if k not in record:
             raise TrajectoryFileError(f"{where}: missing key {k!r}; {fmt_hint}")
+    for k in ("task", "task_description"):
+        if not isinstance(record[k], str):
+            raise TrajectoryFileError(f"{where}: {k!r} must be a string, got {record[k]!r}")
+    if "variation" in record and (not isinstance(record["variation"], int) or isinstance(record["variation"], bool)):
+        raise TrajectoryFileError(f"{where}: 'variation' must be an integer, got {record['variation']!r}")
     if not isinstance(record["steps"], list):
         raise TrajectoryFileError(f"{where}: 'steps' must be a list of {{observation, action}} objects")
-    if "score" in record and not _is_number(record["score"]):
-        raise TrajectoryFileError(f"{where}: 'score' must be a number (the episode's final score), got "
-                                  f"{record['score']!r}")
+    for k in ("score", "initial_score"):
+        if k in record and not _is_number(record[k]):
+            raise TrajectoryFileError(f"{where}: {k!r} must be a finite number, got {record[k]!r}")
     for j, st in enumerate(record["steps"]):
         if not isinstance(st, dict) or "observation" not in st or "action" not in st:
             raise TrajectoryFileError(f"{where}: step {j} needs 'observation' and 'action'")
         if not isinstance(st["action"], str) or not isinstance(st["observation"], str):
             raise TrajectoryFileError(f"{where}: step {j}: 'observation' and 'action' must be strings, got "
                                       f"{type(st['observation']).__name__} and {type(st['action']).__name__}")
-        if "reward" in st and not _is_number(st["reward"]):
-            raise TrajectoryFileError(f"{where}: step {j}: 'reward' must be a number, got {st['reward']!r}")
+        if not st["action"].strip():
+            raise TrajectoryFileError(f"{where}: step {j}: 'action' is empty")
+        for k in ("score", "reward"):
+            if k in st and not _is_number(st[k]):
+                raise TrajectoryFileError(f"{where}: step {j}: {k!r} must be a finite number, got {st[k]!r}")
+        if "valid" in st and not isinstance(st["valid"], bool):
+            raise TrajectoryFileError(f"{where}: step {j}: 'valid' must be true or false, got {st['valid']!r}")
+        if "tips" in st and st["tips"] is not None and (
+                not isinstance(st["tips"], list) or not all(isinstance(t, str) for t in st["tips"])):
+            raise TrajectoryFileError(f"{where}: step {j}: 'tips' must be a list of strings, got {st['tips']!r}")
     return record
 
 
 def _is_number(x: Any) -> bool:
-    """True for a JSON number (int or float, not bool)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
+    """True for a finite JSON number (int or float, not bool, not NaN/Infinity)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def load_demos(sources: list[str], family: EnvFamily, tasks: list[str], gold_pairs: list[tuple[str, int]],
@@ -197,6 +215,7 @@ def load_demos(sources: list[str], family: EnvFamily, tasks: list[str], gold_pai
         TrajectoryFileError: a JSONL source is malformed (names the file and episode).
     """
     out: list[dict[str, Any]] = []
+    counts: list[str] = []  # per JSONL source, for the error when nothing is left
     gold: list[dict[str, Any]] | None = None
     for src in sources:
         if src in ("gold", "gold_tips"):
@@ -208,14 +227,20 @@ def load_demos(sources: list[str], family: EnvFamily, tasks: list[str], gold_pai
         if not Path(src).is_file():
             raise ConfigError(f"{key}: {src!r} is neither 'gold', 'gold_tips' nor an existing trajectory JSONL file "
                               "(e.g. a warm-up's runs/<name>/sft_demos.jsonl)")
-        recs = read_records(Path(src))
-        kept = [record_from_jsonl(r, f"{key} {src} episode {i + 1}") for i, r in enumerate(recs)]
-        kept = [r for r in kept if not r.get("crashed") and r["steps"] and float(r.get("score", 0.0)) >= min_score]
-        log.info("%s: %d of %d episodes have score >= %s", src, len(kept), len(recs), min_score)
+        try:
+            recs = read_records(Path(src))
+        except TrajectoryFileError as e:
+            raise TrajectoryFileError(f"{key}: {e}") from None
+        checked = [record_from_jsonl(r, f"{key} {src} episode {i + 1}") for i, r in enumerate(recs)]
+        usable = [r for r in checked if not r.get("crashed") and r["steps"]]
+        kept = [r for r in usable if float(r.get("score", 0.0)) >= min_score]
+        log.info("%s: %d of %d episodes have steps, are not crashed and have score >= %s", src, len(kept), len(recs),
+                 min_score)
+        counts.append(f"{src}: {len(recs)} episodes, {len(recs) - len(usable)} crashed or without steps, "
+                      f"{len(usable) - len(kept)} below sft.min_score={min_score}")
         out.extend(kept)
     if not out:
-        raise ConfigError(f"no demonstrations from {key}={sources} (tasks {tasks}); lower sft.min_score or check "
-                          "the files")
+        raise ConfigError(f"no demonstrations from {key}={sources} (tasks {tasks}): " + "; ".join(counts or ["none"]))
     return out
 
 
