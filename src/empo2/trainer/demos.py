@@ -19,7 +19,6 @@ so SFT trains the same ids, in the same context, that rollouts sample (loss on a
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from empo2.envs.base import EnvError, EnvFamily, TaskSpec
 from empo2.policy.chat import ChatFormat
 from empo2.policy.sampling import Generation
 from empo2.records import StepRecord, Trajectory
+from empo2.report.runs import finite
 from empo2.trajfile import TrajectoryFileError, read_records
 from empo2.rollout.pool import EnvPool
 from empo2.trainer.tipdemos import SHOWN_TIPS_KEY, with_gold_tips
@@ -168,7 +168,7 @@ def record_from_jsonl(record: Any, where: str) -> dict[str, Any]:
     if not isinstance(record["steps"], list):
         raise TrajectoryFileError(f"{where}: 'steps' must be a list of {{observation, action}} objects")
     for k in ("score", "initial_score"):
-        if k in record and not _is_number(record[k]):
+        if k in record and finite(record[k]) is None:
             raise TrajectoryFileError(f"{where}: {k!r} must be a finite number, got {record[k]!r}")
     for j, st in enumerate(record["steps"]):
         if not isinstance(st, dict) or "observation" not in st or "action" not in st:
@@ -179,7 +179,7 @@ def record_from_jsonl(record: Any, where: str) -> dict[str, Any]:
         if not st["action"].strip():
             raise TrajectoryFileError(f"{where}: step {j}: 'action' is empty")
         for k in ("score", "reward"):
-            if k in st and not _is_number(st[k]):
+            if k in st and finite(st[k]) is None:
                 raise TrajectoryFileError(f"{where}: step {j}: {k!r} must be a finite number, got {st[k]!r}")
         if "valid" in st and not isinstance(st["valid"], bool):
             raise TrajectoryFileError(f"{where}: step {j}: 'valid' must be true or false, got {st['valid']!r}")
@@ -187,11 +187,6 @@ def record_from_jsonl(record: Any, where: str) -> dict[str, Any]:
                 not isinstance(st["tips"], list) or not all(isinstance(t, str) for t in st["tips"])):
             raise TrajectoryFileError(f"{where}: step {j}: 'tips' must be a list of strings, got {st['tips']!r}")
     return record
-
-
-def _is_number(x: Any) -> bool:
-    """True for a finite JSON number (int or float, not bool, not NaN/Infinity)."""
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def load_demos(sources: list[str], family: EnvFamily, tasks: list[str], gold_pairs: list[tuple[str, int]],
@@ -224,11 +219,11 @@ def load_demos(sources: list[str], family: EnvFamily, tasks: list[str], gold_pai
                 log.info("gold paths: %d of %d (task, variation) pairs reached 100", len(gold), len(gold_pairs))
             out.extend(gold if src == "gold" else [with_gold_tips(r, *tip_plan) for r in gold])
             continue
-        if not Path(src).is_file():
-            raise ConfigError(f"{key}: {src!r} is neither 'gold', 'gold_tips' nor an existing trajectory JSONL file "
-                              "(e.g. a warm-up's runs/<name>/sft_demos.jsonl)")
         try:
             recs = read_records(Path(src))
+        except FileNotFoundError:
+            raise ConfigError(f"{key}: {src!r} is neither 'gold', 'gold_tips' nor an existing trajectory JSONL file "
+                              "(e.g. a warm-up's runs/<name>/sft_demos.jsonl)") from None
         except TrajectoryFileError as e:
             raise TrajectoryFileError(f"{key}: {e}") from None
         checked = [record_from_jsonl(r, f"{key} {src} episode {i + 1}") for i, r in enumerate(recs)]
