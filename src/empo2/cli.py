@@ -820,8 +820,9 @@ def _one_line(e: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     # First, before anything imports torch (the imports below do; parsing does not): GNU OpenMP
     # reads OMP_WAIT_POLICY once, when torch loads it. On a machine busy at start, PASSIVE.
-    from empo2.threads import OmpDecision, apply_omp_wait_policy
+    from empo2.threads import OmpDecision, apply_omp_wait_policy, no_jax_preallocation
 
+    no_jax_preallocation()  # JAX beside torch on a GPU would otherwise take 75% of its memory
     args = build_parser().parse_args(argv)
     computes = args.command in _COMPUTE_COMMANDS
     omp = apply_omp_wait_policy() if computes else OmpDecision(False, "not a compute command")

@@ -24,6 +24,9 @@ import sys
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
+XLA_PREALLOCATE_ENV = "XLA_PYTHON_CLIENT_PREALLOCATE"
+"""JAX's switch for taking 75% of the GPU's memory when its backend starts (docs/performance.md, "GPU")."""
+
 OMP_AUTO_ENV = "EMPO2_OMP_AUTO"
 """Set to ``0`` (or ``false``/``no``/``off``) to never change ``OMP_WAIT_POLICY``."""
 
@@ -208,3 +211,25 @@ def thread_info() -> dict[str, float]:
 
     passive = os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE"
     return {"sys/torch_threads": float(torch.get_num_threads()), "sys/omp_wait_passive": float(passive)}
+
+
+def no_jax_preallocation(env: MutableMapping[str, str] | None = None) -> bool:
+    """Set ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` in ``env`` unless the user set it (docs/performance.md, "GPU").
+
+    Where JAX is installed beside torch (common on GPU images), whatever starts JAX's backend in the
+    process makes it reserve 75% of the GPU's memory outside PyTorch: the first GPU check
+    (``benchmarks/gpu_check.sh`` on an H200) ran out of memory in the update with 33 GiB allocated by
+    PyTorch and 105 GiB held outside it. With the variable false JAX allocates on demand. Must run before
+    anything imports jax; ``empo2.cli.main`` calls it first thing.
+
+    Args:
+        env: the environment to update (default ``os.environ``).
+
+    Returns:
+        True if ``env`` was changed, False if the user had set the variable (left as it is).
+    """
+    env = os.environ if env is None else env
+    if XLA_PREALLOCATE_ENV in env:
+        return False
+    env[XLA_PREALLOCATE_ENV] = "false"
+    return True

