@@ -23,7 +23,10 @@ checkpoint ``--init CKPT`` (e.g. a tip-reading ``empo2 sft`` policy): ``init_bas
 
 Resumable per arm and seed: each finished (arm, seed) writes ``runs/<arm>-s<seed>/result.json`` (its
 evaluations, metrics rows and the settings it ran with); a later call with the same ``--out`` keeps
-and skips it (``--redo`` trains it again), and trains an unfinished one again from scratch. A
+and skips it (``--redo`` trains it again). An unfinished one (interrupted: a session's time limit, a
+killed job) continues from its last per-iteration checkpoint (``empo2 train --resume``, which reproduces
+the iteration an uninterrupted run would train) when its ``learn_spec.json`` holds this call's settings,
+else it is trained again from scratch; ``--redo`` always starts afresh. A
 finished run whose settings differ from this call's (config file, overrides, eval episodes, init,
 memory file) is refused, not mixed in. ``learn_partial.json`` and ``learn.md`` are rewritten after
 every (arm, seed), so an interrupted benchmark leaves its table so far. ``--finished-only`` trains
@@ -152,26 +155,53 @@ def finished_run(run_dir: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
     return r
 
 
+def resumable(run_dir: Path, spec: dict[str, Any]) -> bool:
+    """Whether ``run_dir`` holds an unfinished run of ``spec`` that ``empo2 train --resume`` can continue: its
+    ``learn_spec.json`` (written when it started) equals ``spec``, it has ``checkpoints/last`` and no
+    ``result.json``."""
+    path = run_dir / "learn_spec.json"
+    last = run_dir / "checkpoints" / "last"
+    if (run_dir / "result.json").exists() or not (last / "state.json").is_file() or not path.is_file():
+        return False
+    try:
+        return bool(json.loads(path.read_text()) == json.loads(json.dumps(spec)))
+    except (OSError, ValueError):
+        return False
+
+
 def run_one(arm: str, seed: int, cfg: str, extra: list[str], out: Path, eval_episodes: int,
-            keep_checkpoints: bool, init: str | None = None, memory_import: str | None = None) -> dict[str, Any]:
+            keep_checkpoints: bool, init: str | None = None, memory_import: str | None = None,
+            restart: bool = False) -> dict[str, Any]:
     """Train one (arm, seed) run, evaluate its final policy on the test and train variations, and write
-    ``result.json`` (what ``finished_run`` reads back). An unfinished run folder is started afresh."""
+    ``result.json`` (what ``finished_run`` reads back). An unfinished run folder of the same settings
+    (``resumable``) continues from its last checkpoint unless ``restart``; any other is started afresh."""
     name = f"{arm}-s{seed}"
     run_dir = out / "runs" / name
     log = out / "logs" / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    if run_dir.exists():
+    spec = run_spec(arm, seed, cfg, extra, eval_episodes, init, memory_import)
+    resume = not restart and resumable(run_dir, spec)
+    if run_dir.exists() and not resume:
         shutil.rmtree(run_dir)
+    if not resume:
+        run_dir.mkdir(parents=True)
+        (run_dir / "learn_spec.json").write_text(json.dumps(spec))
     arm_over = list(ARMS[arm]) + ([f"model.name_or_path={init}"] if arm.startswith("init_") else [])
     overrides = [f"run.name={name}", f"run.dir={out / 'runs'}", f"run.seed={seed}", "run.progress=false",
                  "eval.before_after=false", "trainer.tensorboard=false", "trainer.keep_checkpoints=1",
                  *extra, *arm_over]
     times: dict[str, float] = {}
-    if arm in ORACLE_ARMS:  # the seeded memory: imported entries (iteration -1) are kept by the run
+    if arm in ORACLE_ARMS and not resume:  # the seeded memory: imported entries (iteration -1) are kept by the run
         times["import_s"] = _cli("memory", "import", str(memory_import), *overrides, "--run", str(run_dir),
                                  "--config", cfg, log=log)
     trains = "trainer.iterations=0" not in ARMS[arm]
-    times["train_s"] = _cli("train", "--config", cfg, *overrides, log=log) if trains else 0.0
+    if resume:
+        state = json.loads((run_dir / "checkpoints" / "last" / "state.json").read_text())
+        times["resumed_after_iteration"] = float(state.get("iteration", -1))
+        print(f"[learn] {name}: unfinished, resuming from its checkpoint of iteration {state.get('iteration')}",
+              flush=True)
+    times["train_s"] = (_cli("train", "--config", cfg, *overrides, *(["--resume"] if resume else []), log=log)
+                        if trains else 0.0)
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = run_dir / "checkpoints" / "last"
     # base (trainer.iterations = 0) writes no checkpoint: evaluate the config's untrained model instead
@@ -200,7 +230,7 @@ def run_one(arm: str, seed: int, cfg: str, extra: list[str], out: Path, eval_epi
     rows = [json.loads(ln) for ln in mpath.read_text().splitlines() if ln.strip()] if mpath.is_file() else []
     rows = [r for r in rows if "rollout/score_mean" in r]
     result = {"method": arm, "seed": seed, "run": str(run_dir), "times": times, "eval": ev, "metrics": rows,
-              "spec": run_spec(arm, seed, cfg, extra, eval_episodes, init, memory_import)}
+              "spec": spec}
     tmp = run_dir / "result.json.tmp"
     tmp.write_text(json.dumps(result, allow_nan=True))
     tmp.replace(run_dir / "result.json")  # written last: its presence means the run is finished
@@ -508,7 +538,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   flush=True)
         else:
             print(f"[learn] {k + 1}/{total}: {arm} seed {seed} …", flush=True)
-            r = run_one(arm, seed, cfg, extra, out, eval_episodes, args.keep_checkpoints, init, mem)
+            r = run_one(arm, seed, cfg, extra, out, eval_episodes, args.keep_checkpoints, init, mem, restart=args.redo)
             e = r["eval"]["test"]["overall"]
             print(f"[learn] {arm} seed {seed}: test score {e['score']:.1f}, success {100 * e['success_rate']:.0f}% "
                   f"({r['times']['train_s']:.0f} s train, {time.perf_counter() - t0:.0f} s so far)", flush=True)

@@ -220,6 +220,44 @@ def test_learn_quick_runs_every_stage(tmp_path):
         learn.main([*args, "trainer.lr=2e-3"])
 
 
+def test_learn_resumes_an_interrupted_run_from_its_checkpoint(tmp_path, monkeypatch):
+    """An (arm, seed) run stopped after its first iteration's checkpoint continues from it on the next call
+    (``empo2 train --resume``) and ends where an uninterrupted run of the same seed ends."""
+    from benchmarks import learn
+
+    args = ["--quick", "--threads", "1", "--seeds", "0", "--arms", "grpo"]
+    over = "env.variations=[0,1]"
+    whole = learn.main([*args, "--out", str(tmp_path / "whole"), over])["results"]["methods"]["grpo"]
+    real = learn._cli
+
+    def killed_after_one_iteration(*a: str, log: Path) -> float:
+        if a[0] == "train":  # the session ends after iteration 1's checkpoint
+            real(*a, "trainer.iterations=1", log=log)
+            raise RuntimeError("killed")
+        return real(*a, log=log)
+
+    out = tmp_path / "cut"
+    monkeypatch.setattr(learn, "_cli", killed_after_one_iteration)
+    with pytest.raises(RuntimeError, match="killed"):
+        learn.main([*args, "--out", str(out), over])
+    run_dir = out / "runs" / "grpo-s0"
+    assert (run_dir / "checkpoints" / "last" / "state.json").is_file() and not (run_dir / "result.json").exists()
+    monkeypatch.setattr(learn, "_cli", real)
+    cut = learn.main([*args, "--out", str(out), over])["results"]["methods"]["grpo"]
+    res = json.loads((run_dir / "result.json").read_text())
+    assert res["times"]["resumed_after_iteration"] == 1.0
+    assert "--resume" in (out / "logs" / "grpo-s0.log").read_text()
+    assert [r["iteration"] for r in res["metrics"]] == [1, 2]  # iteration 1 kept, 2 trained after the resume
+    assert cut["curve"] == whole["curve"] and cut["test"]["score"] == whole["test"]["score"]
+    # other settings than the unfinished run's: started afresh, not resumed
+    (run_dir / "result.json").unlink()
+    (run_dir / "checkpoints" / "last").mkdir(parents=True)
+    (run_dir / "checkpoints" / "last" / "state.json").write_text('{"iteration": 1}')
+    spec = json.loads((run_dir / "learn_spec.json").read_text())
+    assert learn.resumable(run_dir, spec)
+    assert not learn.resumable(run_dir, {**spec, "overrides": [*spec["overrides"], "trainer.lr=2e-3"]})
+
+
 def test_gpu_check_runs_on_cpu_with_the_tiny_shape(tmp_path):
     """``benchmarks/gpu_check`` (the first-GPU-machine script) end to end on the CPU: a random model written
     and reloaded offline, one GRPO and one EMPO² iteration on WebShop, throughput and MFU reported."""
