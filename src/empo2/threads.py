@@ -13,6 +13,9 @@ just before training would make an idle machine look busy.
 The runtime reads ``OMP_WAIT_POLICY`` once, when it is loaded (``import torch``), so the choice has
 to be made before that: ``empo2.cli.main`` calls ``apply_omp_wait_policy`` first thing.
 
+``no_jax_preallocation`` is the other process-environment setting made there, before any import: it
+keeps JAX, where installed beside torch, from taking 75% of a GPU's memory (docs/performance.md, "GPU").
+
 This module must not import torch (or anything that does).
 """
 
