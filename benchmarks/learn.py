@@ -196,10 +196,11 @@ def run_one(arm: str, seed: int, cfg: str, extra: list[str], out: Path, eval_epi
                                  "--config", cfg, log=log)
     trains = "trainer.iterations=0" not in ARMS[arm]
     if resume:
-        state = json.loads((run_dir / "checkpoints" / "last" / "state.json").read_text())
-        times["resumed_after_iteration"] = float(state.get("iteration", -1))
-        print(f"[learn] {name}: unfinished, resuming from its checkpoint of iteration {state.get('iteration')}",
-              flush=True)
+        from empo2.trainer.checkpoint import load_state
+
+        done = int(load_state(run_dir / "checkpoints" / "last")["iteration"])
+        times["resumed_after_iteration"] = float(done)
+        print(f"[learn] {name}: unfinished, resuming from its checkpoint of iteration {done}", flush=True)
     times["train_s"] = (_cli("train", "--config", cfg, *overrides, *(["--resume"] if resume else []), log=log)
                         if trains else 0.0)
     run_dir.mkdir(parents=True, exist_ok=True)
