@@ -169,6 +169,14 @@ def resumable(run_dir: Path, spec: dict[str, Any]) -> bool:
         return False
 
 
+def _metric_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """The per-iteration training rows of ``run_dir/metrics.jsonl`` (those with ``rollout/score_mean``; evaluation
+    rows are left out); [] when the file does not exist."""
+    mpath = run_dir / "metrics.jsonl"
+    rows = [json.loads(ln) for ln in mpath.read_text().splitlines() if ln.strip()] if mpath.is_file() else []
+    return [r for r in rows if "rollout/score_mean" in r]
+
+
 def run_one(arm: str, seed: int, cfg: str, extra: list[str], out: Path, eval_episodes: int,
             keep_checkpoints: bool, init: str | None = None, memory_import: str | None = None,
             restart: bool = False) -> dict[str, Any]:
@@ -200,9 +208,14 @@ def run_one(arm: str, seed: int, cfg: str, extra: list[str], out: Path, eval_epi
 
         done = int(load_state(run_dir / "checkpoints" / "last")["iteration"])
         times["resumed_after_iteration"] = float(done)
+        # the interrupted part's training time: its iterations' time/iteration (the process start-up it also
+        # paid is not in metrics.jsonl and is left out)
+        times["train_s_before_resume"] = sum(
+            float(r.get("time/iteration", 0.0)) for r in _metric_rows(run_dir)
+            if int(r.get("iteration", 0)) <= done)
         print(f"[learn] {name}: unfinished, resuming from its checkpoint of iteration {done}", flush=True)
     times["train_s"] = (_cli("train", "--config", cfg, *overrides, *(["--resume"] if resume else []), log=log)
-                        if trains else 0.0)
+                        if trains else 0.0) + times.get("train_s_before_resume", 0.0)
     run_dir.mkdir(parents=True, exist_ok=True)
     ckpt = run_dir / "checkpoints" / "last"
     # base (trainer.iterations = 0) writes no checkpoint: evaluate the config's untrained model instead
@@ -227,9 +240,7 @@ def run_one(arm: str, seed: int, cfg: str, extra: list[str], out: Path, eval_epi
         (run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(resolved), sort_keys=False))
     if not keep_checkpoints:
         shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-    mpath = run_dir / "metrics.jsonl"
-    rows = [json.loads(ln) for ln in mpath.read_text().splitlines() if ln.strip()] if mpath.is_file() else []
-    rows = [r for r in rows if "rollout/score_mean" in r]
+    rows = _metric_rows(run_dir)
     result = {"method": arm, "seed": seed, "run": str(run_dir), "times": times, "eval": ev, "metrics": rows,
               "spec": spec}
     tmp = run_dir / "result.json.tmp"

@@ -246,6 +246,9 @@ def test_learn_resumes_an_interrupted_run_from_its_checkpoint(tmp_path, monkeypa
     cut = learn.main([*args, "--out", str(out), over])["results"]["methods"]["grpo"]
     res = json.loads((run_dir / "result.json").read_text())
     assert res["times"]["resumed_after_iteration"] == 1.0
+    # the train time counts the interrupted part too: iteration 1's time/iteration, plus the resumed process
+    it1 = res["metrics"][0]["time/iteration"]
+    assert res["times"]["train_s_before_resume"] == pytest.approx(it1) and res["times"]["train_s"] > it1
     assert "--resume" in (out / "logs" / "grpo-s0.log").read_text()
     assert [r["iteration"] for r in res["metrics"]] == [1, 2]  # iteration 1 kept, 2 trained after the resume
     assert cut["curve"] == whole["curve"] and cut["test"]["score"] == whole["test"]["score"]
