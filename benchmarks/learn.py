@@ -17,9 +17,12 @@ trained with its tips, i.e. no off-policy distillation), ``memory_only`` (frozen
 oracle`` — and retrieving only a state's own tip, ``ORACLE_RETRIEVAL``), ``empo2_live_oracle`` (a
 diagnostic: every memory-mode step is shown the next gold action from whatever state it is in,
 ``empo2.memory.source: oracle`` — the tip source a perfect tip writer and memory would be, so the arm
-measures tip reading + distillation alone); and the ``init_*`` arms, the same starting from the warm-up
+measures tip reading + distillation alone), ``empo2_live_oracle_q0`` (the same tips, q = 0: the tipped
+rollouts are trained with their tips in the prompt, never tip-free — what the tip-free policy gains without
+the off-policy distillation); and the ``init_*`` arms, the same starting from the warm-up
 checkpoint ``--init CKPT`` (e.g. a tip-reading ``empo2 sft`` policy): ``init_base``, ``init_grpo``,
-``init_empo2``, ``init_empo2_oracle``, ``init_empo2_live_oracle``.
+``init_empo2``, ``init_empo2_q0``, ``init_empo2_oracle``, ``init_empo2_live_oracle``,
+``init_empo2_live_oracle_q0``.
 
 Resumable per arm and seed: each finished (arm, seed) writes ``runs/<arm>-s<seed>/result.json`` (its
 evaluations, metrics rows and the settings it ran with); a later call with the same ``--out`` keeps
@@ -86,11 +89,12 @@ ARMS: dict[str, list[str]] = {
     "memory_only": ["empo2.p=1.0", "empo2.q=0.0", "trainer.update=false"],
     "empo2_oracle": [*EMPO2, *ORACLE_RETRIEVAL],
     "empo2_live_oracle": [*EMPO2, "empo2.memory.source=oracle"],
+    "empo2_live_oracle_q0": [*EMPO2, "empo2.memory.source=oracle", "empo2.q=0.0"],
 }
 """arm → overrides on top of the shared config. EMPO² settings other than those named here (memory,
 tips, q, granularity) live in the config file, so GRPO is exactly EMPO² with p = 0. The ``init_<arm>``
 arms add ``model.name_or_path=<--init>`` to ``<arm>``."""
-for _a in ("base", "grpo", "empo2", "empo2_oracle", "empo2_live_oracle"):
+for _a in ("base", "grpo", "empo2", "empo2_q0", "empo2_oracle", "empo2_live_oracle", "empo2_live_oracle_q0"):
     ARMS[f"init_{_a}"] = ARMS[_a]
 METHODS = ARMS  # the former name
 

@@ -362,3 +362,23 @@ def test_learn_paired_difference_has_a_ci_over_seeds():
     assert "seeds [" in learn._pm(d)
     one = learn.paired_vs([run("empo2", 0, a[0]), run("grpo", 0, b[0])], "empo2", "grpo", "test")
     assert all(math.isnan(x) for x in one["score_diff_seed_ci"]) and "seeds [" not in learn._pm(one)
+
+
+def test_every_learn_arm_is_a_valid_config_and_the_q0_arms_never_train_tip_free():
+    """Each ``benchmarks.learn`` arm's overrides load on the benchmark's config (a typo would only fail hours into a
+    run); the ``*_q0`` arms differ from their q = 0.68 counterparts only by q (no off-policy distillation), and the
+    ``init_*`` arms add the warm-up checkpoint."""
+    from benchmarks import learn
+
+    from empo2.config import load_config
+
+    four = ["env.variations=[0,1,2,3]"]  # the live oracle plays the gold path of each training variation
+    for over in learn.ARMS.values():
+        load_config(learn.DEFAULT_CONFIG, [*four, *over])
+    for arm in ("empo2_live_oracle_q0", "init_empo2_live_oracle_q0", "empo2_q0", "init_empo2_q0"):
+        with_q = learn.ARMS[arm.replace("_q0", "")]
+        assert [o for o in learn.ARMS[arm] if o not in with_q] == ["empo2.q=0.0"]
+        cfg = load_config(learn.DEFAULT_CONFIG, [*four, *learn.ARMS[arm]])
+        assert cfg.empo2.q == 0.0 and cfg.empo2.p == 0.5
+    live_q0 = load_config(learn.DEFAULT_CONFIG, [*four, *learn.ARMS["empo2_live_oracle_q0"]])
+    assert live_q0.empo2.memory.source == "oracle"
