@@ -18,6 +18,8 @@ resumes where it stopped; ``--redo STAGE`` recomputes one):
       episode); it cannot tell a wrong claim from a right one — informativeness does that.
     * **useful** = coherent and naming the outcome or a scoring action (restating the task's object
       alone is not counted).
+    * **copy**: the tip reuses the ``summary_fewshot`` worked example's wording
+      (``memory.tipinfo.copies_example``, ≥ 3 shared word 4-grams); reported beside, not subtracted.
 
     Tip prompts: ``trajectory`` (the run's: the whole tip-free chat + final observation and score +
     ``memory.text.TIP_INSTRUCTION``, as ``trainer.empo2_runtime.Empo2Runtime.tip_prompts``);
@@ -244,17 +246,17 @@ def stage_write(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs:
     for v in res.values():  # scored from the saved raw tips, so the measure can change without resampling
         v["summary"] = score_tips(v["tips"], recs, trajs)
     _dump(path, res)
-    cols = ["setting", "n", "malformed", "coherent", "grounded", "outcome", "object", "action", "useful"]
+    cols = ["setting", "n", "malformed", "coherent", "grounded", "outcome", "object", "action", "useful", "copy"]
     print_table(f"tip writing ({args.label})", cols,
                 [[k] + [v["summary"][c] for c in ("n", "malformed", "coherent", "grounded_mean", "outcome", "object",
-                                                   "action", "useful")] for k, v in res.items()])
+                                                   "action", "useful", "copy")] for k, v in res.items()])
     return res
 
 
 def score_tips(rows: list[dict[str, Any]], recs: list[dict[str, Any]], trajs: list[Any]) -> dict[str, float]:
     """Clean and score each row's ``raw`` tip in place (module docstring); returns the shares over rows."""
     from empo2.memory.text import clean_tip
-    from empo2.memory.tipinfo import tip_informativeness
+    from empo2.memory.tipinfo import copies_example, tip_informativeness
 
     by_id = {r["id"]: (r, t) for r, t in zip(recs, trajs)}
     for row in rows:
@@ -264,9 +266,10 @@ def score_tips(rows: list[dict[str, Any]], recs: list[dict[str, Any]], trajs: li
         inf = tip_informativeness(tip, t) if tip else None
         row.update(tip=tip, coherent=coh, grounded=grounded, outcome=bool(inf and inf.outcome),
                    object=bool(inf and inf.object), action=bool(inf and inf.action),
-                   useful=bool(coh and inf and (inf.outcome or inf.action)))
+                   useful=bool(coh and inf and (inf.outcome or inf.action)), copy=bool(tip and copies_example(tip)))
     n = len(rows)
-    agg = {k: sum(bool(x[k]) for x in rows) / n for k in ("coherent", "outcome", "object", "action", "useful")}
+    agg = {k: sum(bool(x[k]) for x in rows) / n
+           for k in ("coherent", "outcome", "object", "action", "useful", "copy")}
     return agg | {"malformed": sum(x["tip"] is None for x in rows) / n,
                   "grounded_mean": float(np.mean([x["grounded"] for x in rows])), "n": n}
 

@@ -79,6 +79,47 @@ def test_shares():
     assert informativeness_shares([]) == {}
 
 
+# ---------------------------------------------------------------- copying the worked example (issue #18 item 6)
+
+COPIED = ("Going to the kitchen helped, but focusing on the animal with the longest life span failed: go to the "
+          "greenhouse and focus on a plant instead; score 50.0/100.")  # a tip the 135M model wrote (7-1, seed 1)
+
+
+def test_a_tip_in_the_examples_frame_is_a_copy_though_it_counts_as_informative():
+    from empo2.memory.tipinfo import copies_example, example_ngrams_shared
+
+    t = _traj(FIND_ANIMAL.replace("find a(n) animal", "find the animal with the longest life span"),
+              [("go to kitchen", 0.0), ("focus on cat", 0.0)], 50.0)
+    assert copies_example(COPIED) and example_ngrams_shared(COPIED) >= 10
+    f = tip_informativeness(COPIED, t)
+    assert f.outcome and f.object and not f.action  # what the three flags credit it with
+    # the example's tip itself, with digits and punctuation changed, is all of its 4-grams
+    from empo2.memory.text import SUMMARY_TIP_EXAMPLE
+    ex = SUMMARY_TIP_EXAMPLE[1]
+    assert example_ngrams_shared(ex.upper().replace(";", ",").replace("0", "7")) == example_ngrams_shared(ex)
+
+
+def test_short_or_own_words_tips_are_not_copies():
+    from empo2.memory.tipinfo import COPY_MIN_NGRAMS, copies_example, example_ngrams_shared
+
+    assert example_ngrams_shared("Go to the greenhouse.") == 1 and not copies_example("Go to the greenhouse.")
+    own = "Go outside and focus on the crocodile, which lives longest; the attempt failed with score 25."
+    assert example_ngrams_shared(own) == 0 and not copies_example(own)
+    # the threshold is inclusive: exactly COPY_MIN_NGRAMS shared 4-grams is a copy
+    three = "walk to the greenhouse and focus on the animal"  # to the greenhouse and / … and focus / … focus on
+    assert example_ngrams_shared(three) == COPY_MIN_NGRAMS == 3 and copies_example(three)
+    assert not copies_example(three, example_tip="an unrelated example tip about boiling water")
+    assert not copies_example("")
+
+
+def test_copy_share():
+    from empo2.memory.tipinfo import copy_share
+
+    assert copy_share([COPIED, "Go to the greenhouse.", COPIED, "focus on the cat"]) == {
+        "memory/tip_copies_example": 0.5}
+    assert copy_share([]) == {}
+
+
 # ---------------------------------------------------------------- tip following (issue #18 item 2)
 
 from empo2.memory.tipinfo import names_action, tip_follow_counts, tip_follow_shares  # noqa: E402

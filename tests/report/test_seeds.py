@@ -51,6 +51,7 @@ def _write_run(root: Path, name: str, seed: int, p: float, scores: list[float], 
     rows = [{"iteration": 0, "eval/tiny/score": 5.0},
             {"iteration": 1, "rollout/score_mean": 10.0 + seed, "memory/tip_informative_any": 0.5},
             {"iteration": 2, "rollout/score_mean": 20.0 + seed, "memory/tip_informative_any": 0.7,
+             "memory/tip_copies_example": 0.1 * seed,
              **({"memory/tip_follow_rate": follow} if follow is not None else {})},
             {"iteration": 2, "eval/tiny/score": sum(scores) / len(scores)}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -119,6 +120,7 @@ def test_seed_table_is_mean_and_t_interval_over_seeds(two_methods):
     assert grpo.best_train.mean == pytest.approx(21.0)  # best per seed 20, 21, 22
     assert grpo.tip_informative.mean == pytest.approx(0.6) and grpo.tip_follow is None
     assert empo2.tip_follow.mean == pytest.approx(0.25)  # 0, 0.25, 0.5 (the last training row of each seed)
+    assert grpo.tip_copies.mean == pytest.approx(0.1)  # 0, 0.1, 0.2 (logged in iteration 2 only)
     assert rows[("GRPO", "adapt adapt-boil trial 3")].score.mean == pytest.approx(31.0)
 
 

@@ -95,6 +95,7 @@ def test_tip_prompt_and_memory_key_see_the_final_observation_and_score(tmp_path,
         assert m["memory/tips_written"] > 0
         for k in ("outcome", "object", "action", "any"):  # shares of the written tips
             assert 0.0 <= m[f"memory/tip_informative_{k}"] <= m["memory/tip_informative_any"] <= 1.0
+        assert 0.0 <= m["memory/tip_copies_example"] <= 1.0
         for t in trajs:
             if t.tip:
                 keys = {e.key_text for e in rt.memory.store.entries(t.task.bucket) if e.tip == t.tip}

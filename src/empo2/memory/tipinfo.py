@@ -30,6 +30,16 @@ bulb"`` names ``focus on red bulb``; word order is ignored. An action with no co
 (all stop words) is named by nothing. Counts are made on the same rule in memory-mode steps (the
 tips shown) and in plain steps (tips retrieved for the state but not shown), so the difference of
 the two shares, not either share alone, is the effect of showing tips.
+
+**Copying the worked example** (``copies_example``, ``memory/tip_copies_example``; issue #18 item 6):
+the ``summary_fewshot`` tip prompt shows one worked example (``memory.text.SUMMARY_TIP_EXAMPLE``, a
+find-plant episode). A small model can fill that example's frame with the task's words ("Going to the
+kitchen helped, but focusing on the animal … failed: go to the greenhouse and focus on a plant
+instead; score 50.0/100"), which the three flags above credit for outcome and object although the
+advice is the example's. A tip *copies the example* when it shares at least ``COPY_MIN_NGRAMS`` (3)
+distinct word 4-grams (lower-cased runs of letters; digits and punctuation dropped) with the example's
+tip. A short tip that names one of the example's actions ("go to the greenhouse": one 4-gram) does not
+count. On a find-plant task a right tip may use the example's own words and count as a copy.
 """
 
 from __future__ import annotations
@@ -41,6 +51,7 @@ from dataclasses import dataclass
 
 import Stemmer
 
+from empo2.memory.text import SUMMARY_TIP_EXAMPLE
 from empo2.records import Mode, Trajectory
 
 _WORD = re.compile(r"[a-z]+")
@@ -168,6 +179,61 @@ def informativeness_shares(flags: list[TipInformativeness]) -> dict[str, float]:
     n = len(flags)
     return {f"memory/tip_informative_{k}": sum(getattr(f, k) for f in flags) / n
             for k in ("outcome", "object", "action", "any")}
+
+
+COPY_NGRAM = 4
+"""Word n-gram length of ``copies_example``."""
+
+COPY_MIN_NGRAMS = 3
+"""Distinct word 4-grams a tip must share with the worked example's tip to count as a copy of it."""
+
+
+def _word_ngrams(text: str, n: int = COPY_NGRAM) -> set[tuple[str, ...]]:
+    words = _WORD.findall(text.lower())
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+_EXAMPLE_NGRAMS = _word_ngrams(SUMMARY_TIP_EXAMPLE[1])
+
+
+def example_ngrams_shared(tip: str, example_tip: str | None = None) -> int:
+    """Distinct word 4-grams ``tip`` shares with a worked example's tip (see the module docstring).
+
+    Args:
+        tip: a cleaned tip text.
+        example_tip: the example tip to compare with; default ``SUMMARY_TIP_EXAMPLE``'s tip.
+
+    Returns:
+        The count (≥ 0) of 4-grams of lower-cased letter-only words found in both texts. Pure.
+    """
+    ref = _EXAMPLE_NGRAMS if example_tip is None else _word_ngrams(example_tip)
+    return len(_word_ngrams(tip) & ref)
+
+
+def copies_example(tip: str, example_tip: str | None = None) -> bool:
+    """Does ``tip`` reuse the worked example's wording? ≥ ``COPY_MIN_NGRAMS`` shared word 4-grams.
+
+    Args:
+        tip: a cleaned tip text; example_tip: as in ``example_ngrams_shared``.
+
+    Returns:
+        True when ``example_ngrams_shared(tip, example_tip) >= COPY_MIN_NGRAMS``. Pure.
+    """
+    return example_ngrams_shared(tip, example_tip) >= COPY_MIN_NGRAMS
+
+
+def copy_share(tips: list[str]) -> dict[str, float]:
+    """``memory/tip_copies_example``: the share of written tips that copy the worked example.
+
+    Args:
+        tips: the cleaned tips written in one iteration.
+
+    Returns:
+        ``{"memory/tip_copies_example": share in [0, 1]}``; ``{}`` when no tip was written.
+    """
+    if not tips:
+        return {}
+    return {"memory/tip_copies_example": sum(copies_example(t) for t in tips) / len(tips)}
 
 
 def names_action(text: str, action: str) -> bool:

@@ -239,6 +239,7 @@ class SeedRow:
     tip_informative: SeedStat | None
     tip_follow: SeedStat | None
     tasks: tuple[str, ...] = ()
+    tip_copies: SeedStat | None = None
 
 
 def seed_rows(methods: list[Method]) -> list[SeedRow]:
@@ -251,6 +252,7 @@ def seed_rows(methods: list[Method]) -> list[SeedRow]:
                            for r in m.runs])
         info = over_seeds([run_mean(r, "memory/tip_informative_any") for r in m.runs])
         follow = over_seeds([run_mean(r, "memory/tip_follow_rate") for r in m.runs])
+        copies = over_seeds([run_mean(r, "memory/tip_copies_example") for r in m.runs])
         for name in names:
             got = [e[name] for e in evals if name in e]
             score = over_seeds([g.score for g in got])
@@ -260,7 +262,7 @@ def seed_rows(methods: list[Method]) -> list[SeedRow]:
             tasks = tuple(dict.fromkeys(t for g in got for t in g.tasks))
             rows.append(SeedRow(m, name, score, over_seeds([g.success for g in got]),
                                 sizes.pop() if len(sizes) == 1 else None,
-                                None if name.startswith("adapt ") else best, info, follow, tasks))
+                                None if name.startswith("adapt ") else best, info, follow, tasks, copies))
     return rows
 
 
@@ -344,13 +346,14 @@ def seed_table_markdown(rows: list[SeedRow]) -> str:
     """The seed-aggregated table (one line per method and evaluation)."""
     head = ["Method", "Seeds", "Evaluation", "Tasks", "Episodes/seed", "Score (0–100) [95% CI over seeds]",
             "Success rate [95% CI over seeds]", "Best train score (0–100)", "Tip informative (any)",
-            "Tip-following rate"]
+            "Tips copying the example", "Tip-following rate"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows:
         lines.append("| " + " | ".join([
             r.method.label, f"{r.score.n} of {len(r.method.runs)}", r.evaluation, _value(", ".join(r.tasks) or None),
             "—" if r.episodes_per_seed is None else str(r.episodes_per_seed), _fmt(r.score, 1), _fmt(r.success, 2),
-            _fmt(r.best_train, 1), _fmt(r.tip_informative, 2), _fmt(r.tip_follow, 2)]) + " |")
+            _fmt(r.best_train, 1), _fmt(r.tip_informative, 2), _fmt(r.tip_copies, 2),
+            _fmt(r.tip_follow, 2)]) + " |")
     return "\n".join(lines)
 
 
@@ -379,7 +382,10 @@ SEED_NOTE = (
     "tasks the Tasks column names). Best train score: highest per-iteration training score on the trained "
     "tasks, averaged over seeds (left out of adapt rows). Tip informative: share of written tips "
     "naming the outcome, a task object or a scoring action (`memory/tip_informative_any`, mean over "
-    "iterations); tip-following rate: `memory/tip_follow_rate` where the run logged it.")
+    "iterations); tips copying the example: share of written tips reusing the `summary_fewshot` worked "
+    "example's wording (`memory/tip_copies_example`, ≥ 3 shared word 4-grams; such a tip can be credited "
+    "as informative for the task words it fills in); tip-following rate: `memory/tip_follow_rate` where "
+    "the run logged it.")
 
 PAIRED_NOTE = (
     "B − A in score points (0–100, a failure counts 0). 'paired t': the runs played the same evaluation "

@@ -44,7 +44,7 @@ from empo2.memory.novelty import intrinsic_from_retrieved
 from empo2.memory.store import MEMORY_FILENAME, build_entries, shown_hits
 from empo2.memory.text import (TIP_INSTRUCTION, TipPromptMode, clean_tip, final_score_text, key_text,
                                summary_tip_messages)
-from empo2.memory.tipinfo import (TipInformativeness, informativeness_shares, tip_follow_shares,
+from empo2.memory.tipinfo import (TipInformativeness, copy_share, informativeness_shares, tip_follow_shares,
                                   tip_informativeness)
 from empo2.policy.generator import Generation, GenerationRequest, Generator, SamplingParams
 from empo2.policy.kvcache import kv_bytes_per_token
@@ -322,6 +322,7 @@ class Empo2Runtime(Method):
         gens = self._tips_of(todo, iteration)
         words: list[int] = []
         informative: list[TipInformativeness] = []
+        written: list[str] = []
         key_texts = [key_text(self.final_messages(t), self.mcfg.key_text, self.mcfg.recent_turns) for t in todo]
         keys = self.embedder.encode(key_texts)
         for t, g, key, final in zip(todo, gens, keys, key_texts):
@@ -333,6 +334,7 @@ class Empo2Runtime(Method):
             out["memory/tips_written"] += 1
             words.append(len(tip.split()))
             informative.append(tip_informativeness(tip, t))
+            written.append(tip)
             # the embedded text; full_history keys are long, and MiniLM reads only their head anyway
             entries = build_entries(t.task.bucket, key, final[:KEY_TEXT_MAX_CHARS], tip, self.entry_score(t),
                                     iteration, [s.action for s in t.steps], self.mcfg.entry_text)
@@ -340,6 +342,7 @@ class Empo2Runtime(Method):
         if words:
             out["memory/tip_words_mean"] = float(np.mean(words))
         out.update(informativeness_shares(informative))  # memory/tip_informative_{outcome,object,action,any}
+        out.update(copy_share(written))  # memory/tip_copies_example
         return out
 
     def assign_intrinsic(self, trajs: list[Trajectory]) -> None:
