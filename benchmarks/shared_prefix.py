@@ -80,23 +80,34 @@ def synthetic_batch(shape: dict[str, int], vocab: int, seed: int = 0) -> list[An
     return out
 
 
-def attention_pairs(config: str, overrides: list[str], shape: dict[str, int]) -> dict[str, int]:
-    """Query–key pairs per head and layer of one update's training forwards (no model): ``whole`` = Σ L(L+1)/2
-    over the padded rows' trajectories (causal), ``dense`` = Σ T² over the prefix-tree rows (one dense mask),
-    ``blocks`` = Σ ``TreeBlocks.attended_pairs`` (the pairs the block-wise attention lets attend)."""
+def planned_micro_batches(config: str, overrides: list[str], shape: dict[str, int],
+                          micro_batch_tokens: int | None = None) -> list[tuple[list[Any], list[Any]]]:
+    """The trainer's plan for one update of a ``shape`` batch (no model): per mini-batch, its samples and the
+    prefix-packed micro-batches ``trainer.batch.prefix_micro_batches`` makes of them under
+    ``micro_batch_tokens`` (default: the config's ``trainer.micro_batch_tokens``)."""
     from empo2.config import load_config
-    from empo2.policy.tree_attention import TreeBlocks
-    from empo2.trainer.batch import pack_prefix_tree, prefix_micro_batches
+    from empo2.trainer.batch import prefix_micro_batches
     from empo2.trainer.learner import mini_batch_plan
 
     cfg = load_config(config, overrides)
     c = cfg.trainer
+    budget = c.micro_batch_tokens if micro_batch_tokens is None else micro_batch_tokens
     plan = mini_batch_plan(synthetic_batch(shape, 50000), epochs=c.epochs, size=c.mini_batch_size,
                            unit=c.mini_batch_unit, shuffle=c.shuffle, seed=cfg.run.seed, iteration=0)
+    return [(mb, prefix_micro_batches(mb, budget, True)) for mb in plan]
+
+
+def attention_pairs(config: str, overrides: list[str], shape: dict[str, int]) -> dict[str, int]:
+    """Query–key pairs per head and layer of one update's training forwards (no model): ``whole`` = Σ L(L+1)/2
+    over the padded rows' trajectories (causal), ``dense`` = Σ T² over the prefix-tree rows (one dense mask),
+    ``blocks`` = Σ ``TreeBlocks.attended_pairs`` (the pairs the block-wise attention lets attend)."""
+    from empo2.policy.tree_attention import TreeBlocks
+    from empo2.trainer.batch import pack_prefix_tree
+
     out = {"whole": 0, "dense": 0, "blocks": 0}
-    for mb in plan:
+    for mb, micro in planned_micro_batches(config, overrides, shape):
         out["whole"] += sum(len(s.ids) * (len(s.ids) + 1) // 2 for s in mb)
-        for m in prefix_micro_batches(mb, c.micro_batch_tokens, True):
+        for m in micro:
             pack = pack_prefix_tree(m.samples)
             out["dense"] += len(pack.ids) ** 2
             out["blocks"] += TreeBlocks.from_paths(pack.paths, pack.new_from).attended_pairs

@@ -108,17 +108,15 @@ def test_shared_prefix(out):
 def test_long_shape_is_packed_only_above_the_cpu_micro_batch_budget():
     """The 12-turn batch of ``--shape long`` (no model: the planner alone): at the CPU configs' 2,600 tokens every
     trajectory fills a micro-batch alone and nothing is shared; at 6,144 a mini-batch of 4 is one tree."""
-    from benchmarks.shared_prefix import LONG_SHAPE, synthetic_batch
+    from benchmarks.shared_prefix import LONG_SHAPE, planned_micro_batches
     from empo2.config import load_config
-    from empo2.trainer.batch import prefix_micro_batches
-    from empo2.trainer.learner import _forward_metrics, mini_batch_plan
+    from empo2.trainer.learner import _forward_metrics
 
     c = load_config("configs/learn_sciworld.yaml", []).trainer
-    plan = mini_batch_plan(synthetic_batch(LONG_SHAPE, 49152), epochs=1, size=c.mini_batch_size,
-                           unit=c.mini_batch_unit, shuffle=c.shuffle, seed=0, iteration=0)
 
     def forward(budget: int) -> dict[str, float]:
-        return _forward_metrics([m for mb in plan for m in prefix_micro_batches(mb, budget, True)])
+        plan = planned_micro_batches("configs/learn_sciworld.yaml", ["trainer.epochs=1"], LONG_SHAPE, budget)
+        return _forward_metrics([m for _, micro in plan for m in micro])
 
     assert c.micro_batch_tokens == 2600 and forward(2600)["train/shared_token_frac"] == 0.0
     big = forward(6144)
