@@ -66,7 +66,8 @@ class EnvRayConfig:
 class EnvConfig:
     """The environment and its tasks (``env``)."""
 
-    name: Literal["scienceworld", "webshop", "tiny"] = doc("environment family", default="scienceworld")
+    name: str = doc("environment family: scienceworld, webshop, tiny, textworld, textworld_express, openenv, or one "
+                    "a plug-in registers (run.plugins; `empo2 envs` lists them)", default="scienceworld")
     tasks: list[str] = doc("task names or ids (ScienceWorld: '3-1' or 'power-component')", default_factory=lambda: ["4-2"])
     train_split: Literal["train", "dev", "test"] = doc("split training variations come from", default="train")
     eval_split: Literal["train", "dev", "test"] = doc("split evaluation variations come from", default="test")
@@ -81,6 +82,32 @@ class EnvConfig:
     scienceworld: SciWorldConfig = field(default_factory=SciWorldConfig)
     webshop: WebShopConfig = field(default_factory=WebShopConfig)
     tiny: TinyConfig = field(default_factory=TinyConfig)
+    sections: dict[str, Any] = field(default_factory=dict, metadata={"sections": True, "help": (
+        "the sections env.<name> of the other registered families (textworld, textworld_express, openenv, "
+        "plug-ins), parsed with each family's own config class")})
+
+    @classmethod
+    def __extra_sections__(cls) -> dict[str, type]:
+        """``{name: config class}`` of every registered family whose section is not a field above."""
+        from empo2.envs.registry import ENVS, STATIC_SECTIONS
+
+        out = {}
+        for name in ENVS.names():
+            if name not in STATIC_SECTIONS:
+                section = ENVS.config_class(name)
+                if section is not None:
+                    out[name] = section
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        """``cfg.env.textworld``: a collected section (its defaults when the config did not set it)."""
+        if name.startswith("__") or name == "sections" or "sections" not in self.__dict__:
+            raise AttributeError(name)
+        from empo2.envs.registry import ENVS, env_section
+
+        if name in self.__dict__["sections"] or name in ENVS:
+            return env_section(self, name)
+        raise AttributeError(f"EnvConfig has no key {name!r}")
 
 
 @dataclass
@@ -367,6 +394,11 @@ class RunConfig:
     """Where the run goes (``run``)."""
 
     name: str = doc("run name; the run folder is <dir>/<name>", default="quickstart")
+    plugins: list[str] = doc(
+        "plug-in modules imported before the rest of the config is read; each registers its own environments "
+        "(and their config sections env.<name>) or other named parts (docs/environments.md, 'Your own "
+        "environment'); installed packages can instead declare an 'empo2.plugins' entry point",
+        default_factory=list)
     dir: str = doc("parent folder of run folders", default="runs")
     seed: int = doc("master seed (per-rollout seeds derive from (iteration, task, rollout))", default=0)
     progress: bool = doc("show a live progress display", default=True)
@@ -635,12 +667,26 @@ def _check_sciworld(cfg: Config) -> None:
                               f"comma list of {', '.join(SCIWORLD_SIMPLIFICATIONS[1:])}.{hint}")
 
 
+def _check_env_name(cfg: Config) -> None:
+    from empo2.envs.registry import ENVS
+    from empo2.registry import load_plugins
+
+    load_plugins(cfg.run.plugins)  # a Config built in code (not by load_config) names its plug-ins too
+    if cfg.env.name not in ENVS:
+        raise ConfigError(ENVS.unknown_message(cfg.env.name))
+    stray = [k for k in cfg.env.sections if k not in ENVS]
+    if stray:
+        raise ConfigError(f"env.{stray[0]}: no registered environment is called {stray[0]!r}; "
+                          f"{ENVS.unknown_message(stray[0]).split('; ', 1)[1]}")
+
+
 def validate(cfg: Config) -> None:
     """Range and cross-field checks. Raises ConfigError naming the keys and the fix."""
     import re
 
     _check_ranges(cfg)
     _check_sciworld(cfg)
+    _check_env_name(cfg)
     for k, v in {"empo2.tips.max_new_tokens": cfg.empo2.tips.max_new_tokens,
                  "action.max_new_tokens": cfg.action.max_new_tokens}.items():
         if v >= cfg.model.max_context:
@@ -727,6 +773,12 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     data: dict[str, Any] = load_yaml(path) if path is not None else {}
     for key, value in parse_overrides(overrides or []):
         set_dotted(data, key, value)
+    run = data.get("run")
+    plugins = run.get("plugins") if isinstance(run, dict) else None
+    if plugins:
+        from empo2.registry import load_plugins
+
+        load_plugins(plugins if isinstance(plugins, list) else [plugins])
     return from_dict(Config, data)
 
 

@@ -115,12 +115,16 @@ def from_dict(cls: type, data: dict[str, Any], path: str = "") -> Any:
         ConfigError: unknown key (lists the valid keys and close matches) or a bad value.
     """
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init and not f.metadata.get("sections")}
+    extra = extra_sections(cls)
     kwargs: dict[str, Any] = {}
     for key, value in (data or {}).items():
         full = f"{path}.{key}" if path else str(key)
+        if key in extra and key not in fields:
+            kwargs.setdefault("sections", {})[key] = _coerce(full, extra[key], value)
+            continue
         if key not in fields:
-            raise ConfigError(f"unknown config key {full!r}; {_suggest(str(key), list(fields))}")
+            raise ConfigError(f"unknown config key {full!r}; {_suggest(str(key), list(fields) + list(extra))}")
         kwargs[key] = _coerce(full, hints[key], value)
     try:
         obj = cls(**kwargs)
@@ -129,10 +133,28 @@ def from_dict(cls: type, data: dict[str, Any], path: str = "") -> Any:
     return obj
 
 
+def extra_sections(cls: type) -> dict[str, type]:
+    """The sections a dataclass accepts besides its fields: ``cls.__extra_sections__()`` (``{}`` if none).
+
+    A section class (e.g. ``EnvConfig``) that collects sections registered at run time (a plug-in's
+    ``env.<name>``) declares a ``sections: dict`` field with ``metadata={"sections": True}`` and a
+    classmethod ``__extra_sections__`` returning ``{key: dataclass}``; ``from_dict`` parses those keys
+    into ``sections`` and ``to_dict`` / ``help_table`` show them at the level of the other keys.
+    """
+    hook = getattr(cls, "__extra_sections__", None)
+    return dict(hook()) if callable(hook) else {}
+
+
 def to_dict(obj: Any) -> Any:
-    """Dataclass → plain nested dict/list (YAML-serialisable)."""
+    """Dataclass → plain nested dict/list (YAML-serialisable); collected sections sit beside the fields."""
     if dataclasses.is_dataclass(obj):
-        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(obj):
+            if f.metadata.get("sections"):
+                out.update({k: to_dict(v) for k, v in getattr(obj, f.name).items()})
+            else:
+                out[f.name] = to_dict(getattr(obj, f.name))
+        return out
     if isinstance(obj, (list, tuple)):
         return [to_dict(v) for v in obj]
     if isinstance(obj, dict):
@@ -280,6 +302,8 @@ def help_table(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     """(dotted key, default, help) rows for documentation (``empo2 config --help-keys``)."""
     rows = []
     for f in dataclasses.fields(cls):
+        if f.metadata.get("sections"):
+            continue
         key = f"{prefix}{f.name}"
         default = (
             f.default if f.default is not dataclasses.MISSING
@@ -289,4 +313,7 @@ def help_table(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
             rows.extend(help_table(type(default), key + "."))
         else:
             rows.append((key, repr(default), f.metadata.get("help", "")))
+    for name, section in extra_sections(cls).items():
+        if name not in {f.name for f in dataclasses.fields(cls)}:
+            rows.extend(help_table(section, f"{prefix}{name}."))
     return rows

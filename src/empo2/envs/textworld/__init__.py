@@ -1,0 +1,1 @@
+"""TextWorld games generated locally (coin collector, treasure hunter, cooking); docs/environments.md."""

@@ -1,0 +1,1 @@
+"""TextWorldExpress games (Java): coin, cookingworld, twc, mapreader, …; docs/environments.md."""
