@@ -98,6 +98,30 @@ class StepResult:
 
 
 @dataclass(frozen=True)
+class TipExample:
+    """A worked example of a tip for one environment family: a short episode and the tip it deserves.
+
+    Shown before the episode to summarise with ``empo2.tips.prompt: summary_fewshot``
+    (docs/algorithms.md, EMPO² memory at run time), so the tip writer sees the form of a tip in the
+    words of *this* environment rather than another's. A family offers one by a ``tip_example()``
+    method (``TextGame.tip_example`` for user games); without one the generic example is used.
+
+    Attributes:
+        task: the task text of the example episode.
+        actions: its actions, in order.
+        final_observation: the observation after the last action.
+        score: its final score, 0..100.
+        tip: the example tip (one sentence).
+    """
+
+    task: str
+    actions: tuple[str, ...]
+    final_observation: str
+    score: float
+    tip: str
+
+
+@dataclass(frozen=True)
 class TaskInfo:
     """A row of ``empo2 envs``: a task with its id and split sizes."""
 

@@ -42,7 +42,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
-from empo2.envs.base import EnvError, EnvFamily, Observation, StepResult, TaskInfo, TaskSpec, UnknownTaskError
+from empo2.envs.base import (EnvError, EnvFamily, Observation, StepResult, TaskInfo, TaskSpec, TipExample,
+                             UnknownTaskError)
 
 DEFAULT_SYSTEM = (
     "You are an agent in a text game. Each turn you read what happened and reply with exactly one action, "
@@ -94,8 +95,9 @@ class TextGame:
         tasks: task name → ``Splits`` of its variations (seeds).
         system_prompt: the chat's system message (role and action grammar).
         few_shot: example (user, assistant) turns shown before the episode.
-        tip_example: a worked example of a tip for this game, shown in the tip prompt with
-            ``empo2.tips.prompt: summary_fewshot`` (None: the product's generic example).
+        tip_example: a worked example of a tip for this game (``TipExample``: a short episode and its
+            tip), shown in the tip prompt with ``empo2.tips.prompt: summary_fewshot`` (None: the
+            product's generic example, which is a ScienceWorld episode).
         max_score: the score of a full success in game units, unless ``info["max_score"]`` says.
         lowercase_actions: lowercase parsed actions before ``step`` (parsers that only know lowercase).
         two_word_verbs: verbs whose next word belongs to them in the ``rollout/verb_share`` metrics.
@@ -104,7 +106,7 @@ class TextGame:
     tasks: ClassVar[Mapping[str, Splits]] = {}
     system_prompt: ClassVar[str] = DEFAULT_SYSTEM
     few_shot: ClassVar[list[tuple[str, str]]] = []
-    tip_example: ClassVar[str | None] = None
+    tip_example: ClassVar[TipExample | None] = None
     max_score: ClassVar[float] = 1.0
     lowercase_actions: ClassVar[bool] = False
     two_word_verbs: ClassVar[Mapping[str, frozenset[str]]] = {}
@@ -352,7 +354,7 @@ class GameFamily:
     def few_shot(self) -> list[tuple[str, str]]:
         return list(self.game_cls.few_shot)
 
-    def tip_example(self) -> str | None:
+    def tip_example(self) -> TipExample | None:
         """The game's worked tip example (``TextGame.tip_example``), None for the generic one."""
         return self.game_cls.tip_example
 

@@ -36,6 +36,7 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from enum import Enum
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -84,14 +85,19 @@ def summary_tip_user(task_description: str, actions: Sequence[str], final_observ
 
 
 def summary_tip_messages(task_description: str, actions: Sequence[str], final_observation: str, score: float,
-                         few_shot: bool) -> list[tuple[str, str]]:
+                         few_shot: bool, example: Any = None) -> list[tuple[str, str]]:
     """``(role, content)`` turns of a ``summary`` / ``summary_fewshot`` tip prompt (no system message).
 
-    The assistant's tip follows the last user turn. ``few_shot`` puts ``SUMMARY_TIP_EXAMPLE`` first.
+    The assistant's tip follows the last user turn. ``few_shot`` puts a worked example first: ``example``
+    (the environment family's ``envs.base.TipExample``) or, when None, ``SUMMARY_TIP_EXAMPLE``.
     """
     turns: list[tuple[str, str]] = []
     if few_shot:
-        (task, acts, final, sc), tip = SUMMARY_TIP_EXAMPLE
+        if example is not None:
+            task, acts, final, sc, tip = (example.task, list(example.actions), example.final_observation,
+                                          float(example.score), example.tip)
+        else:
+            (task, acts, final, sc), tip = SUMMARY_TIP_EXAMPLE
         turns += [("user", summary_tip_user(task, acts, final, sc)), ("assistant", tip)]
     return turns + [("user", summary_tip_user(task_description, actions, final_observation, score))]
 

@@ -31,6 +31,7 @@ from typing import Any, Sequence
 
 from empo2 import raycluster
 from empo2.envs.base import EnvError, Observation, StepResult, TaskSpec
+from empo2.registry import loaded_plugins
 from empo2.rollout.action import ActionOutcome, take_action
 from empo2.rollout.pool import EnvPoolBase, LocalEnvs, _checked
 
@@ -44,12 +45,16 @@ class EnvWorker:
 
     Args:
         env_cfg: the ``env`` config section (a plain dataclass, pickled to the actor).
+        plugins: plug-in modules to import first (the driver's ``empo2.registry.loaded_plugins()``), so a
+            family a plug-in registers exists in the actor's process as well.
         size: environments hosted by this actor.
     """
 
-    def __init__(self, env_cfg: Any, size: int):
+    def __init__(self, env_cfg: Any, size: int, plugins: Sequence[str] = ()):
         from empo2.envs.registry import make_family
+        from empo2.registry import load_plugins
 
+        load_plugins(list(plugins))  # the driver's plug-ins, so a plug-in family resolves in this process too
         self.local = LocalEnvs(make_family(env_cfg), size)
 
     def call_many(self, method: Any, slots: list[int], *arg_lists: list[Any]) -> list[Any]:
@@ -108,7 +113,7 @@ class RayEnvPool(EnvPoolBase):
     def _spawn(self, a: int) -> Any:
         return self._remote_cls.options(
             num_cpus=float(self.env_cfg.ray.actor_cpus), max_restarts=0, scheduling_strategy="SPREAD",
-            name=None).remote(self.env_cfg, self.actor_sizes[a])
+            name=None).remote(self.env_cfg, self.actor_sizes[a], loaded_plugins())
 
     def _where(self, slot: int) -> tuple[int, int]:
         return slot // self.per_actor, slot % self.per_actor

@@ -248,12 +248,15 @@ class Empo2Runtime(Method):
         budget = self.cfg.model.max_context - self.cfg.empo2.tips.max_new_tokens
         mode = TipPromptMode(self.cfg.empo2.tips.prompt)
         if mode is not TipPromptMode.TRAJECTORY:
+            example_of = getattr(self.setup.family, "tip_example", None)  # the family's own worked example
+            example = example_of() if callable(example_of) else None
             out = []
             for t in trajs:
                 ids: list[int] = []
                 for role, text in summary_tip_messages(str(t.info.get("task_description", "")),
                                                        [s.action for s in t.steps], t.final_observation,
-                                                       self.entry_score(t), mode is TipPromptMode.SUMMARY_FEWSHOT):
+                                                       self.entry_score(t), mode is TipPromptMode.SUMMARY_FEWSHOT,
+                                                       example):
                     ids += fmt.open(role) + fmt.encode(text) + fmt.close(role)
                 ids += fmt.open("assistant")
                 out.append(ids[-budget:] if len(ids) > budget else ids)
