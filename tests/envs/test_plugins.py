@@ -251,3 +251,32 @@ def test_example_plugin_trains_one_iteration_through_the_cli(tmp_path, vault_on_
     assert all(r["steps"] and not r["crashed"] for r in recs)
     if p > 0:  # EMPO²: every rollout memory-augmented, a tip written per episode
         assert all(r["mode"] != "plain" for r in recs) and all(isinstance(r["tip"], str) for r in recs)
+
+
+class _NeedsJava(TextGame):
+    tasks = {"t": Splits(train=[0])}
+    calls = 0
+
+    @classmethod
+    def preflight(cls, config):
+        cls.calls += 1
+        raise EnvError("java is not on PATH; install Java 17 (e.g. apt install openjdk-17-jre-headless)")
+
+
+def test_preflight_fails_before_the_model_loads(tmp_path, capsys, monkeypatch):
+    """A family's preflight runs in setup before load_policy: its error ends the run with the fix."""
+    import empo2.trainer.setup as setup_mod
+
+    register_env("needs_java", _NeedsJava, replace=True)
+
+    def no_model(*a, **k):
+        raise AssertionError("the model was loaded before the preflight check")
+
+    monkeypatch.setattr(setup_mod, "load_policy", no_model)
+    base = {"model": {"name_or_path": "tiny-random"}, "env": {"name": "needs_java", "tasks": ["t"], "max_turns": 2},
+            "rollout": {"tasks_per_iteration": 1, "group_size": 2}, "eval": {"episodes": 1, "before_after": False},
+            "trainer": {"iterations": 1, "tensorboard": False}}
+    path = write_config(tmp_path, base, "pf")
+    assert main(["train", "--config", str(path)]) != 0
+    assert _NeedsJava.calls == 1
+    assert "install Java 17" in capsys.readouterr().err

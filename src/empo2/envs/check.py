@@ -445,6 +445,8 @@ def run_check_command(name: str, overrides: list[str], config: str | None = None
             config is not None and "tasks" in (load_yaml(config).get("env") or {}))
         if not given:
             tasks = [family.tasks()[0].name]
+        if callable(getattr(family, "preflight", None)):
+            family.preflight()  # type: ignore[attr-defined]
     except (ConfigError, EnvError, ValueError, ImportError, OSError) as e:
         from rich.markup import escape
 

@@ -114,6 +114,14 @@ class TextGame:
     def __init__(self, config: Any = None):
         self.config = config
 
+    @classmethod
+    def preflight(cls, config: Any) -> None:
+        """Checks that must pass before any model loads (Java on PATH, a server that answers, an
+        optional package installed); raise ``EnvError`` or ``ConfigError`` with the fix. Default: none.
+
+        Called once per run by the trainer's setup (and by ``empo2 envs check``), in the driver process.
+        """
+
     # -- the catalogue (override for parametrised task names, e.g. "coin-12") -------------------------
     def task_splits(self) -> Mapping[str, Splits]:
         """Task name → ``Splits``; by default the class attribute ``tasks``."""
@@ -343,6 +351,10 @@ class GameFamily:
     def variations(self, task: str, split: str) -> list[int]:
         """Variation indices of ``task`` in ``split``."""
         return self._probe().variations(self.resolve_task(task), split)
+
+    def preflight(self) -> None:
+        """``game_cls.preflight(config)``: fail before any model loads when the game cannot run here."""
+        self.game_cls.preflight(self.config)
 
     def make(self) -> GameEnv:
         """A new game instance behind a ``GameEnv``."""

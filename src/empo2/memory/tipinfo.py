@@ -222,18 +222,20 @@ def copies_example(tip: str, example_tip: str | None = None) -> bool:
     return example_ngrams_shared(tip, example_tip) >= COPY_MIN_NGRAMS
 
 
-def copy_share(tips: list[str]) -> dict[str, float]:
+def copy_share(tips: list[str], example_tip: str | None = None) -> dict[str, float]:
     """``memory/tip_copies_example``: the share of written tips that copy the worked example.
 
     Args:
         tips: the cleaned tips written in one iteration.
+        example_tip: the worked example's tip the prompt showed (the environment family's
+            ``TipExample.tip``); default ``SUMMARY_TIP_EXAMPLE``'s.
 
     Returns:
         ``{"memory/tip_copies_example": share in [0, 1]}``; ``{}`` when no tip was written.
     """
     if not tips:
         return {}
-    return {"memory/tip_copies_example": sum(copies_example(t) for t in tips) / len(tips)}
+    return {"memory/tip_copies_example": sum(copies_example(t, example_tip) for t in tips) / len(tips)}
 
 
 def names_action(text: str, action: str) -> bool:

@@ -225,6 +225,12 @@ class Empo2Runtime(Method):
         the text of the episode's final state, embedded as the key of its entries (docs/algorithms.md, EMPO² memory at run time)."""
         return list(t.info.get("messages", [])) + [("user", later_user_text(t.final_observation))]
 
+    def tip_example(self) -> Any:
+        """The environment family's worked tip example (``envs.base.TipExample``; its ``tip_example()``),
+        or None when the family has none (the generic ``memory.text.SUMMARY_TIP_EXAMPLE`` is used)."""
+        example_of = getattr(self.setup.family, "tip_example", None)
+        return example_of() if callable(example_of) else None
+
     def tip_prompts(self, trajs: list[Trajectory]) -> list[list[int]]:
         """The tip prompt of each trajectory (docs/algorithms.md, EMPO² memory at run time; issue #10 bug 1).
 
@@ -248,8 +254,7 @@ class Empo2Runtime(Method):
         budget = self.cfg.model.max_context - self.cfg.empo2.tips.max_new_tokens
         mode = TipPromptMode(self.cfg.empo2.tips.prompt)
         if mode is not TipPromptMode.TRAJECTORY:
-            example_of = getattr(self.setup.family, "tip_example", None)  # the family's own worked example
-            example = example_of() if callable(example_of) else None
+            example = self.tip_example()
             out = []
             for t in trajs:
                 ids: list[int] = []
@@ -345,7 +350,8 @@ class Empo2Runtime(Method):
         if words:
             out["memory/tip_words_mean"] = float(np.mean(words))
         out.update(informativeness_shares(informative))  # memory/tip_informative_{outcome,object,action,any}
-        out.update(copy_share(written))  # memory/tip_copies_example
+        example = self.tip_example()
+        out.update(copy_share(written, example.tip if example is not None else None))  # memory/tip_copies_example
         return out
 
     def assign_intrinsic(self, trajs: list[Trajectory]) -> None:

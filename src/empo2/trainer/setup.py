@@ -115,6 +115,9 @@ def build_setup(cfg: Config, weights_dir: Path | None = None, pool_size: int | N
         torch.set_num_threads(cfg.trainer.threads)
     family = family or make_family(cfg.env)
     tasks = resolve_tasks(family, cfg.env.tasks)
+    preflight = getattr(family, "preflight", None)  # e.g. Java for TextWorldExpress, a live OpenEnv server
+    if callable(preflight):
+        preflight()
     check_model_source(cfg.model, weights_dir)
     size = pool_size or min(cfg.env.num_workers, cfg.rollout.tasks_per_iteration * cfg.rollout.group_size)
     pool = make_pool(cfg.env, family, max(1, size), cfg.ray)

@@ -335,6 +335,19 @@ class OpenEnvGame(TextGame):
         self._live = False  # an episode is under way (reset done, no failure since)
         self._warned_field = False
 
+    @classmethod
+    def preflight(cls, config: Any) -> None:
+        """Before any model loads: ``openenv`` installed, ``base_url`` set, the server's ``/health`` answers.
+
+        Raises:
+            ConfigError: not installed, or no ``base_url``; EnvError: the server does not answer.
+        """
+        cfg = config if config is not None else OpenEnvConfig()
+        check_installed()
+        if not cfg.base_url:
+            raise ConfigError(_NO_URL)
+        check_server(cfg)
+
     # -- catalogue --------------------------------------------------------------------------------------
     def task_splits(self) -> Mapping[str, Splits]:
         """``cfg.tasks``, each with seeds train ``0…n_train-1``, dev ``10000…``, test ``20000…``."""
