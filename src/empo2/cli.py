@@ -184,16 +184,22 @@ def cmd_eval(args: argparse.Namespace) -> int:
     t = Table(title=f"empo2 eval {ckpt} — split {split}, temperature {temperature}, "
                     f"{'with memory ' + args.with_memory if args.with_memory else 'no memory'}"
                     f"{', Retrospex critic ' + args.retrospex if args.retrospex else ''}")
-    for c in ("task / variation", "episodes", SCORE_HEADER, "successes", SUCCESS_HEADER, "steps", FAILURE_HEADER):
+    for c in ("task / variation" if args.per_variation else "task", "episodes", SCORE_HEADER, "successes",
+              SUCCESS_HEADER, "steps", FAILURE_HEADER):
         t.add_column(c)
-    per_var = list(res.per_variation.items()) if len(res.per_variation) <= 30 else []
-    rows = per_var + list(res.per_task.items()) + [("ALL", res.overall)]
+    # the summary by default; one row per variation (often 1 episode each, no CI) only with --per-variation
+    per_var = list(res.per_variation.items()) if args.per_variation else []
+    per_task = list(res.per_task.items()) if len(res.per_task) > 1 or args.per_variation else []
+    rows = per_var + per_task + [("ALL", res.overall)]
     for name, s in rows:
         t.add_row(name, str(s.episodes), fmt_score(s), f"{s.successes}/{s.episodes}", fmt_success(s),
                   f"{s.steps:.1f}", f"{s.failure_rate:.2f}")
     console.print(t)
     console.print(score_legend(cfg.env.name))
     console.print(f"evaluated: {variations_note(res)}")
+    if not args.per_variation and len(res.per_variation) > 1:
+        console.print(f"per-variation rows ({len(res.per_variation)} variations): add --per-variation "
+                      f"(also in {out}, key per_variation)")
     same = ("the stream of the training-time evaluation of these weights (eval_after / eval_iterK), so the same "
             "settings give the same number" if seed_it == trained else "not the training-time evaluation's stream")
     console.print(f"sampling seed: run.seed={cfg.run.seed}, evaluation stream of iteration {seed_it}: {same} "
@@ -307,10 +313,23 @@ def cmd_envs(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from empo2.config import EnvConfig
-    from empo2.envs.registry import FAMILIES, make_family
+    from empo2.envs.registry import ENVS, FAMILIES, make_family
     from empo2.console import make_console
 
     console = make_console()
+    if args.env == "check":
+        from empo2.envs.check import CheckOptions, run_check_command
+
+        if not args.rest:
+            print("error: envs check needs an environment name: empo2 envs check NAME [key=value ...] "
+                  f"(one of {', '.join(sorted(FAMILIES))})", file=sys.stderr)
+            return 2
+        return run_check_command(args.rest[0], args.rest[1:], args.config,
+                                 CheckOptions(episodes=args.episodes, max_steps=args.steps), console)
+    if args.rest:
+        print(f"error: unexpected arguments {' '.join(args.rest)}; `empo2 envs [ENV]` lists tasks, "
+              "`empo2 envs check NAME [key=value ...]` checks an environment", file=sys.stderr)
+        return 2
     if args.env and args.env not in FAMILIES:
         print(f"error: unknown environment {args.env!r}; use one of {', '.join(sorted(FAMILIES))} "
               "(or no name to list them all)", file=sys.stderr)
@@ -323,7 +342,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
         except Exception as e:  # e.g. missing data; still list the others
             console.print(f"[yellow]{name}: unavailable ({e})[/]")
             continue
-        t = Table(title=f"{name}")
+        t = Table(title=f"{name}" + (f" — {ENVS.doc(name)}" if ENVS.doc(name) else ""))
         for c in ("id", "task", "train", "dev", "test"):
             t.add_column(c)
         for r in rows:
@@ -683,6 +702,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "0 for --config, as eval_before)")
     e.add_argument("--out", default=None, help="JSON output path (default: next to the run, "
                                                "<run>/eval_<split>-iter-<K>.json; never inside a checkpoint)")
+    e.add_argument("--per-variation", action="store_true",
+                   help="also print one row per task variation (by default: the summary, one row per task "
+                        "when there are several, and ALL)")
     e.add_argument("overrides", nargs="*", help="key=value overrides of the checkpoint's config")
     e.set_defaults(fn=cmd_eval)
 
@@ -714,7 +736,12 @@ def build_parser() -> argparse.ArgumentParser:
                        description="One table per environment: each task's id (e.g. 7-2, usable wherever a task "
                                    "name is), its name, and its number of train / dev / test variations.")
     v.add_argument("env", nargs="?", default=None, metavar="ENV",
-                   help=f"the environment to list: {', '.join(sorted(FAMILIES))} (default: all of them)")
+                   help=f"the environment to list: {', '.join(sorted(FAMILIES))} (default: all of them); or "
+                        "'check NAME [key=value ...]' to run an environment through the contract")
+    v.add_argument("rest", nargs="*", metavar="NAME key=value", help=argparse.SUPPRESS)
+    v.add_argument("--config", default=None, help="envs check: a config file to start from")
+    v.add_argument("--episodes", type=int, default=2, help="envs check: random episodes per task")
+    v.add_argument("--steps", type=int, default=30, help="envs check: step cap of each random episode")
     v.set_defaults(fn=cmd_envs)
 
     m = sub.add_parser("memory", help="inspect a run's tip memory",

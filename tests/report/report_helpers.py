@@ -36,7 +36,7 @@ def _episode(it: int, k: int, mode: str) -> dict[str, Any]:
     return {"id": f"it{it}-t0-r{k}", "task": "fetch-key", "variation": k, "mode": mode,
             "score": 75.0 if k % 2 == 0 else -100.0, "success": k % 2 == 0, "crashed": False,
             "tip": f"<tip>Episode {k}: {HOSTILE}</tip>", "task_description": f"Take the key. {HOSTILE}",
-            "steps": steps}
+            "steps": steps, "final_observation": f"The end of episode {k}."}
 
 
 def write_synthetic_run(path: Path, iterations: int = 12, episodes: int = 3, p: float = 0.5,

@@ -53,6 +53,12 @@ def test_viewer_renders_in_chromium(built_report, chromium, tmp_path):
     html = dom.stdout
     assert 'data-rendered="1"' in html, "the viewer script did not finish"
     assert len(re.findall(r'<section class="step">', html)) == 3  # the episode's 3 steps
+    # in the order things happened: the initial observation, then per step the action, its verdict, its result
+    cards = html.split('<section class="step">')
+    assert "Initial observation" in cards[0] and "Observation after" not in cards[0]
+    third = cards[3]
+    assert third.index('class="exec action"') < third.index("invalid action") < third.index(
+        "Observation after this action") < third.index("The end of episode 1.")
     assert html.count('<li><pre>') == 2 * 3  # 2 retrieved tips at each of the 3 steps
     # shown 1-based, as the logs (the embedded data keeps the stored 0-based ids)
     assert "<h2>it1-t1-r2</h2>" in html and "<h2>it0-t0-r1</h2>" not in html and "Take the key." in html

@@ -111,7 +111,7 @@ def test_viewer_escapes_hostile_text(built_report):
     data = _viewer_data(html)
     synth = next(r for r in data["runs"] if r["name"] == "empo2-synth")
     ep, with_tips = synth["iterations"][0]["episodes"][:2]
-    assert ep["steps"][0]["observation"].endswith(HOSTILE)  # round-trips exactly
+    assert ep["initial_observation"].endswith(HOSTILE)  # round-trips exactly
     assert HOSTILE in ep["tip"] and HOSTILE in ep["task_description"]
     assert with_tips["mode"] == "on_policy_tips" and HOSTILE in with_tips["steps"][0]["tips"]
 
@@ -327,3 +327,162 @@ def test_a_report_of_other_runs_is_not_replaced_without_force(make_synthetic_run
     (out / "report_runs.json").unlink()  # a report written before the runs were recorded
     assert cli.main(["report", str(a), str(b), "--out", str(out)]) == 2
     assert "not recorded" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- figures: only what was measured
+
+def _eval_file(score: float, success: float, n: int, iteration: int, split: str = "test",
+               temperature: float = 0.4) -> dict:
+    """An ``EvalResult.to_json()`` of ``n`` episodes evaluating the weights of ``iteration``."""
+    ci = {"score_ci": [max(score - 10, 0.0), min(score + 10, 100.0)],
+          "success_ci": [max(success - 0.2, 0.0), min(success + 0.3, 1.0)]}
+    return {"split": split, "temperature": temperature, "max_turns": 5,
+            "overall": {"episodes": n, "score": score, "success_rate": success, **ci},
+            "episodes": [{"id": k, "task": "fetch-key", "variation": k, "seed": [0, 10_000_000 + iteration, k, 0]}
+                         for k in range(n)]}
+
+
+def _measured_run(root, name: str, p: float = 0.0, success: float = 0.0, group_size: int = 2):
+    """A run folder written as the trainer writes it: 4 iterations, evaluations before, after 2, after 4."""
+    run = root / name
+    run.mkdir(parents=True)
+    cfg = {"env": {"name": "tiny", "tasks": ["fetch-key"], "max_turns": 5},
+           "rollout": {"tasks_per_iteration": 2, "group_size": group_size}, "empo2": {"p": p},
+           "trainer": {"iterations": 4, "lr": 1e-3}}
+    import yaml
+
+    (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    rows = [{"iteration": it, "rollout/score_mean": 10.0 * it, "rollout/success_rate": success,
+             "rollout/env_steps": 8.0 * group_size, "rollout/intrinsic_sum_mean": 0.5 if p else 0.0,
+             "rollout/valid_frac": 1.0, "train/optimizer_steps": 1.0, "train/clip_frac": 0.0,
+             **({"memory/size": 3.0 * it} if p else {})} for it in range(1, 5)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    for tag, it, score in (("before", 0, 5.0), ("iter2", 2, 20.0), ("after", 4, 30.0)):
+        (run / f"eval_{tag}.json").write_text(json.dumps(_eval_file(score, success, 4, it)))
+    return load_run(run)
+
+
+def test_evaluations_are_points_with_their_intervals_never_joined(tmp_path):
+    """Issue: the before/after evaluations were joined by a dashed line, without their CIs."""
+    from matplotlib.container import ErrorbarContainer
+    from matplotlib.figure import Figure
+
+    from empo2.report.curves import _draw_panel, eval_legend, eval_points
+
+    run = _measured_run(tmp_path, "grpo")
+    pts = eval_points(run, "score")
+    assert [(p.iteration, p.value, p.lo, p.hi) for p in pts] == [(0, 5.0, 0.0, 15.0), (2, 20.0, 10.0, 30.0),
+                                                                   (4, 30.0, 20.0, 40.0)]
+    assert pts[0].over == "4 'test' · T 0.4 · ≤ 5 turns"
+    ax = Figure().add_subplot()
+    assert _draw_panel(ax, LEARNING_PANELS[0], [run], ["k"]) == (True, False)
+    bars = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    assert len(bars) == 1
+    data_line, _, (vertical,) = bars[0].lines
+    assert list(data_line.get_xdata()) == [0, 2, 4] and data_line.get_linestyle() == "None"  # not joined
+    assert [list(seg[:, 1]) for seg in vertical.get_segments()] == [[0.0, 15.0], [10.0, 30.0], [20.0, 40.0]]
+    joined = [ln for ln in ax.get_lines() if ln.get_linestyle() not in ("None", "") and 0 in ln.get_xdata()]
+    assert joined == []  # no line passes through the evaluation before training
+    assert eval_legend([run]) == "held-out evaluation, 95% CI: 4 'test' · T 0.4 · ≤ 5 turns"
+
+
+def test_a_success_panel_flat_at_zero_says_no_successes(tmp_path):
+    from matplotlib.figure import Figure
+
+    from empo2.report.curves import _draw_panel
+
+    success_panel = LEARNING_PANELS[1]
+    ax = Figure().add_subplot()
+    _draw_panel(ax, success_panel, [_measured_run(tmp_path, "none")], ["k"])
+    assert [t.get_text() for t in ax.texts] == ["no successes"]
+    ax = Figure().add_subplot()
+    _draw_panel(ax, success_panel, [_measured_run(tmp_path, "some", success=0.5)], ["k"])
+    assert len(ax.texts) == 0
+
+
+def test_the_env_steps_row_only_when_it_shows_something_else(tmp_path):
+    """The "vs environment steps" row repeated the "vs iteration" row; now only runs of different batch
+    sizes (different env steps per iteration) get it."""
+    from empo2.report.curves import XAxis, drawn_panels
+
+    a = _measured_run(tmp_path, "a")
+    assert [p.x for p in drawn_panels([a], LEARNING_PANELS)] == [XAxis.ITERATION, XAxis.ITERATION]
+    same = _measured_run(tmp_path, "same-batch")
+    assert len(drawn_panels([a, same], LEARNING_PANELS)) == 2
+    bigger = _measured_run(tmp_path, "bigger-batch", group_size=8)
+    assert [p.x for p in drawn_panels([a, bigger], LEARNING_PANELS)] == [XAxis.ITERATION] * 2 + [XAxis.ENV_STEPS] * 2
+
+
+def test_diagnostics_draw_only_what_the_method_computes(tmp_path):
+    """A GRPO run logs ``rollout/intrinsic_sum_mean`` 0 every iteration: no intrinsic-reward panel for it."""
+    from empo2.report.curves import drawn_panels
+
+    grpo, empo2 = _measured_run(tmp_path, "grpo"), _measured_run(tmp_path, "empo2", p=0.5)
+    titles = [p.title for p in drawn_panels([grpo], DIAGNOSTIC_PANELS)]
+    assert "Intrinsic reward" not in titles and "Memory size" not in titles and "Valid actions" in titles
+    assert "Clip fraction" in titles  # measured (0: nothing clipped), and said so in the panel
+    titles = [p.title for p in drawn_panels([empo2], DIAGNOSTIC_PANELS)]
+    assert "Intrinsic reward" in titles and "Memory size" in titles
+    assert drawn_panels([grpo, empo2], DIAGNOSTIC_PANELS)[0].title == "Intrinsic reward"  # drawn for the EMPO² run
+    assert plot_figure([grpo, empo2], DIAGNOSTIC_PANELS, "t", tmp_path / "d.png") is not None
+
+
+def test_the_report_says_which_episodes_each_evaluation_is_over(tmp_path):
+    """The comparison table named the final evaluation "after, n=28" and set the score before training
+    beside it whatever episodes it was over."""
+    run = _measured_run(tmp_path, "r")
+    s = summarise_run(run)
+    assert s.eval_over == "4 'test' · T 0.4 · ≤ 5 turns" and s.before_unmatched is None
+    from empo2.report.table import comparison_table
+
+    row = comparison_table([s]).splitlines()[2]
+    assert "30.0 [20.0, 40.0] (before 5.0) |" in row and "| after: 4 'test' · T 0.4 · ≤ 5 turns |" in row
+    (run.path / "eval_before.json").write_text(json.dumps(_eval_file(5.0, 0.0, 2, 0, temperature=1.0)))
+    s = summarise_run(load_run(run.path))
+    assert s.before_unmatched == "temperature 1.0 vs 0.4; episodes 2 vs 4"
+    assert ("(before 5.0 over other episodes: 2 'test' · T 1.0 · ≤ 5 turns; temperature 1.0 vs 0.4; episodes 2 vs 4; "
+            "not comparable)") in comparison_table([s])
+
+
+# --------------------------------------------------------------------------- the viewer's step order
+
+def test_a_step_carries_the_observation_its_action_produced(make_synthetic_run, tmp_path):
+    """The step card set the observation *before* an action next to that action's badge; each step now
+    carries ``result`` (the next step's observation, the episode's final one after the last step)."""
+    run = make_synthetic_run(iterations=1, episodes=2)
+    ep = viewer_run(load_run(run), ViewerLimits())["iterations"][0]["episodes"][1]
+    stored = json.loads((run / "trajectories" / "iter-00001.jsonl").read_text().splitlines()[1])
+    assert ep["initial_observation"] == stored["steps"][0]["observation"]
+    assert [s["result"] for s in ep["steps"]] == [stored["steps"][1]["observation"],
+                                                 stored["steps"][2]["observation"], stored["final_observation"]]
+    assert all("observation" not in s for s in ep["steps"])  # each text embedded once
+
+
+def test_the_step_card_reads_in_the_order_things_happened(make_synthetic_run, tmp_path):
+    """Rendered by the viewer's own script (in Node, against a minimal DOM): the initial observation at
+    the top, then per step the action, its verdict (valid / invalid …), the observation it produced."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    node = shutil.which("node") or shutil.which("nodejs")
+    if node is None:
+        pytest.skip("Node.js is not installed (test_browser.py renders the page in Chromium)")
+    run = make_synthetic_run(iterations=1, episodes=2)
+    paths = build_report([run], tmp_path / "out")
+    script = Path(__file__).with_name("render_viewer.js")
+    out = subprocess.run([node, str(script), str(paths.viewer), "#run=0&it=0&ep=1"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    lines = [ln.strip() for ln in out.stdout.splitlines()]
+    initial = lines.index("div.label: Initial observation")
+    assert lines[initial + 1] == "pre.obs.initial: Room 0 of episode 1."
+    steps = [i for i, ln in enumerate(lines) if ln.startswith("span.step-no: Step")]
+    assert len(steps) == 3 and initial < steps[0]
+    third = lines[steps[2]:]  # step 3: action "go east", rejected, then the episode's final observation
+    order = [next(i for i, ln in enumerate(third) if ln.startswith(prefix)) for prefix in
+             ("pre.exec.action: go east", "span.badge.bad: invalid action", "div.label: Observation after this action",
+              "pre.obs.result: The end of episode 1.")]
+    assert order == sorted(order)
+    second = lines[steps[1]:steps[2]]
+    assert second.index("span.badge.ok: valid") < second.index("pre.obs.result: Room 2 of episode 1.")

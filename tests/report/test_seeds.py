@@ -225,11 +225,11 @@ def test_other_evaluations_and_adapt_trials_show_in_a_single_run_report(two_meth
                      "success_ci": [0.0, 0.56]}]}))
     md = markdown_report(load_runs([run]), [], None, tmp_path)
     assert "## Other evaluations" in md
-    assert "| grpo-s0 | eval test | test | boil, melt | 4 | 8.8 [0.0, 100.0] | 0.00 [0.00, 1.00] | — |" in md
-    assert "| grpo-s0 | adapt adapt-boil trial 1 | test | boil | 2 | 10.0 | 0.00 | — |" in md
+    assert "| grpo-s0 | eval test | test | 0.4 | boil, melt | 4 | 8.8 [0.0, 100.0] | 0.00 [0.00, 1.00] | — |" in md
+    assert "| grpo-s0 | adapt adapt-boil trial 1 | test | — | boil | 2 | 10.0 | 0.00 | — |" in md
     from empo2.algo.stats import welch_diff
     _, lo, hi, *_ = welch_diff(first, last)
-    assert (f"| grpo-s0 | adapt adapt-melt trial 2 | test | melt | 3 | 41.7 [5.5, 77.8] | 0.00 [0.00, 0.56] | "
+    assert (f"| grpo-s0 | adapt adapt-melt trial 2 | test | 0.4 | melt | 3 | 41.7 [5.5, 77.8] | 0.00 [0.00, 0.56] | "
             f"+16.7 [{lo:+.1f}, {hi:+.1f}], unpaired |") in md
     # the seed table: adapt rows name their task and episodes, and carry no training score
     rows = {(r.method.label.split(" · ")[1], r.evaluation): r for r in seed_rows(group_methods(load_runs([two_methods])))}

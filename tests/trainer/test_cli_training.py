@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -126,11 +127,20 @@ def test_eval_command_on_a_checkpoint(tmp_path, capsys):
     assert main(["train", "--config", str(cfg)]) == 0
     ckpt = tmp_path / "runs" / "ev" / "checkpoints" / "last"
     out = tmp_path / "eval.json"
+    capsys.readouterr()
     assert main(["eval", "--checkpoint", str(ckpt), "--episodes", "2", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     assert res["split"] == "test" and res["temperature"] == 0.4
-    assert res["overall"]["episodes"] == 2
-    assert "score (0–100) [95% CI]" in capsys.readouterr().out
+    assert res["overall"]["episodes"] == 2 and len(res["per_variation"]) == 2
+    printed = capsys.readouterr().out
+    assert "score (0–100) [95% CI]" in printed
+    # the summary by default: no row per variation (each of 1 episode, no CI), the flag that shows them
+    assert "fetch-key/" not in printed and "│ ALL" in printed
+    assert "per-variation rows (2 variations): add --per-variation" in printed
+    assert main(["eval", "--checkpoint", str(ckpt), "--episodes", "2", "--out", str(out), "--per-variation"]) == 0
+    printed = capsys.readouterr().out
+    assert sum(line.startswith("│ fetch-key/") for line in printed.splitlines()) == 2
+    assert "add --per-variation" not in printed
 
 
 @pytest.mark.parametrize("override,message", [
@@ -204,3 +214,67 @@ def test_eval_of_the_untrained_model_from_a_config(tmp_path, capsys):
     assert "--out" in capsys.readouterr().err
     assert main(["eval", "--episodes", "2"]) == 2
     assert "exactly one of --checkpoint" in capsys.readouterr().err
+
+
+def test_resume_with_other_evaluation_settings_is_refused_with_the_fix(tmp_path, capsys):
+    """A resume without the run's ``eval.episodes`` warned and went on: its final table set 2 'before'
+    episodes beside 4 'after' ones as if comparable. It is refused, before any work, with the override
+    that keeps the run's evaluation; with it the run goes on and both rows are over the same episodes."""
+    cfg = _cfg(tmp_path, "evset", trainer={"iterations": 1}, eval={"episodes": 2, "before_after": True})
+    assert main(["train", "--config", str(cfg)]) == 0
+    run = tmp_path / "runs" / "evset"
+    before = (run / "eval_before.json").read_bytes()
+    capsys.readouterr()
+    assert main(["train", "--config", str(cfg), "--resume", "trainer.iterations=2", "eval.episodes=4"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert "eval.episodes: 2 -> 4" in err and "eval_before.json (2 'test' episodes at temperature 0.4)" in err
+    assert "add eval.episodes=2 to keep the evaluation the run started with" in err
+    assert main(["train", "--config", str(cfg), "--resume", "trainer.iterations=2", "eval.temperature=1.0"]) == 2
+    assert "add eval.temperature=0.4 to keep" in capsys.readouterr().err
+    assert [r["iteration"] for r in _metrics(run)] == [0, 1, 1]  # nothing trained, logged or evaluated
+    assert (run / "eval_before.json").read_bytes() == before
+    assert main(["train", "--config", str(cfg), "--resume", "trainer.iterations=2", "eval.episodes=2"]) == 0
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if "before training" in line or "after training" in line]
+    assert len(rows) == 2 and all("│ 2 'test' · T 0.4 │" in line for line in rows)
+    assert "≤ 4 turns per episode" in out and "not over the same episodes" not in out
+
+
+def test_the_evaluation_check_compares_what_decides_the_episodes(tmp_path):
+    from empo2.configschema import ConfigError
+    from empo2.trainer.resume import check_evaluation_matches
+
+    def cfg(**env):
+        return {"eval": {"episodes": 4, "temperature": 0.4, "before_after": True, "every": 0},
+                "env": {"name": "tiny", "tasks": ["fetch-key"], "eval_split": "test", "train_split": "train",
+                        "max_turns": 5, "variations": [], **env}}
+
+    saved = cfg()
+    check_evaluation_matches(saved, cfg(), tmp_path, 2)  # no evaluation written yet: nothing to match
+    (tmp_path / "eval_before.json").write_text(json.dumps({"split": "test", "temperature": 0.4, "max_turns": 5,
+                                                           "episodes": [{}] * 4}))
+    check_evaluation_matches(saved, cfg(), tmp_path, 2)
+    check_evaluation_matches(saved, cfg(variations=[1, 2]), tmp_path, 2)  # trains on fewer, evaluates on 'test'
+    check_evaluation_matches(saved, cfg(tasks=["1"]), tmp_path, 2, resolve=lambda t: {"1": "fetch-key"}.get(t, t))
+    off = cfg(max_turns=9)
+    off["eval"].update(before_after=False)
+    check_evaluation_matches(saved, off, tmp_path, 2)  # the resumed run writes no evaluation
+    for changed, fix in ((cfg(max_turns=9), "env.max_turns=5"), (cfg(eval_split="dev"), "env.eval_split=test"),
+                         (cfg(tasks=["fetch-key", "other"]), "env.tasks=[fetch-key]"),
+                         (cfg(eval_split="train", variations=[1, 2]), "env.eval_split=test")):
+        with pytest.raises(ConfigError, match=f"add {re.escape(fix)}"):
+            check_evaluation_matches(saved, changed, tmp_path, 2)
+    restricted = cfg(eval_split="train", variations=[1, 2])
+    (tmp_path / "eval_before.json").write_text(json.dumps({"split": "train", "temperature": 0.4, "max_turns": 5,
+                                                           "episodes": [{}] * 4}))
+    with pytest.raises(ConfigError, match=re.escape("add env.variations=[1, 2] to keep")):
+        check_evaluation_matches(restricted, cfg(eval_split="train", variations=[3]), tmp_path, 2)
+    # an earlier resume by an older empo2 changed the saved config to 28 episodes: the file holds the run
+    # to the 4 episodes of its 'before' row
+    (tmp_path / "eval_before.json").write_text(json.dumps({"split": "test", "temperature": 0.4, "max_turns": 5,
+                                                           "episodes": [{}] * 4}))
+    resumed = cfg()
+    resumed["eval"]["episodes"] = 28
+    with pytest.raises(ConfigError, match=re.escape("(eval.episodes: 4 -> 28)")):
+        check_evaluation_matches(resumed, resumed, tmp_path, 2)

@@ -202,7 +202,34 @@ def test_after_resume_the_final_table_keeps_its_before_row(tmp_path, capsys):
     before = json.loads((tmp_path / "runs" / "res" / "eval_before.json").read_text())["overall"]
     row = next(line for line in out.splitlines() if "before training" in line)
     assert f"{before['score']:.1f} [{before['score_ci'][0]:.1f}, {before['score_ci'][1]:.1f}]" in row
-    assert "after training" in out
+    after = next(line for line in out.splitlines() if "after training" in line)
+    for line in (row, after):  # each row says which episodes it is over: the same ones
+        assert "│ 2 'test' · T 0.4 │" in line
+    assert "(no memory, ≤ 4 turns per episode)" in out and "not over the same episodes" not in out
+
+
+def _result(n: int, temperature: float = 0.4, split: str = "test") -> EvalResult:
+    s = EvalSummary(n, 10.0, (0.0, 20.0), 0.0, (0.0, 0.5), 3.0, (2.0, 4.0), 0.0)
+    eps = [{"id": k, "task": "fetch-key", "variation": k % 3} for k in range(n)]
+    return EvalResult(split, temperature, s, {}, eps, max_turns=5)
+
+
+def test_the_final_table_says_which_episodes_each_row_is_over():
+    """The table set 4 episodes "before" beside 28 "after" under one title as if comparable."""
+    from empo2.trainer.progress import episodes_over, table_before_after
+
+    assert episodes_over(_result(28)) == "28 'test' episodes at temperature 0.4, ≤ 5 turns"
+    buf = io.StringIO()
+    table_before_after(_result(4), _result(28, temperature=1.0), Console(file=buf, width=200), env="tiny")
+    out = buf.getvalue()
+    assert "│ 4 'test' · T 0.4 " in next(line for line in out.splitlines() if "before training" in line)
+    assert "│ 28 'test' · T 1.0 │" in next(line for line in out.splitlines() if "after training" in line)
+    assert "(no memory, ≤ 5 turns per episode)" in out
+    assert ("'before' and 'after' are not over the same episodes (temperature 0.4 vs 1.0; episodes 4 vs 28)"
+            in out)
+    buf = io.StringIO()
+    table_before_after(_result(4), _result(4), Console(file=buf, width=200), env="tiny")
+    assert "not over the same episodes" not in buf.getvalue()
 
 
 def test_eval_command_prints_its_phases(tmp_path, capsys):

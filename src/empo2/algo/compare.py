@@ -74,6 +74,33 @@ def _seed_reason(sa: Any, sb: Any) -> str:
     return f"episode seeds differ ({sa} vs {sb})"
 
 
+def unmatched_episodes(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    """Why two evaluations of *different weights* of one run (its ``eval_before.json`` and
+    ``eval_after.json``) are not over the same episodes, or None when they are.
+
+    The rule of ``pair_episodes`` without the seeds: each evaluated iteration samples its own stream
+    (``EVAL_STREAM`` + iteration), so "before" and "after" are the same episodes — the same
+    ``SETTINGS`` (split, temperature, ``max_turns``; one an older file lacks is not compared), the same
+    number of episodes and the same task and variation for every episode, in order — drawn anew. Only
+    then is the one beside the other a before/after comparison (the final table of ``empo2 train``,
+    the report's comparison table).
+
+    Args:
+        a, b: evaluation records (``split``, ``temperature``, ``max_turns``, ``episodes``).
+
+    Returns:
+        ``"episodes 4 vs 28; temperature 0.4 vs 1.0"`` (each difference), or None.
+    """
+    why = [f"{key} {a.get(key)} vs {b.get(key)}" for key in SETTINGS
+           if a.get(key) is not None and b.get(key) is not None and a.get(key) != b.get(key)]
+    eps_a, eps_b = list(a.get("episodes") or []), list(b.get("episodes") or [])
+    if len(eps_a) != len(eps_b):
+        why.append(f"episodes {len(eps_a)} vs {len(eps_b)}")
+    elif [(e.get("task"), e.get("variation")) for e in eps_a] != [(e.get("task"), e.get("variation")) for e in eps_b]:
+        why.append("other tasks or variations")
+    return "; ".join(why) or None
+
+
 def pair_episodes(a: Mapping[str, Any], b: Mapping[str, Any]) -> EpisodePairs:
     """The pairs of the same episode in evaluations ``a`` and ``b`` (module docstring: the rule).
 

@@ -26,7 +26,11 @@ class RunSummary:
         eval_episodes: episodes in that evaluation.
         eval_score, eval_score_ci: mean score (0..100) and its 95% CI.
         eval_success, eval_success_ci: success rate (0..1) and its 95% CI.
-        eval_score_before: score of ``eval_before.json``, for the before → after comparison.
+        eval_over: which episodes the eval columns are over (``eval_over``: ``"28 'test' · T 0.4 · ≤ 5
+            turns"``), None for ``metrics``.
+        eval_score_before: score of ``eval_before.json``, for the before → after comparison;
+            ``before_over``: its episodes as ``eval_over`` says them; ``before_unmatched``: why they are
+            not the final evaluation's episodes (``algo.compare.unmatched_episodes``), None when they are.
         best_train_score, best_train_iteration: highest ``rollout/score_mean`` and where;
             ``mean_train_score``: its mean over the training iterations (shown beside the best: a
             variation every rollout of which scores alike, e.g. 50 for reaching outside in 7-1, lifts
@@ -52,7 +56,10 @@ class RunSummary:
     eval_score_ci: tuple[float, float] | None = None
     eval_success: float | None = None
     eval_success_ci: tuple[float, float] | None = None
+    eval_over: str | None = None
     eval_score_before: float | None = None
+    before_over: str | None = None
+    before_unmatched: str | None = None
     best_train_score: float | None = None
     best_train_iteration: int | None = None
     mean_train_score: float | None = None
@@ -70,13 +77,32 @@ def _ci(v: Any) -> tuple[float, float] | None:
     return None
 
 
+def eval_over(res: dict[str, Any]) -> str:
+    """Which episodes an evaluation file's numbers are over: ``"28 'test' · T 0.4 · ≤ 5 turns"`` (the
+    finished episodes, ``+ 2 crashed`` when some crashed, the split, the sampling temperature and the
+    turn cap; a setting an older file lacks is left out). The wording of ``empo2 train``'s final table
+    (``trainer.progress.episodes_over``)."""
+    o = res.get("overall") or {}
+    n = o.get("episodes")
+    parts = [(str(n) if isinstance(n, int) else "?") + (f" + {o['crashed']} crashed" if o.get("crashed") else "")
+             + (f" '{res['split']}'" if res.get("split") else "")]
+    if res.get("temperature") is not None:
+        parts.append(f"T {res['temperature']}")
+    if res.get("max_turns"):
+        parts.append(f"≤ {res['max_turns']} turns")
+    return " · ".join(parts)
+
+
 def _apply_eval(s: RunSummary, run: RunData) -> None:
-    """Fill the eval fields from the final eval file, else from the last eval metrics row."""
+    """Fill the eval fields from the final eval file, else from the last eval metrics row; the
+    "before" score only with the episodes it is over, and why they differ from the final ones."""
+    from empo2.algo.compare import unmatched_episodes
+
     fe = final_eval(run)
     if fe is not None:
         tag, res = fe
         o = res.get("overall") or {}
-        s.eval_tag, s.eval_episodes = tag, o.get("episodes")
+        s.eval_tag, s.eval_episodes, s.eval_over = tag, o.get("episodes"), eval_over(res)
         s.eval_score, s.eval_score_ci = finite(o.get("score")), _ci(o.get("score_ci"))
         s.eval_success, s.eval_success_ci = finite(o.get("success_rate")), _ci(o.get("success_ci"))
     else:
@@ -91,6 +117,9 @@ def _apply_eval(s: RunSummary, run: RunData) -> None:
     before = run.evals.get("before")
     if before is not None and s.eval_tag != "before":
         s.eval_score_before = finite((before.get("overall") or {}).get("score"))
+        s.before_over = eval_over(before)
+        if fe is not None:
+            s.before_unmatched = unmatched_episodes(before, fe[1])
 
 
 def summarise_run(run: RunData) -> RunSummary:
@@ -168,8 +197,11 @@ def _row_cells(s: RunSummary) -> list[str]:
     its = f"{s.iterations_done}" + (f"/{s.iterations_planned}" if s.iterations_planned is not None else "")
     score = fmt_value_ci(s.eval_score, s.eval_score_ci, 1)
     if s.eval_score_before is not None and s.eval_score is not None:
-        score += f" (before {s.eval_score_before:.1f})"
-    source = DASH if s.eval_tag is None else s.eval_tag + (f", n={s.eval_episodes}" if s.eval_episodes else "")
+        score += (f" (before {s.eval_score_before:.1f})" if s.before_unmatched is None else
+                  f" (before {s.eval_score_before:.1f} over other episodes: {s.before_over}; {s.before_unmatched}; "
+                  "not comparable)")
+    source = DASH if s.eval_tag is None else s.eval_tag + (
+        f": {s.eval_over}" if s.eval_over else f", n={s.eval_episodes}" if s.eval_episodes else "")
     best = DASH if s.best_train_score is None else (
         f"{s.best_train_score:.1f} (it {s.best_train_iteration}; mean {s.mean_train_score:.1f})")
     steps = DASH if s.env_steps is None else f"{s.env_steps:,.0f}"
@@ -182,7 +214,7 @@ def _row_cells(s: RunSummary) -> list[str]:
 
 
 COLUMNS = ["Run", "Algorithm", "Env: tasks", "Iterations", "Env steps", "Eval score (0–100) [95% CI]",
-           "Eval success rate [95% CI]", "Eval (episodes)", "Best train score (0–100)", "Optimiser steps", "Train time"]
+           "Eval success rate [95% CI]", "Eval: episodes, split, temperature", "Best train score (0–100)", "Optimiser steps", "Train time"]
 
 
 def comparison_table(summaries: list[RunSummary], marks: dict[str, str] | None = None) -> str:
@@ -212,15 +244,16 @@ def per_task_table(runs: list[RunData]) -> str | None:
         tag, res = fe
         for task, t in sorted((res.get("per_task") or {}).items()):
             lines.append("| " + " | ".join([
-                md_escape(run.name), md_escape(tag), md_escape(str(res.get("split", DASH))), md_escape(task),
+                md_escape(run.name), md_escape(tag), md_escape(str(res.get("split", DASH))),
+                md_escape(str(res.get("temperature", DASH))), md_escape(task),
                 str(t.get("episodes", DASH)), fmt_value_ci(finite(t.get("score")), _ci(t.get("score_ci")), 1),
                 fmt_value_ci(finite(t.get("success_rate")), _ci(t.get("success_ci")), 2),
                 fmt_value_ci(finite(t.get("failure_rate")), None, 2),
                 fmt_value_ci(finite(t.get("steps")), _ci(t.get("steps_ci")), 1)]) + " |")
     if not lines:
         return None
-    head = ["Run", "Eval", "Split", "Task", "Episodes", "Score (0–100) [95% CI]", "Success rate [95% CI]",
-            "Failure rate", "Steps [95% CI]"]
+    head = ["Run", "Eval", "Split", "Temperature", "Task", "Episodes", "Score (0–100) [95% CI]",
+            "Success rate [95% CI]", "Failure rate", "Steps [95% CI]"]
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|", *lines])
 
 
@@ -257,7 +290,8 @@ def other_evaluations_table(runs: list[RunData]) -> str | None:
         for tag, d in sorted(run.other_evals.items()):
             tasks = ", ".join(sorted(d.get("per_task") or {})) or DASH
             lines.append("| " + " | ".join([md_escape(run.name), md_escape(f"eval {tag}"),
-                                             md_escape(str(d.get("split", DASH))), md_escape(tasks),
+                                             md_escape(str(d.get("split", DASH))),
+                                             md_escape(str(d.get("temperature", DASH))), md_escape(tasks),
                                              *_summary_cells(d.get("overall") or {}), DASH]) + " |")
         for folder, d in sorted(run.adapts.items()):
             trials = [t for t in d.get("trials") or [] if isinstance(t, dict)]
@@ -265,12 +299,13 @@ def other_evaluations_table(runs: list[RunData]) -> str | None:
             for k, t in enumerate(trials, 1):
                 change = _change_from_first(d) if k == len(trials) and k > 1 else DASH
                 lines.append("| " + " | ".join([md_escape(run.name), md_escape(f"adapt {folder} trial {k}"),
-                                                 md_escape(str(d.get("split", DASH))), md_escape(tasks),
+                                                 md_escape(str(d.get("split", DASH))),
+                                                 md_escape(str(d.get("temperature", DASH))), md_escape(tasks),
                                                  *_summary_cells(t), change]) + " |")
     if not lines:
         return None
-    head = ["Run", "Evaluation", "Split", "Tasks", "Episodes", "Score (0–100) [95% CI]", "Success rate [95% CI]",
-            "Change from trial 1 (points) [95% CI]"]
+    head = ["Run", "Evaluation", "Split", "Temperature", "Tasks", "Episodes", "Score (0–100) [95% CI]",
+            "Success rate [95% CI]", "Change from trial 1 (points) [95% CI]"]
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|", *lines])
 
 
@@ -321,7 +356,9 @@ def markdown_report(runs: list[RunData], figures: list[Path], viewer: Path | Non
              "WebShop's reward × 100. Success rates are 0–1: the share of episodes that completed the task "
              "(ScienceWorld score 100, WebShop reward 1). "
              "Eval columns come from `eval_after.json`, else the latest `eval_iterK.json`, else "
-             "`eval_before.json` (95% CI: Student t for the score, Wilson for the success rate; a score "
+             "`eval_before.json`, over the episodes their column says (finished episodes, split, sampling "
+             "temperature T, turn cap); the score before training beside it is over the same episodes unless "
+             "it says otherwise (95% CI: Student t for the score, Wilson for the success rate; a score "
              "interval of no width, e.g. 0.0 [0.0, 0.0], means every episode scored the same, not certainty); "
              "'metrics' means only `metrics.jsonl` eval rows were found (no CI). "
              "Best train score is the highest per-iteration mean of training rollouts (at iteration 'it'), "

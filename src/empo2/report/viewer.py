@@ -2,9 +2,11 @@
 
 The page needs no server: open ``viewer.html`` from disk. Pick a run, an iteration (or one of
 the run's evaluations) and an episode, narrowed by variation, mode and score; ids and numbers are
-1-based, as in the logs (``display_id``). The episode shows its task, then each step's observation, retrieved tips, the model's
-raw text and the executed action (valid / corrected flags), reward and score, then the tip the
-episode wrote and its EMPO² mode.
+1-based, as in the logs (``display_id``). The episode shows its task and the observation it started
+from, then each step in the order it happened: the tips retrieved for it, the model's raw text and
+the executed action, the environment's verdict on that action (valid / invalid, corrected, reward,
+score), and the observation that action produced; then the tip the episode wrote and its EMPO² mode
+(docs/report.md, "viewer.html").
 
 Safety: the data sits in a ``<script type="application/json">`` block in which every ``<``, ``>``
 and ``&`` is written as a ``\\uXXXX`` escape, so no text (``</script>``, ``<tip>``) can end the
@@ -122,16 +124,26 @@ def unique_tips(tips: list[Any], limit: int) -> list[str]:
 
 def _episode(rec: dict[str, Any], limit: int, iteration: int) -> dict[str, Any]:
     """The viewer's copy of one record of ``trajectories/iter-K.jsonl`` (the file of 1-based iteration
-    ``iteration``): known fields, texts cut, the id as ``display_id`` shows it."""
-    steps = [{"observation": cut(s.get("observation"), limit), "tips": unique_tips(s.get("tips") or [], limit),
-              "raw": cut(s.get("raw"), limit), "action": cut(s.get("action"), limit), "valid": s.get("valid"),
-              "corrected": s.get("corrected"), "reward": s.get("reward"), "score": s.get("score"),
-              "intrinsic": s.get("intrinsic")} for s in rec.get("steps") or []]
+    ``iteration``): known fields, texts cut, the id as ``display_id`` shows it.
+
+    A stored step holds the observation its action was chosen on; the viewer shows each step as it
+    happened — action, verdict, then the observation the action produced — so the episode carries
+    ``initial_observation`` (its first step's observation, or ``final_observation`` for an episode of
+    no step) and each step its ``result``: the next step's observation, or the episode's
+    ``final_observation`` after the last step (None when a file of an older empo2 lacks it)."""
+    raw_steps = [s for s in rec.get("steps") or [] if isinstance(s, dict)]
+    after = [s.get("observation") for s in raw_steps[1:]] + [rec.get("final_observation")]
+    steps = [{"tips": unique_tips(s.get("tips") or [], limit), "raw": cut(s.get("raw"), limit),
+              "action": cut(s.get("action"), limit), "valid": s.get("valid"), "corrected": s.get("corrected"),
+              "reward": s.get("reward"), "score": s.get("score"), "intrinsic": s.get("intrinsic"),
+              "result": None if res is None else cut(res, limit)} for s, res in zip(raw_steps, after)]
+    first = raw_steps[0].get("observation") if raw_steps else rec.get("final_observation")
     stored = str(rec.get("id", ""))
     return {"id": display_id(stored, iteration), "stored_id": stored, "task": str(rec.get("task", "")),
             "variation": rec.get("variation"), "mode": str(rec.get("mode", "")), "score": rec.get("score"),
             "success": rec.get("success"), "crashed": rec.get("crashed"), "tip": cut(rec.get("tip"), limit),
-            "task_description": cut(rec.get("task_description"), limit), "steps": steps}
+            "task_description": cut(rec.get("task_description"), limit),
+            "initial_observation": None if first is None else cut(first, limit), "steps": steps}
 
 
 def spread(items: list[dict[str, Any]], cap: int) -> list[dict[str, Any]]:
@@ -183,13 +195,14 @@ def eval_views(run: RunData, cap: int, limit: int) -> list[dict[str, Any]]:
         for k, e in enumerate(d.get("episodes") or []):
             if not isinstance(e, dict):
                 continue
-            steps = [{"observation": None, "tips": [], "raw": cut(a, limit), "action": cut(a, limit), "valid": None,
-                      "corrected": None, "reward": None, "score": None, "intrinsic": None}
-                     for a in e.get("actions") or []]
+            steps: list[dict[str, Any]] = [
+                {"tips": [], "raw": cut(a, limit), "action": cut(a, limit), "valid": None,
+                 "corrected": None, "reward": None, "score": None, "intrinsic": None, "result": None}
+                for a in e.get("actions") or []]
             eps.append({"id": f"eval-{tag}-e{k + 1}", "stored_id": "", "task": str(e.get("task", "")),
                         "variation": e.get("variation"), "mode": "eval", "score": e.get("score"),
                         "success": e.get("success"), "crashed": e.get("crashed"), "tip": None,
-                        "task_description": None, "steps": steps, "eval": True})
+                        "task_description": None, "initial_observation": None, "steps": steps, "eval": True})
         title = _EVAL_TITLES.get(tag, f"evaluation after iteration {tag[4:]}")
         out.append({"kind": "eval", "index": -1, "iteration": None, "title": f"{title} ({d.get('split', '?')} split)",
                     "file": f"eval_{tag}.json", "total_episodes": len(eps), "episodes": spread(eps, cap)})

@@ -49,6 +49,7 @@ pre { margin:0; white-space:pre-wrap; word-break:break-word;
 .step { background:var(--card); border:1px solid var(--line); border-radius:8px; padding:10px 14px; margin:10px 0; }
 .step-head { display:flex; align-items:center; gap:8px; flex-wrap:wrap; }
 .step-no { font-weight:600; margin-right:4px; }
+.verdict { margin:8px 0 2px; }
 .obs { background:#f8fafc; border:1px solid #edf0f3; border-radius:6px; padding:8px 10px; }
 .tips { margin:0; padding-left:20px; } .tips li { margin:3px 0; }
 .tips pre { background:var(--tipbg); color:#3b0764; border-radius:5px; padding:4px 8px; }
@@ -193,21 +194,11 @@ JS = r"""
     });
   }
 
-  function renderStep(s, k) {
+  function renderStep(s, k) {  // in the order it happened: tips, action, its verdict, what it produced
     var card = el("section", "step");
     var head = el("div", "step-head");
     head.appendChild(el("span", "step-no", "Step " + (k + 1)));
-    if (s.valid === false) badge(head, "invalid action", "bad", "the environment rejected the action");
-    else if (s.valid === true) badge(head, "valid", "ok");
-    if (s.corrected) badge(head, "corrected", "warn", "the model text was corrected to a valid action");
-    if (typeof s.reward === "number") badge(head, "reward " + signed(s.reward), s.reward > 0 ? "ok" : s.reward < 0 ? "bad" : null);
-    if (typeof s.score === "number") badge(head, "score " + num(s.score), "info");
-    if (typeof s.intrinsic === "number" && s.intrinsic !== 0) badge(head, "r_int " + num(s.intrinsic, 3), "tip");
     card.appendChild(head);
-    if (s.observation !== null && s.observation !== undefined) {
-      card.appendChild(el("div", "label", "Observation"));
-      card.appendChild(el("pre", "obs", s.observation));
-    }
     if (s.tips && s.tips.length) {
       card.appendChild(el("div", "label", "Retrieved tips (" + s.tips.length + ")"));
       var ol = el("ol", "tips");
@@ -228,6 +219,18 @@ JS = r"""
       act.appendChild(c1); act.appendChild(c2);
     }
     card.appendChild(act);
+    var verdict = el("div", "badges verdict");
+    if (s.valid === false) badge(verdict, "invalid action", "bad", "the environment rejected the action");
+    else if (s.valid === true) badge(verdict, "valid", "ok");
+    if (s.corrected) badge(verdict, "corrected", "warn", "the model text was corrected to a valid action");
+    if (typeof s.reward === "number") badge(verdict, "reward " + signed(s.reward), s.reward > 0 ? "ok" : s.reward < 0 ? "bad" : null);
+    if (typeof s.score === "number") badge(verdict, "score " + num(s.score), "info");
+    if (typeof s.intrinsic === "number" && s.intrinsic !== 0) badge(verdict, "r_int " + num(s.intrinsic, 3), "tip");
+    if (verdict.firstChild) card.appendChild(verdict);
+    if (s.result !== null && s.result !== undefined) {
+      card.appendChild(el("div", "label", "Observation after this action"));
+      card.appendChild(el("pre", "obs result", s.result));
+    }
     return card;
   }
 
@@ -243,7 +246,7 @@ JS = r"""
     badge(b, "final score " + num(e.score), e.score > 0 ? "ok" : e.score < 0 ? "bad" : null);
     badge(b, e.success ? "success" : "no success", e.success ? "ok" : "bad");
     if (e.crashed) badge(b, "environment crashed", "bad");
-    badge(b, e.steps.length + " steps");
+    badge(b, e.steps.length + (e.steps.length === 1 ? " step" : " steps"));
     main.appendChild(b);
     if (e.eval) {
       main.appendChild(el("p", "empty", "An evaluation episode (no memory, no update): evaluation files record " +
@@ -251,6 +254,10 @@ JS = r"""
     } else {
       main.appendChild(el("div", "label", "Task"));
       main.appendChild(el("div", "box task", e.task_description || "(no task description recorded)"));
+      if (e.initial_observation !== null && e.initial_observation !== undefined) {
+        main.appendChild(el("div", "label", "Initial observation"));
+        main.appendChild(el("pre", "obs initial", e.initial_observation));
+      }
     }
     var steps = el("div", "steps");
     e.steps.forEach(function (s, k) { steps.appendChild(renderStep(s, k)); });

@@ -387,28 +387,61 @@ def score_legend(env: str) -> str:
                                    "completed") + "; success rate: the share of successful episodes, 0–1"
 
 
+def episodes_over(res: Any, short: bool = False, turns: bool = True) -> str:
+    """Which episodes an ``EvalResult``'s numbers are over: ``"28 'test' episodes at temperature 0.4, ≤ 5
+    turns"``, or with ``short`` (a table cell) ``"28 'test' · T 0.4 · ≤ 5 turns"``: the finished episodes
+    (``+ 2 crashed`` when some crashed), the split, the sampling temperature and, with ``turns``, the
+    turn cap (when recorded; files of an older empo2 lack it)."""
+    o = res.overall
+    crashed = f" + {o.crashed} crashed" if getattr(o, "crashed", 0) else ""
+    cap = getattr(res, "max_turns", None) if turns else None
+    if short:
+        return f"{o.episodes}{crashed} '{res.split}' · T {res.temperature}" + (f" · ≤ {cap} turns" if cap else "")
+    return (f"{o.episodes}{crashed} '{res.split}' episodes at temperature {res.temperature}"
+            + (f", ≤ {cap} turns" if cap else ""))
+
+
+def unmatched_evaluations(before: Any, after: Any) -> str | None:
+    """Why two ``EvalResult`` s are not over the same episodes — ``"episodes 4 vs 28"`` — or None when
+    they are (``algo.compare.unmatched_episodes``: the same split, temperature, turn cap, episode count
+    and task/variation of every episode; each evaluated iteration samples its own seed stream)."""
+    from empo2.algo.compare import unmatched_episodes
+
+    return unmatched_episodes(before.to_json(), after.to_json())
+
+
 def table_before_after(before: Any, after: Any, console: Any = None, env: str = "") -> None:
-    """Print the before/after evaluation table (``EvalResult`` s; a ``None`` row is left out), then
-    what ``env``'s score and success mean (``score_legend``)."""
+    """Print the before/after evaluation table (``EvalResult`` s; a ``None`` row is left out), each row
+    saying which episodes its numbers are over (``episodes_over``: count, split, temperature, turn cap),
+    a warning line when the two rows are not over the same episodes (``unmatched_evaluations``; a run
+    resumed by an older empo2 with other evaluation settings: ``--resume`` now refuses that,
+    docs/reliability.md, Resume), then what ``env``'s score and success mean (``score_legend``)."""
     from rich.table import Table
 
     console = console or make_console()
-    t = Table(title=f"Evaluation on held-out '{after.split}' variations (temperature {after.temperature}, no memory)")
+    rows = [(name, r) for name, r in (("before training", before), ("after training", after)) if r is not None]
+    caps = {getattr(r, "max_turns", None) for _, r in rows}
+    cap = caps.pop() if len(caps) == 1 else None  # one turn cap: said once, in the title
+    t = Table(title="Evaluation on held-out variations (no memory" + (f", ≤ {cap} turns per episode" if cap else "")
+                    + "); each row over: episodes, split, sampling temperature T")
     t.add_column("")
-    t.add_column("episodes", justify="right")
+    t.add_column("episodes", justify="left")
     t.add_column(SCORE_HEADER, justify="right")
     t.add_column(SUCCESS_HEADER, justify="right")
     t.add_column("steps", justify="right")
     t.add_column(FAILURE_HEADER, justify="right")
-    for name, r in (("before training", before), ("after training", after)):
-        if r is None:
-            continue
+    for name, r in rows:
         o = r.overall
-        t.add_row(name, str(o.episodes), fmt_score(o), fmt_success(o), f"{o.steps:.1f}", f"{o.failure_rate:.2f}")
+        t.add_row(name, episodes_over(r, short=True, turns=cap is None), fmt_score(o), fmt_success(o), f"{o.steps:.1f}", f"{o.failure_rate:.2f}")
     console.print(t)
+    why = unmatched_evaluations(before, after) if before is not None else None
+    if why is not None:
+        console.print(f"[bold red]warning:[/] 'before' and 'after' are not over the same episodes ({why}): "
+                      "the two rows are not a before/after comparison of this run")
     console.print(score_legend(env))
 
 
 __all__ = ["Phase", "Progress", "make_console", "iteration_line", "table_before_after", "score_legend",
+           "episodes_over", "unmatched_evaluations",
            "SCORE_HEADER", "SUCCESS_HEADER", "FAILURE_HEADER", "fmt_score", "fmt_success", "fmt_duration", "fmt_bytes",
            "trajectories_note", "eval_note", "update_note", "checkpoint_note", "model_note", "tips_note"]

@@ -2,8 +2,9 @@
 
 The one module ``--resume`` goes through (the trainer calls it; docs/reliability.md, Resume):
 ``check_new_run`` (a fresh run refuses a folder that already holds one), ``resume_point`` (the
-checkpoint to continue from, its state, the config changes it warns about), ``check_memory_matches``
-(below), ``restore_training_state`` (optimiser, RNG, the method's state) and ``finished_run``
+checkpoint to continue from, its state, the config changes it warns about), ``check_evaluation_matches``
+(evaluation settings that would set other episodes beside the run's earlier evaluations are refused),
+``check_memory_matches`` (below), ``restore_training_state`` (optimiser, RNG, the method's state) and ``finished_run``
 (``--resume`` of a finished run changes nothing).
 
 The memory check:
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from empo2.configschema import ConfigError
 from empo2.memory.store import MEMORY_FILENAME, MemoryStore
@@ -155,15 +156,144 @@ def _config_changes(old: dict[str, Any], new: dict[str, Any], ignore: set[str] =
     return out
 
 
+EVAL_KEYS = ("eval.episodes", "eval.temperature", "env.name", "env.tasks", "env.eval_split", "env.max_turns")
+"""The settings that decide which evaluation episodes a run plays and how their actions are sampled
+(``trainer.evaluate``: the episodes spread round-robin over ``env.tasks`` and their ``env.eval_split``
+variations, ``eval.episodes`` of them, at most ``env.max_turns`` turns at ``eval.temperature``); the
+evaluated variations (``env.variations`` when the run evaluates its train split) are checked besides."""
+
+
+def _dotted(d: dict[str, Any], key: str) -> Any:
+    """``d["a"]["b"]`` for ``key`` ``"a.b"``; None where a level is missing (an older config)."""
+    for part in key.split("."):
+        if not isinstance(d, dict):
+            return None
+        d = d.get(part)  # type: ignore[assignment]
+    return d
+
+
+def _evaluated_variations(eval_split: Any, train_split: Any, variations: Any) -> list[int] | None:
+    """The variations an evaluation is restricted to (``evaluate.eval_variations``: ``env.variations``
+    when the evaluated split is the train split), None when it plays the whole split."""
+    return list(variations) if variations and eval_split == train_split else None
+
+
+def _first_evaluation(run_dir: Path, before: int) -> tuple[Path, dict[str, Any]] | None:
+    """The run's first training-time evaluation file written before iteration ``before`` resumes
+    (``eval_before.json``, else the earliest ``eval_iterK.json`` with K ≤ ``before``) and its JSON; None
+    when there is none (or it cannot be read: there is then nothing to keep comparable)."""
+    import json
+    import re
+
+    files = [run_dir / "eval_before.json"] if (run_dir / "eval_before.json").is_file() else []
+    files += sorted((f for f in run_dir.glob("eval_iter*.json")
+                     if (m := re.fullmatch(r"eval_iter(\d+)\.json", f.name)) and int(m[1]) <= before),
+                    key=lambda f: int(f.stem[9:]))
+    for f in files:
+        try:
+            d = json.loads(f.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(d, dict):
+            return f, d
+    return None
+
+
+def _override(key: str, value: Any) -> str:
+    """``key=value`` as an override the command line parses back to ``value`` (YAML flow style)."""
+    import yaml
+
+    return f"{key}={yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix('...').strip()}"
+
+
+def check_evaluation_matches(saved: dict[str, Any], now: dict[str, Any], run_dir: Path, iteration: int,
+                             resolve: Callable[[str], str] | None = None) -> None:
+    """Refuse a resume whose evaluations would be over other episodes than the run's earlier ones.
+
+    A resumed run's final table sets its ``eval_before.json`` ("before training") beside the
+    evaluation it writes at the end ("after"), and the report sets every evaluation of the run on one
+    axis: both are comparisons only when every evaluation played the same episodes, sampled alike
+    (docs/algorithms.md, Evaluation statistics; docs/reliability.md, Resume). When a setting of
+    ``EVAL_KEYS`` (or the evaluated variations) of the resumed config differs from the run's, and the
+    run already wrote an evaluation and the resumed config would write another (``eval.before_after``
+    or ``eval.every``), the resume is refused before any work, with the overrides that restore the
+    run's evaluation. Re-running "before" with the new settings instead would need the initial model
+    loaded beside the checkpoint, overwrite the run's record of its start, and still leave its
+    ``eval_iterK.json`` over the old episodes.
+
+    The run's values are those of its saved config, overridden by what its first evaluation file
+    records (split, temperature, ``max_turns``, episode count), so a run resumed with other settings by
+    an older empo2 is still held to the episodes of its "before" row.
+
+    Args:
+        saved: the run's resolved config (the checkpoint's ``config.yaml``).
+        now: the resumed config, resolved (``config_to_dict``).
+        run_dir: the run folder (its ``eval_before.json`` / ``eval_iterK.json``).
+        iteration: the checkpoint's iteration (evaluations after it are written again).
+        resolve: the environment family's ``resolve_task`` (task ids and names compare as the task they
+            name: ``7-1`` is ``lifespan-longest-lived``); None compares ``env.tasks`` as written.
+
+    Raises:
+        ConfigError: the evaluation settings differ (one line: what differs, which evaluation file it
+            would be set beside, and the overrides that keep the run's evaluation).
+    """
+    if not (_dotted(now, "eval.before_after") or _dotted(now, "eval.every")):
+        return  # the resumed run writes no evaluation: nothing is set beside the earlier ones
+    first = _first_evaluation(run_dir, iteration)
+    if first is None:
+        return
+    path, rec = first
+    want = {k: _dotted(saved, k) for k in EVAL_KEYS}
+    recorded = {"env.eval_split": rec.get("split"), "eval.temperature": rec.get("temperature"),
+                "env.max_turns": rec.get("max_turns"),
+                "eval.episodes": len(rec["episodes"]) if isinstance(rec.get("episodes"), list) else None}
+    want.update({k: v for k, v in recorded.items() if v is not None})
+    got = {k: _dotted(now, k) for k in EVAL_KEYS}
+
+    def same(k: str) -> bool:
+        if k == "env.tasks" and resolve is not None and isinstance(want[k], list) and isinstance(got[k], list):
+            try:
+                return [resolve(str(t)) for t in want[k]] == [resolve(str(t)) for t in got[k]]
+            except ValueError:  # UnknownTaskError: a task the family no longer knows, compare as written
+                pass
+        return bool(got[k] == want[k])
+
+    differ = [k for k in EVAL_KEYS if want[k] is not None and not same(k)]
+    fixed = {**got, **{k: want[k] for k in differ}}
+    sv, nv = _dotted(saved, "env.variations"), _dotted(now, "env.variations")
+    s_train, n_train = _dotted(saved, "env.train_split"), _dotted(now, "env.train_split")
+    shown = [f"{k}: {want[k]!r} -> {got[k]!r}" for k in differ]
+    fix = [_override(k, want[k]) for k in differ]
+    if sv is not None and s_train is not None and (
+            _evaluated_variations(want["env.eval_split"], s_train, sv)
+            != _evaluated_variations(fixed["env.eval_split"], n_train, nv)):
+        shown.append(f"evaluated variations: {_evaluated_variations(want['env.eval_split'], s_train, sv)!r} -> "
+                     f"{_evaluated_variations(got['env.eval_split'], n_train, nv)!r}")
+        fix.append(_override("env.variations", sv))
+        if n_train != s_train:
+            fix.append(_override("env.train_split", s_train))
+    if not fix:
+        return
+    n, split, temp = want["eval.episodes"], want["env.eval_split"], want["eval.temperature"]
+    raise ConfigError(
+        f"--resume: the evaluation settings differ from the run's ({', '.join(shown)}), so the evaluations still "
+        f"to come would play other episodes than {path.name} ({n} '{split}' episodes at temperature {temp}) and "
+        f"the before/after table would compare them as if alike; add {' '.join(fix)} to keep the evaluation the "
+        f"run started with (to evaluate the finished run otherwise: empo2 eval --checkpoint "
+        f"{run_dir / 'checkpoints' / 'last'} --episodes N --temperature T)")
+
+
 def resume_point(cfg: Any, family: Any) -> tuple[Path | None, dict[str, Any]]:
     """The checkpoint ``--resume`` continues from and its ``state.json`` (``state["iteration"]`` is the
     iteration to start at); ``(None, {})`` when the run folder holds a run that was stopped before its
     first checkpoint was complete (it restarts from iteration 0). Warns when ``cfg`` differs from the
-    run's saved config (other than ``trainer.iterations``).
+    run's saved config (other than ``trainer.iterations``); refuses when the difference would make its
+    evaluations play other episodes than the run's earlier ones (``check_evaluation_matches``).
 
     Raises:
         CheckpointError: nothing to resume, or a checkpoint that cannot be loaded (names the file).
-        ConfigError: ``trainer.iterations`` below the checkpoint's iteration.
+        ConfigError: ``trainer.iterations`` below the checkpoint's iteration, or evaluation settings
+            that differ from the run's (``check_evaluation_matches``, with the overrides that fix it).
         UnknownTaskError: a task of ``cfg.env.tasks`` the family does not know.
     """
     from empo2.config import config_to_dict
@@ -188,7 +318,9 @@ def resume_point(cfg: Any, family: Any) -> tuple[Path | None, dict[str, Any]]:
                           f"{cfg.trainer.iterations}; raise trainer.iterations to continue")
     for n in cfg.env.tasks:
         family.resolve_task(n)
-    changed = _config_changes(saved, config_to_dict(cfg), ignore={"trainer.iterations"})
+    now = config_to_dict(cfg)
+    check_evaluation_matches(saved, now, run_dir, int(state["iteration"]), family.resolve_task)
+    changed = _config_changes(saved, now, ignore={"trainer.iterations"})
     if changed:
         shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changed[:12])
         more = f" (+{len(changed) - 12} more)" if len(changed) > 12 else ""
