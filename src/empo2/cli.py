@@ -318,7 +318,7 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
     console = make_console()
     if args.env == "check":
-        from empo2.envs.check import CheckOptions, run_check_command
+        from empo2.rollout.envcheck import CheckOptions
 
         if not args.rest:
             print("error: envs check needs an environment name: empo2 envs check NAME [key=value ...] "
@@ -349,6 +349,67 @@ def cmd_envs(args: argparse.Namespace) -> int:
             t.add_row(r.id, r.name, str(r.n_train), str(r.n_dev), str(r.n_test))
         console.print(t)
     return 0
+
+
+def run_check_command(name: str, overrides: list[str], config: str | None = None, opts: Any = None,
+                      console: Any = None) -> int:
+    """``empo2 envs check NAME [key=value …]``: load the config, build the family, print a verdict per rule.
+
+    ``env.tasks`` defaults to the family's first listed task when neither the config file nor the
+    overrides set it.
+
+    Returns:
+        The exit code: 0 every rule passed or was skipped, 1 a rule failed, 2 the config or the family
+        could not be built (the message says why).
+    """
+    from rich.table import Table
+
+    from empo2.config import load_config
+    from empo2.configschema import ConfigError, load_yaml
+    from empo2.envs.base import EnvError
+    from empo2.envs.registry import make_family
+    from empo2.rollout.envcheck import check_family
+
+    if console is None:
+        from empo2.console import make_console
+
+        console = make_console()
+    try:
+        cfg = load_config(config, [f"env.name={name}", *overrides])
+        family = make_family(cfg.env)
+        tasks = list(cfg.env.tasks)
+        given = any(o.split("=", 1)[0].strip() == "env.tasks" for o in overrides) or (
+            config is not None and "tasks" in (load_yaml(config).get("env") or {}))
+        if not given:
+            tasks = [family.tasks()[0].name]
+        if callable(getattr(family, "preflight", None)):
+            family.preflight()  # type: ignore[attr-defined]
+    except (ConfigError, EnvError, ValueError, ImportError, OSError) as e:
+        from rich.markup import escape
+
+        console.print(f"[red]error:[/] {escape(str(e))}")
+        return 2
+    console.print(f"checking [bold]{name}[/] on {', '.join(tasks)} (action.mode={cfg.action.mode}) …")
+    verdicts = check_family(family, tasks, action_mode=cfg.action.mode, correction=cfg.action.correction,
+                            max_turns=cfg.env.max_turns, opts=opts,
+                            on_verdict=lambda v: console.print(f"  {_CHECK_MARK[v.status]} {v.rule}", highlight=False))
+    t = Table(title=f"empo2 envs check {name}")
+    for c in ("rule", "verdict", "detail"):
+        t.add_column(c, overflow="fold")
+    for v in verdicts:
+        t.add_row(v.rule, _CHECK_MARK[v.status], v.detail)
+    console.print(t)
+    failed = [v.rule for v in verdicts if v.status == "fail"]
+    if failed:
+        console.print(f"[red]{len(failed)} rule(s) failed:[/] {', '.join(failed)} — docs/environments.md, "
+                      "'Checking an environment', says what each rule needs")
+        return 1
+    console.print(f"[green]{name} passes the environment contract[/] "
+                  f"({sum(v.status == 'skip' for v in verdicts)} rule(s) skipped)")
+    return 0
+
+
+_CHECK_MARK = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "skip": "[yellow]skip[/]"}
 
 
 def memory_run(args: argparse.Namespace) -> Path:

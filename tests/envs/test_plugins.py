@@ -16,7 +16,7 @@ from empo2.config import config_to_dict, load_config
 from empo2.configschema import ConfigError, help_table
 from empo2.envs import ENVS, EnvError, Splits, TextGame, register_env
 from empo2.envs.base import TaskSpec
-from empo2.envs.check import check_family
+from empo2.rollout.envcheck import check_family
 from empo2.envs.game import GameFamily
 from empo2.envs.registry import make_family
 from empo2.registry import Registry, load_plugins

@@ -15,8 +15,9 @@ the three ranges never overlap and changing one count never moves another split'
 @dataclass
 class TextWorldConfig:
     """Settings of ``env.name: textworld`` (``env.textworld``). A task is ``<challenge>-<level>``
-    (``coin_collector-5``, ``treasure_hunter-3``, …; `empo2 envs textworld` lists them); a variation is
-    the seed the game is generated from, cached as a compiled game file."""
+    (``coin_collector-5``, ``treasure_hunter-3``) or a cooking game ``cooking-recipe<R>-take<T>-go<G>[-open]
+    [-cook][-cut]`` (``empo2.envs.textworld.tasks``; `empo2 envs textworld` lists examples); a variation is
+    the seed the game is generated from, cached as a compiled game file (``empo2.envs.textworld.games``)."""
 
     objective: Literal["route_free", "original"] = doc(
         "the objective shown to the agent: 'route_free' replaces TextWorld's text, which spells out the route "
@@ -27,8 +28,9 @@ class TextWorldConfig:
     n_test: int = doc("test games per task: seeds 20000 … 20000+n_test-1", default=100)
     cache_dir: str = doc("where generated games are cached ('' = $EMPO2_CACHE/textworld, default "
                          "~/.cache/empo2/textworld)", default="")
-    step_limit: int = doc("the game's own step limit (0 = none; env.max_turns caps the agent's turns anyway)",
-                          default=0)
+    step_limit: int = doc("the game's own step limit: the episode ends, neither won nor lost, after this many "
+                          "commands the game carried out (refused ones do not count); 0 = none (env.max_turns caps "
+                          "the agent's turns anyway)", default=0)
 
     def __post_init__(self) -> None:
         for key in ("n_train", "n_dev", "n_test"):

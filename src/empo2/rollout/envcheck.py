@@ -1,5 +1,7 @@
 """``empo2 envs check``: run an environment family through the contract the trainer relies on.
 
+(It lives beside the rollout engine because it drives environments with the engine's own pieces.)
+
 Each rule gives a ``Verdict`` (pass, fail, or skipped with the reason); ``check_family`` runs them
 all on the configured tasks, with the product's own pieces (the environment pool, the action
 pipeline ``rollout.action.take_action``, the config's action settings). Rules
@@ -415,61 +417,3 @@ def check_family(family: EnvFamily, tasks: list[str], *, action_mode: str = "fre
             on_verdict(v)
     return verdicts
 
-
-def run_check_command(name: str, overrides: list[str], config: str | None = None, opts: CheckOptions | None = None,
-                      console: Any = None) -> int:
-    """``empo2 envs check NAME [key=value …]``: load the config, build the family, print a verdict per rule.
-
-    ``env.tasks`` defaults to the family's first listed task when neither the config file nor the
-    overrides set it.
-
-    Returns:
-        The exit code: 0 every rule passed or was skipped, 1 a rule failed, 2 the config or the family
-        could not be built (the message says why).
-    """
-    from rich.table import Table
-
-    from empo2.config import load_config
-    from empo2.configschema import ConfigError, load_yaml
-    from empo2.envs.registry import make_family
-
-    if console is None:
-        from empo2.console import make_console
-
-        console = make_console()
-    try:
-        cfg = load_config(config, [f"env.name={name}", *overrides])
-        family = make_family(cfg.env)
-        tasks = list(cfg.env.tasks)
-        given = any(o.split("=", 1)[0].strip() == "env.tasks" for o in overrides) or (
-            config is not None and "tasks" in (load_yaml(config).get("env") or {}))
-        if not given:
-            tasks = [family.tasks()[0].name]
-        if callable(getattr(family, "preflight", None)):
-            family.preflight()  # type: ignore[attr-defined]
-    except (ConfigError, EnvError, ValueError, ImportError, OSError) as e:
-        from rich.markup import escape
-
-        console.print(f"[red]error:[/] {escape(str(e))}")
-        return 2
-    console.print(f"checking [bold]{name}[/] on {', '.join(tasks)} (action.mode={cfg.action.mode}) …")
-    verdicts = check_family(family, tasks, action_mode=cfg.action.mode, correction=cfg.action.correction,
-                            max_turns=cfg.env.max_turns, opts=opts,
-                            on_verdict=lambda v: console.print(f"  {_MARK[v.status]} {v.rule}", highlight=False))
-    t = Table(title=f"empo2 envs check {name}")
-    for c in ("rule", "verdict", "detail"):
-        t.add_column(c, overflow="fold")
-    for v in verdicts:
-        t.add_row(v.rule, _MARK[v.status], v.detail)
-    console.print(t)
-    failed = [v.rule for v in verdicts if v.status == "fail"]
-    if failed:
-        console.print(f"[red]{len(failed)} rule(s) failed:[/] {', '.join(failed)} — docs/environments.md, "
-                      "'Checking an environment', says what each rule needs")
-        return 1
-    console.print(f"[green]{name} passes the environment contract[/] "
-                  f"({sum(v.status == 'skip' for v in verdicts)} rule(s) skipped)")
-    return 0
-
-
-_MARK = {"pass": "[green]pass[/]", "fail": "[red]FAIL[/]", "skip": "[yellow]skip[/]"}
