@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         t.add_row(r["env"], r["task"], f"{b['successes']}/{b['episodes']} [{100 * blo:.0f}, {100 * bhi:.0f}]",
                   f"{b['score_mean']:.1f}", f"{rw['successes']}/{rw['episodes']} [{100 * rlo:.0f}, {100 * rhi:.0f}]",
                   f"{r['eval_seconds']:.0f}")
-    Console().print(t)
+    Console(width=160).print(t)
     (out / "survey.json").write_text(json.dumps(rows, indent=1))
     return 0
 
