@@ -329,3 +329,29 @@ def test_interpreter_commands_are_blocked_and_odd_text_cannot_hang(cache: str, t
     assert env.step("look").valid and env.anchor() == anchor
     assert list(tmp_path.iterdir()) == []
     env.close()
+
+
+def test_threads_loading_different_games_at_once_do_not_crash(cache: str) -> None:
+    """TextWorld parses game logic with one global parser; 6 environments resetting 6 cached games at once
+    (as the thread pool does at an evaluation's start) failed with IndexError before games.TEXTWORLD_LOCK."""
+    fam = family(cache)
+    games.pregenerate([("coin_collector-1", range(6))], cache_dir=cache, workers=1, progress=False)
+    envs = [fam.make() for _ in range(6)]
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(6)
+
+    def go(i: int) -> None:
+        try:
+            barrier.wait()
+            envs[i].reset(spec("coin_collector-1", i))
+        except BaseException as e:  # noqa: BLE001 - collected and asserted below
+            errors.append(e)
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for e in envs:
+        e.close()
+    assert not errors, errors

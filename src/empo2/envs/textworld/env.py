@@ -138,13 +138,14 @@ class TextWorldGame(TextGame):
         t = parse_task(task)
         files = games.ensure_game(t, seed, self.cfg.objective, self.cfg.cache_dir)
         try:
-            if self._env is None or self._path != files.z8:
-                self._close_env()
-                import textworld
+            with games.TEXTWORLD_LOCK:  # loading parses the game's logic with TextWorld's global parser
+                if self._env is None or self._path != files.z8:
+                    self._close_env()
+                    import textworld
 
-                self._env = textworld.start(str(files.z8), request_infos=games.request_infos())
-                self._path = files.z8
-            state = self._env.reset()
+                    self._env = textworld.start(str(files.z8), request_infos=games.request_infos())
+                    self._path = files.z8
+                state = self._env.reset()
             self._objective = str(state["objective"] or "")
             self._score = float(state["score"] or 0)
             self._facts_key = games.facts_digest(state)

@@ -78,7 +78,11 @@ warnings.filterwarnings("ignore", message=r"Game '.*' is not fully supported", m
 # jericho warns on every TextWorld game it opens (they are not in its list of known games); this generator's
 # walkthrough check and every ``textworld.start`` would repeat it.
 
-_GEN_LOCK = threading.Lock()
+_GEN_LOCK = threading.RLock()
+TEXTWORLD_LOCK = _GEN_LOCK
+"""Held while this process generates a game or loads one: TextWorld parses its game logic with one global
+parser (``textworld.logic._PARSER``) that is not thread-safe (two threads loading games at once fail with
+``IndexError: pop from empty list``). Steps do not parse and run concurrently."""
 _STATS = {"generated": 0, "seconds": 0.0}
 
 
