@@ -7,6 +7,7 @@ field is documented once, in its ``doc(...)`` help text; ``empo2 config keys`` p
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -212,7 +213,9 @@ class MismatchConfig:
 class AlgoConfig:
     """Advantage estimator and policy loss (``algo``, docs/algorithms.md, GRPO advantages and Policy loss)."""
 
-    advantage: Literal["grpo", "gigpo"] = doc("episode-level GRPO or GiGPO (episode + anchor-state step advantage)", default="grpo")
+    advantage: str = doc(
+        "advantage estimator: 'grpo' (episode-level), 'gigpo' (episode + anchor-state step advantage) or one a "
+        "plug-in registers (run.plugins; docs/architecture.md, 'Extending')", default="grpo")
     norm_std: bool = doc("divide by the group std (False = 'w/o std' variant)", default=True)
     std_eps: float = doc("epsilon added to the std", default=1e-6)
     singleton: Literal["zero", "raw"] = doc(
@@ -242,8 +245,62 @@ class AlgoConfig:
                             default=4)
     aggregation: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = doc(
         "how token losses are aggregated", default="token-mean")
+    loss_terms: list[str] = doc(
+        "extra per-token terms added to the policy loss, by registered name (a plug-in's register_loss_term; "
+        "docs/architecture.md, 'Extending'); each reads its weight and settings from its section algo.<name> "
+        "(e.g. algo.<name>.coef) and is logged as train/<name>_loss", default_factory=list)
     low_prob_mask: LowProbMaskConfig = field(default_factory=LowProbMaskConfig)
     mismatch: MismatchConfig = field(default_factory=MismatchConfig)
+    sections: dict[str, Any] = field(default_factory=dict, metadata={"sections": True, "help": (
+        "the sections algo.<name> of registered advantage estimators and loss terms that have settings (plug-ins), "
+        "parsed with each one's own config class")})
+
+    @classmethod
+    def __extra_sections__(cls) -> dict[str, type]:
+        """``{name: config class}`` of every registered advantage estimator and loss term with a section.
+
+        Raises:
+            ConfigError: a registered name that is also a key of ``algo`` (its section would hide the key).
+        """
+        from empo2.algo.registry import ADVANTAGES, LOSS_TERMS
+
+        own = {f.name for f in dataclasses.fields(cls)}
+        out = {}
+        for reg in (ADVANTAGES, LOSS_TERMS):
+            for name in reg.names():
+                section = reg.config_class(name)
+                if section is None:
+                    continue
+                if name in own:
+                    raise ConfigError(f"the {reg.kind} {name!r} ({reg.get(name).source}) has a config section "
+                                      f"algo.{name}, but algo.{name} is a key of the algo section; rename it")
+                out[name] = section
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        """``cfg.algo.<name>``: the section of a registered estimator or loss term (its defaults when unset)."""
+        if name.startswith("__") or name == "sections" or "sections" not in self.__dict__:
+            raise AttributeError(name)
+        section = algo_section(self, name)
+        if section is None:
+            raise AttributeError(f"AlgoConfig has no key {name!r}")
+        return section
+
+
+def algo_section(algo: AlgoConfig, name: str) -> Any:
+    """The config section ``algo.<name>`` of a registered advantage estimator or loss term: the one the config
+    set, else its config class's defaults; None when ``name`` has no section (or is not registered)."""
+    from empo2.algo.registry import ADVANTAGES, LOSS_TERMS
+
+    sections = algo.__dict__.get("sections") or {}
+    if name in sections:
+        return sections[name]
+    for reg in (ADVANTAGES, LOSS_TERMS):
+        if name in reg:
+            cls = reg.config_class(name)
+            if cls is not None:
+                return cls()
+    return None
 
 
 @dataclass
@@ -338,6 +395,10 @@ class TrainerConfig:
 
     iterations: int = doc("training iterations (0 = evaluate the base model only)", default=4)
     update: bool = doc("take policy-gradient steps (False = memory-only, Reflexion-style baseline: frozen weights)", default=True)
+    method: str = doc(
+        "training method: 'auto' picks grpo / gigpo (empo2.p = 0, by algo.advantage), empo2 (empo2.p > 0) or "
+        "memory_only (empo2.p > 0, trainer.update false); or the name of one a plug-in registers (run.plugins; "
+        "docs/architecture.md, 'Extending')", default="auto")
     lr: float = doc("AdamW learning rate (3e-5 measured for the default 135M model with mini_batch_size 4: "
                     "docs/learning.md; the paper's 7B recipes set 1e-6)", default=3e-5)
     weight_decay: float = doc("AdamW weight decay", default=0.0)
@@ -680,6 +741,35 @@ def _check_env_name(cfg: Config) -> None:
                           f"{ENVS.unknown_message(stray[0]).split('; ', 1)[1]}")
 
 
+def _check_algo_names(cfg: Config) -> None:
+    """``algo.advantage``, ``algo.loss_terms`` and ``trainer.method`` name registered entries (plug-ins loaded by
+    ``_check_env_name``) that this config can use; every ``algo.<name>`` section set is used."""
+    from empo2.algo.registry import ADVANTAGES, LOSS_TERMS, advantage_spec
+    from empo2.methods import check_method
+
+    algo = cfg.algo
+    if algo.advantage not in ADVANTAGES:
+        raise ConfigError(ADVANTAGES.unknown_message(algo.advantage))
+    spec = advantage_spec(algo.advantage)
+    if cfg.rollout.group_size < spec.min_group_size:
+        raise ConfigError(f"rollout.group_size={cfg.rollout.group_size} gives every {algo.advantage} advantage 0 (it "
+                          f"compares the rollouts of a group); use group_size >= {spec.min_group_size}")
+    for name in algo.loss_terms:
+        if name not in LOSS_TERMS:
+            raise ConfigError(LOSS_TERMS.unknown_message(name))
+    if len(set(algo.loss_terms)) != len(algo.loss_terms):
+        raise ConfigError(f"algo.loss_terms lists a term twice: {algo.loss_terms}; name each once")
+    if algo.loss_terms and not cfg.trainer.update:
+        raise ConfigError(f"algo.loss_terms={algo.loss_terms} has no effect in a memory-only run (trainer.update=false "
+                          "takes no gradient steps); set algo.loss_terms=[] or trainer.update=true")
+    for name in algo.sections:
+        if name != algo.advantage and name not in algo.loss_terms:
+            what = "algo.loss_terms" if name in LOSS_TERMS else "algo.advantage"
+            raise ConfigError(f"algo.{name} is set but {name!r} is not used, so it would have no effect; add it to "
+                              f"{what} or remove algo.{name}")
+    check_method(cfg)
+
+
 def validate(cfg: Config) -> None:
     """Range and cross-field checks. Raises ConfigError naming the keys and the fix."""
     import re
@@ -687,6 +777,7 @@ def validate(cfg: Config) -> None:
     _check_ranges(cfg)
     _check_sciworld(cfg)
     _check_env_name(cfg)
+    _check_algo_names(cfg)
     for k, v in {"empo2.tips.max_new_tokens": cfg.empo2.tips.max_new_tokens,
                  "action.max_new_tokens": cfg.action.max_new_tokens}.items():
         if v >= cfg.model.max_context:
@@ -734,8 +825,6 @@ def validate(cfg: Config) -> None:
                           "restrict them with env.variations (e.g. env.variations=[0,1,2,3])")
     if not cfg.env.tasks or not all(t.strip() for t in cfg.env.tasks):
         raise ConfigError("env.tasks is empty or holds an empty name; list at least one task (see `empo2 envs`)")
-    if cfg.rollout.group_size == 1 and cfg.algo.advantage in ("grpo", "gigpo"):
-        raise ConfigError("rollout.group_size=1 gives every GRPO advantage 0; use group_size >= 2")
     if not cfg.model.lora.target_modules or not all(m.strip() for m in cfg.model.lora.target_modules):
         raise ConfigError("model.lora.target_modules is empty or holds an empty name; list module names such as "
                           "q_proj, v_proj")
@@ -773,6 +862,17 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     data: dict[str, Any] = load_yaml(path) if path is not None else {}
     for key, value in parse_overrides(overrides or []):
         set_dotted(data, key, value)
+    return config_from_dict(data)
+
+
+def config_from_dict(data: dict[str, Any]) -> Config:
+    """A validated ``Config`` from a nested dict (a YAML file with its overrides, a checkpoint's saved config):
+    the plug-ins it names (``run.plugins``) are imported first, so their names and their config sections
+    (``env.<name>``, ``algo.<name>``) parse like the built-in ones.
+
+    Raises:
+        ConfigError: a plug-in that cannot be imported, an unknown key, a bad value or a bad combination.
+    """
     run = data.get("run")
     plugins = run.get("plugins") if isinstance(run, dict) else None
     if plugins:

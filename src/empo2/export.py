@@ -109,8 +109,7 @@ def export_checkpoint(ckpt: Path, out: Path, adapter: bool = False) -> ExportRes
         CheckpointError: ``ckpt`` is not a complete checkpoint.
         ConfigError: ``out`` is not usable, or ``adapter`` for a full-weights checkpoint.
     """
-    from empo2.configschema import from_dict
-    from empo2.config import Config
+    from empo2.config import config_from_dict
     from empo2.policy.loading import load_policy
     from empo2.trainer.checkpoint import check_weights, checkpoint_config, load_state
 
@@ -118,7 +117,7 @@ def export_checkpoint(ckpt: Path, out: Path, adapter: bool = False) -> ExportRes
     load_state(ckpt)
     check_weights(ckpt)
     data = checkpoint_config(ckpt)
-    cfg = from_dict(Config, data)
+    cfg = config_from_dict(data)
     check_export_target(out)
     if adapter and not cfg.model.lora.enabled:
         raise ConfigError(f"--adapter: {ckpt} holds full weights (model.lora.enabled is false); export without "

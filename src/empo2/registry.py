@@ -1,7 +1,9 @@
 """One registry mechanism: name → object, filled by the package and by plug-ins.
 
-Every kind of thing a config string chooses (an environment family today; methods, advantage
-estimators, losses, retrievers and the like as they move onto it) lives in a ``Registry``. The
+Every kind of thing a config string chooses lives in a ``Registry``: environment families
+(``envs.registry.ENVS``, ``env.name``), advantage estimators and loss terms (``algo.registry.ADVANTAGES``,
+``algo.advantage``; ``algo.registry.LOSS_TERMS``, ``algo.loss_terms``) and training methods
+(``methods.METHODS``, ``trainer.method``); retrievers and the like as they move onto it. The
 package registers its own entries when their module is imported; a *plug-in* is any importable
 module that registers entries when it is imported, named either
 
@@ -12,7 +14,7 @@ module that registers entries when it is imported, named either
   imported the first time any registry is read.
 
 A name that is not registered fails before any work starts, with the registered names and a hint
-(docs/environments.md, "Your own environment").
+(docs/environments.md, "Your own environment"; docs/architecture.md, "Extending").
 """
 
 from __future__ import annotations
@@ -85,8 +87,10 @@ class Registry(Generic[T]):
         src = source if source is not None else getattr(obj, "__module__", "") or ""
         with self._lock:
             old = self._entries.get(name)
-            if old is not None and not replace and old.source != src:
-                raise ValueError(f"{self.kind} {name!r} is already registered by {old.source}; pick another name "
+            old_src = old.source if old is not None else (self._lazy[name][0].split(":")[0] if name in self._lazy
+                                                          else None)
+            if old_src is not None and not replace and old_src != src:
+                raise ValueError(f"{self.kind} {name!r} is already registered by {old_src}; pick another name "
                                  "or pass replace=True")
             self._entries[name] = Entry(name, obj, config, src, doc, dict(meta))
             self._lazy.pop(name, None)
@@ -152,14 +156,27 @@ class Registry(Generic[T]):
             return self._lazy[name][2]
         return self.get(name).doc
 
+    def meta(self, name: str) -> dict[str, Any]:
+        """The facts registered with ``name`` (``register(..., **meta)``) without importing a lazy entry's object,
+        so config validation can read them (e.g. an advantage estimator's ``needs_anchor``).
+
+        Raises:
+            ConfigError: ``name`` is not registered.
+        """
+        load_entry_point_plugins()
+        if name in self._lazy:
+            return dict(self._lazy[name][3])
+        return dict(self.get(name).meta)
+
     def unknown_message(self, name: str) -> str:
         """The error text for an unregistered ``name``."""
         names = self.names()
         close = difflib.get_close_matches(name, names, n=2, cutoff=0.6)
         hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        return (f"{self.config_key}: unknown {self.kind} {name!r}; choose one of {', '.join(names)}.{hint} "
+        choose = f"choose one of {', '.join(names)}" if names else f"no {self.kind} is registered yet"
+        return (f"{self.config_key}: unknown {self.kind} {name!r}; {choose}.{hint} "
                 f"A plug-in's {self.kind} is registered by importing its module: add it to run.plugins "
-                f"(e.g. run.plugins=[my_pkg.my_env]) or install a package with an '{ENTRY_POINT_GROUP}' entry point")
+                f"(e.g. run.plugins=[my_pkg.my_module]) or install a package with an '{ENTRY_POINT_GROUP}' entry point")
 
 
 def _check_name(kind: str, name: str) -> None:

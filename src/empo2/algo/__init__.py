@@ -1,8 +1,9 @@
-"""Algorithm maths as pure functions: returns, advantages, policy loss, masking, modes, statistics.
+"""Algorithm maths as pure functions: returns, advantages, policy loss, masking, modes, statistics; the
+advantage estimators and extra loss terms by name (``registry``: ``ADVANTAGES``, ``LOSS_TERMS``).
 
-Nothing here reads a config object or holds state (except the seeded ``ModeSampler``); the
-trainer passes hyperparameters explicitly. ``docs/algorithms.md`` maps each equation of the paper
-(and of the authors' code where it differs) to the function implementing it.
+Nothing here reads a config object or holds state (except the seeded ``ModeSampler`` and the name
+tables of ``registry``); the trainer passes hyperparameters explicitly. ``docs/algorithms.md`` maps
+each equation of the paper (and of the authors' code where it differs) to the function implementing it.
 
 The names below are loaded on first use (PEP 562 ``__getattr__``): ``empo2.algo.advantages`` and
 ``loss`` import torch, and ``from empo2.algo.stats import mean_ci`` (e.g. ``empo2 report``) runs this
@@ -16,8 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from empo2.algo.advantages import (
-        ADVANTAGE_ESTIMATORS,
-        AdvantageEstimator,
         EpisodeStats,
         Singleton,
         compute_advantages,
@@ -26,7 +25,16 @@ if TYPE_CHECKING:
         grpo_advantages,
         grpo_step_advantages,
     )
-    from empo2.algo.loss import AGGREGATORS, Aggregation, aggregate, loss_normaliser, metric_floats, policy_loss
+    from empo2.algo.loss import (
+        AGGREGATORS,
+        Aggregation,
+        LossTerm,
+        LossTermInputs,
+        aggregate,
+        loss_normaliser,
+        metric_floats,
+        policy_loss,
+    )
     from empo2.algo.masking import MaskGranularity, low_prob_mask
     from empo2.algo.modes import (
         AUTHORS_P,
@@ -38,12 +46,20 @@ if TYPE_CHECKING:
         ModeSampler,
         mode_probabilities,
     )
-    from empo2.algo.returns import Failure, ReturnBasis, discounted_returns, episode_return, total_return
+    from empo2.algo.registry import (
+        ADVANTAGES,
+        LOSS_TERMS,
+        AdvantageSpec,
+        LossTermSpec,
+        advantage_spec,
+        loss_term_spec,
+        register_advantage,
+        register_loss_term,
+    )
+    from empo2.algo.returns import Failure, ReturnBasis, discounted_returns, episode_return, family_failure, total_return
     from empo2.algo.stats import mean_ci, proportion_ci, t_quantile
 
 _MODULE_OF = {
-    "ADVANTAGE_ESTIMATORS": "advantages",
-    "AdvantageEstimator": "advantages",
     "EpisodeStats": "advantages",
     "Singleton": "advantages",
     "compute_advantages": "advantages",
@@ -53,10 +69,20 @@ _MODULE_OF = {
     "grpo_step_advantages": "advantages",
     "AGGREGATORS": "loss",
     "Aggregation": "loss",
+    "LossTerm": "loss",
+    "LossTermInputs": "loss",
     "aggregate": "loss",
     "loss_normaliser": "loss",
     "metric_floats": "loss",
     "policy_loss": "loss",
+    "ADVANTAGES": "registry",
+    "LOSS_TERMS": "registry",
+    "AdvantageSpec": "registry",
+    "LossTermSpec": "registry",
+    "advantage_spec": "registry",
+    "loss_term_spec": "registry",
+    "register_advantage": "registry",
+    "register_loss_term": "registry",
     "MaskGranularity": "masking",
     "low_prob_mask": "masking",
     "AUTHORS_P": "modes",
@@ -71,6 +97,7 @@ _MODULE_OF = {
     "ReturnBasis": "returns",
     "discounted_returns": "returns",
     "episode_return": "returns",
+    "family_failure": "returns",
     "total_return": "returns",
     "mean_ci": "stats",
     "proportion_ci": "stats",
@@ -90,37 +117,46 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "ADVANTAGE_ESTIMATORS",
+    "ADVANTAGES",
     "AGGREGATORS",
     "AUTHORS_P",
     "AUTHORS_Q",
-    "ROLLOUT_SHOWS_TIPS",
-    "UPDATE_KEEPS_TIPS",
-    "AdvantageEstimator",
+    "AdvantageSpec",
     "Aggregation",
     "EpisodeStats",
     "Failure",
+    "LOSS_TERMS",
+    "LossTerm",
+    "LossTermInputs",
+    "LossTermSpec",
     "MaskGranularity",
     "Mode",
     "ModeGranularity",
     "ModeSampler",
+    "ROLLOUT_SHOWS_TIPS",
     "ReturnBasis",
     "Singleton",
+    "UPDATE_KEEPS_TIPS",
+    "advantage_spec",
     "aggregate",
     "compute_advantages",
     "dense_ids",
     "discounted_returns",
     "episode_return",
+    "family_failure",
     "gigpo_advantages",
     "grpo_advantages",
     "grpo_step_advantages",
     "loss_normaliser",
+    "loss_term_spec",
     "low_prob_mask",
     "mean_ci",
-    "mode_probabilities",
     "metric_floats",
+    "mode_probabilities",
     "policy_loss",
     "proportion_ci",
+    "register_advantage",
+    "register_loss_term",
     "t_quantile",
     "total_return",
 ]

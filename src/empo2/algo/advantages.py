@@ -13,39 +13,34 @@ Everything is computed in float64 and returned in the dtype of ``returns``. Grou
 keys are arbitrary integers (not necessarily dense); :func:`dense_ids` turns hashable keys such
 as anchor texts into integers without hash collisions.
 
-Choose an estimator through :data:`ADVANTAGE_ESTIMATORS` (or :func:`compute_advantages`); both
-entries share one keyword signature and return per-step advantages ``[N]`` plus a stats dict
-(plain float values, un-prefixed keys: the caller namespaces them, e.g. ``train/adv/...``).
+Choose an estimator by name with :func:`compute_advantages`: ``algo.advantage`` names an entry of
+``algo.registry.ADVANTAGES`` — these two (``grpo``, ``gigpo``) or one a plug-in registers
+(``register_advantage``; docs/architecture.md, "Extending"). Every estimator takes the same tensors
+and returns per-step advantages ``[N]`` plus a stats dict (plain float values, un-prefixed keys: the
+caller namespaces them, e.g. ``train/adv/...``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+import inspect
+from collections.abc import Hashable, Sequence
 from enum import Enum
 
 import torch
 from torch import Tensor
 
+from empo2.algo.registry import ADVANTAGES
 from empo2.algo.returns import discounted_returns
 
 __all__ = [
-    "AdvantageEstimator",
     "Singleton",
     "EpisodeStats",
-    "ADVANTAGE_ESTIMATORS",
     "dense_ids",
     "grpo_advantages",
     "grpo_step_advantages",
     "gigpo_advantages",
     "compute_advantages",
 ]
-
-
-class AdvantageEstimator(str, Enum):
-    """Which group-relative estimator turns returns into per-step advantages."""
-
-    GRPO = "grpo"  # episode-level only (docs/algorithms.md, GRPO advantages)
-    GIGPO = "gigpo"  # episode-level + ω · anchor-state step-level (docs/algorithms.md, GiGPO)
 
 
 class Singleton(str, Enum):
@@ -225,8 +220,8 @@ def grpo_step_advantages(
     "rollout-level GRPO" (docs/algorithms.md, GRPO advantages); ``'step'`` weights each trajectory by its number of
     step-samples, as stock verl GRPO over step-samples does (docs/algorithms.md, Returns and GRPO advantages).
 
-    ``step_anchor``, ``step_rewards``, ``gamma`` and ``omega`` are accepted so that both entries
-    of :data:`ADVANTAGE_ESTIMATORS` share one signature; GRPO ignores them.
+    ``step_anchor``, ``step_rewards``, ``gamma`` and ``omega`` are accepted so that it shares GiGPO's
+    signature; GRPO ignores them.
 
     Args:
         returns: ``[B]`` float, one return per trajectory.
@@ -356,31 +351,41 @@ def gigpo_advantages(
     return (adv_ep.double() + omega * adv_step).to(returns.dtype), stats
 
 
-AdvantageFn = Callable[..., tuple[Tensor, dict[str, float]]]
-
-ADVANTAGE_ESTIMATORS: dict[AdvantageEstimator, AdvantageFn] = {
-    AdvantageEstimator.GRPO: grpo_step_advantages,
-    AdvantageEstimator.GIGPO: gigpo_advantages,
-}
-
-
 def compute_advantages(
-    estimator: AdvantageEstimator | str,
+    estimator: str,
     returns: Tensor,
     group_ids: Tensor,
     step_traj: Tensor,
     step_anchor: Tensor | None = None,
     step_rewards: Tensor | None = None,
-    **kwargs: object,
+    **options: object,
 ) -> tuple[Tensor, dict[str, float]]:
-    """Per-step advantages ``[N]`` and stats from the estimator named by ``estimator``.
+    """Per-step advantages ``[N]`` and stats from the estimator registered as ``estimator``.
 
-    Dispatches through :data:`ADVANTAGE_ESTIMATORS`; ``kwargs`` are the keyword arguments of
-    :func:`gigpo_advantages` (``norm_std``, ``eps``, ``singleton``, ``episode_stats``, ``gamma``,
-    ``omega``).
+    Dispatches through ``algo.registry.ADVANTAGES`` (``grpo`` → :func:`grpo_step_advantages`, ``gigpo`` →
+    :func:`gigpo_advantages`, or a plug-in's estimator). Of ``options`` only the keyword arguments the
+    estimator names are passed (all of them when it takes ``**kwargs``): the trainer offers every estimator
+    ``norm_std``, ``eps``, ``singleton``, ``episode_stats``, ``gamma``, ``omega`` and the fields of its own
+    section ``algo.<name>``.
+
+    Args:
+        estimator: a registered name (``algo.advantage``).
+        returns: ``[B]`` float, one return per trajectory.
+        group_ids: ``[B]`` int, group of each trajectory.
+        step_traj: ``[N]`` int in ``[0, B)``, the trajectory of each step-sample.
+        step_anchor: ``[N]`` int anchor keys, or None (required by estimators that need anchors).
+        step_rewards: ``[N]`` float step rewards, or None (required by GiGPO).
+        **options: keyword hyperparameters (see above).
+
+    Returns:
+        ``([N] advantages in the dtype of returns, stats)``.
 
     Raises:
-        ValueError: unknown estimator, plus whatever the estimator raises.
+        ConfigError (a ValueError): ``estimator`` is not registered (the message lists the names), plus
+            whatever the estimator raises.
     """
-    fn = ADVANTAGE_ESTIMATORS[AdvantageEstimator(estimator)]
-    return fn(returns, group_ids, step_traj, step_anchor, step_rewards, **kwargs)
+    fn = ADVANTAGES.get(estimator.value if isinstance(estimator, Enum) else str(estimator)).obj
+    params = inspect.signature(fn).parameters
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        options = {k: v for k, v in options.items() if k in params}
+    return fn(returns, group_ids, step_traj, step_anchor, step_rewards, **options)

@@ -1,4 +1,5 @@
-"""The clipped policy-gradient loss with dual clip, k3 KL, entropy bonus and verl aggregations.
+"""The clipped policy-gradient loss with dual clip, k3 KL, entropy bonus, registered extra terms and verl
+aggregations.
 
 See docs/algorithms.md, Policy loss (verl ``core_algos``
 ``compute_policy_loss`` / ``agg_loss`` semantics). Paper: the clipped surrogate of
@@ -11,18 +12,23 @@ padding included); S sequences (step-samples) identified by ``seq_ids``.
 Masks: ``mask[t] = 1`` (or True) means token t is trained (an action token of a step-sample that
 survived low-probability masking); 0 means it is ignored. Values at masked positions may be
 anything, NaN and ±inf included: they cannot change the loss, its gradient or the metrics.
+
+Extra terms (``algo.loss_terms``, ``algo.registry.LOSS_TERMS``; docs/architecture.md, "Extending") are
+pure functions of :class:`LossTermInputs`, weighted and added per token by :func:`policy_loss`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 import torch
 from torch import Tensor
 
-__all__ = ["Aggregation", "AGGREGATORS", "LOSS_METRICS", "aggregate", "loss_normaliser", "metric_floats", "policy_loss"]
+__all__ = ["Aggregation", "AGGREGATORS", "LOSS_METRICS", "LossTerm", "LossTermInputs", "aggregate", "is_loss_metric",
+           "loss_normaliser", "metric_floats", "policy_loss"]
 
 LOG_RATIO_CLAMP = 20.0  # verl clamps log ρ (and the KL log-ratio) to [−20, 20] before exp
 KL_CLAMP = 10.0  # verl clamps the k3 estimate to [−10, 10]
@@ -195,8 +201,60 @@ def _check_token_tensor(name: str, x: Tensor, length: int) -> None:
 
 
 LOSS_METRICS = ("loss", "pg_loss", "kl_loss", "entropy_loss")
-"""Metrics of :func:`policy_loss` aggregated like the loss (they sum over micro-batches); the others are
-token means over the trained tokens (of one ``metrics_by`` label when the key ends in ``/<name>``)."""
+"""Metrics of :func:`policy_loss` aggregated like the loss (they sum over micro-batches), with each extra
+term's ``<name>_loss``; the others are token means over the trained tokens (of one ``metrics_by`` label
+when the key ends in ``/<name>``)."""
+
+
+def is_loss_metric(key: str) -> bool:
+    """Whether a :func:`policy_loss` metric key is aggregated like the loss (``LOSS_METRICS`` and every extra
+    term's ``<name>_loss``; a ``/<label>`` suffix is ignored): such values sum over the micro-batches of a step."""
+    base = key.split("/", 1)[0]
+    return base in LOSS_METRICS or base.endswith("_loss")
+
+
+@dataclass(frozen=True)
+class LossTermInputs:
+    """The per-token tensors an extra loss term sees (T tokens of one micro-batch; docs/algorithms.md,
+    Policy loss). Every float tensor is 1-D ``[T]`` in the loss dtype (float32 or wider) and 0 where
+    ``mask`` is 0, so a term never sees the NaN/inf a masked position may hold.
+
+    Attributes:
+        logp_current: log π_θ(token | training context); carries the gradient.
+        logp_behavior: log μ(token | behaviour context), detached.
+        advantages: the token's advantage (its step-sample's), detached.
+        ratio: ρ = exp(clamp(log π_θ − log μ, −20, 20)), with the gradient of ``logp_current``.
+        mask: ``[T]`` bool, True = trained token; the term's values elsewhere are ignored.
+        seq_ids: ``[T]`` int step-sample of each token, or None (token-mean aggregation without ids).
+        entropy: per-token entropy H of π_θ (nats), or None; with its graph only when the term is registered
+            with ``needs_entropy_grad`` (or ``algo.entropy_coef > 0``).
+        logp_ref: log π_ref of the frozen initial policy, detached, or None unless the term is registered with
+            ``needs_ref`` (or ``algo.kl_coef > 0``).
+    """
+
+    logp_current: Tensor
+    logp_behavior: Tensor
+    advantages: Tensor
+    ratio: Tensor
+    mask: Tensor
+    seq_ids: Tensor | None
+    entropy: Tensor | None
+    logp_ref: Tensor | None
+
+
+@dataclass(frozen=True)
+class LossTerm:
+    """One extra term of :func:`policy_loss`: ``coef · fn(inputs)`` is added to every token's loss.
+
+    Attributes:
+        name: its name (``algo.loss_terms``); its aggregated value is reported as ``<name>_loss``.
+        coef: its weight (``algo.<name>.coef``); may be negative.
+        fn: ``LossTermInputs -> [T]`` float per-token values (the term's settings already bound).
+    """
+
+    name: str
+    coef: float
+    fn: Callable[[LossTermInputs], Tensor]
 
 
 def _token_metrics(sel: Tensor, t: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -259,7 +317,7 @@ def metric_floats(metrics: Mapping[str, Tensor] | list[Mapping[str, Tensor]]) ->
         kept = {}
         for k, v in row.items():
             base, _, label = k.partition("/")
-            if base in LOSS_METRICS or (base == "n_tokens" and not label):
+            if is_loss_metric(k) or (base == "n_tokens" and not label):
                 kept[k] = v
                 continue
             if row.get(f"n_tokens/{label}" if label else "n_tokens", 1.0) == 0:
@@ -287,6 +345,7 @@ def policy_loss(
     entropy_coef: float = 0.0,
     metrics_by: Tensor | None = None,
     metrics_by_names: Mapping[int, str] | None = None,
+    terms: Sequence[LossTerm] = (),
 ) -> tuple[Tensor, dict[str, Tensor]]:
     """Clipped surrogate with dual clip, optional k3 KL and entropy bonus (docs/algorithms.md, Policy loss, verl semantics).
 
@@ -296,7 +355,7 @@ def policy_loss(
         ℓ_pg = max(−A·ρ, −A·clip(ρ, 1−ε_l, 1+ε_h))        (PPO clip; ρ>1+ε_h clipped for A>0, ρ<1−ε_l for A<0)
         ℓ_pg = min(ℓ_pg, −A·c)   if A < 0 and c > 0       (dual clip: caps the loss of a huge ρ with A<0)
         kl   = clamp(e^{d} − d − 1, −10, 10), d = clamp(log π_ref − log π_θ, −20, 20)   (k3, "low_var_kl")
-        ℓ    = ℓ_pg + kl_coef·kl − entropy_coef·H
+        ℓ    = ℓ_pg + kl_coef·kl − entropy_coef·H + Σ_k coef_k·term_k      (term_k: ``terms``, in order)
 
     and ``loss = aggregate(ℓ, mask, seq_ids, aggregation, normaliser)`` — see :func:`aggregate` for
     the four modes. Since aggregation is linear this equals verl's agg(ℓ_pg) + β·agg(kl) − c_H·agg(H).
@@ -326,6 +385,8 @@ def policy_loss(
         metrics_by_names: label → name for those keys; when given, exactly these labels are reported
             (no host sync to find them); when None, the labels present among the trained tokens, named
             ``str(label)``.
+        terms: extra per-token terms (``LossTerm``; ``algo.loss_terms``), each called with this call's
+            :class:`LossTermInputs` and added as ``coef · values`` after the KL and entropy terms.
 
     Returns:
         ``(loss, metrics)``: ``loss`` a 0-d tensor (dtype of ``logp_current`` promoted to at least
@@ -341,11 +402,12 @@ def policy_loss(
         positive-advantage token's gradient ρ·A·∇log π_θ against an on-policy token's, the
         learner's ``pos_adv_grad_share``),
         ``kl_ref`` (if ``logp_ref``), ``entropy`` (if ``entropy``) are plain token means over
-        this call's trained tokens (NaN when there are none; :func:`metric_floats` drops them then).
+        this call's trained tokens (NaN when there are none; :func:`metric_floats` drops them then);
+        ``<name>_loss`` per extra term: its values aggregated like the loss (before ``coef``).
 
     Raises:
         ValueError: shapes/dtypes, non-binary mask, missing ``seq_ids``/``logp_ref``/``entropy``,
-            bad clip values or negative coefficients.
+            bad clip values or negative coefficients, a term whose values are not ``[T]`` float.
     """
     aggregation = Aggregation(aggregation)
     m = _check_policy_loss_args(
@@ -353,8 +415,8 @@ def policy_loss(
         clip_low, clip_high, dual_clip, kl_coef, entropy_coef)
     dtype = torch.promote_types(logp_current.dtype, torch.float32)
     lc = _masked(logp_current, m, dtype)
-    t = _clipped_surrogate(lc, _masked(logp_behavior.detach(), m, dtype), _masked(advantages.detach(), m, dtype),
-                           clip_low, clip_high, dual_clip)
+    lb = _masked(logp_behavior.detach(), m, dtype)
+    t = _clipped_surrogate(lc, lb, _masked(advantages.detach(), m, dtype), clip_low, clip_high, dual_clip)
 
     per_token = t["pg"]
     if logp_ref is not None:
@@ -366,6 +428,9 @@ def policy_loss(
         t["entropy"] = _masked(entropy, m, dtype)
         if entropy_coef > 0:
             per_token = per_token - entropy_coef * t["entropy"]
+    term_values = _term_values(terms, t, lc, lb, m, seq_ids, logp_ref, dtype)
+    for term, values in zip(terms, term_values):
+        per_token = per_token + term.coef * values
 
     def agg(v: Tensor) -> Tensor:
         return aggregate(v, m, seq_ids, aggregation, normaliser)
@@ -376,6 +441,8 @@ def policy_loss(
         for key, name in (("kl", "kl_loss"), ("entropy", "entropy_loss")):
             if key in t:
                 metrics[name] = agg(t[key])
+        for term, values in zip(terms, term_values):
+            metrics[f"{term.name}_loss"] = agg(values.detach())
         metrics.update(_token_metrics(m, t))
         if metrics_by is not None:
             names = metrics_by_names or {}
@@ -384,6 +451,24 @@ def policy_loss(
                 sub = _token_metrics(m & (metrics_by == label), t)
                 metrics.update({f"{k}/{names.get(int(label), str(int(label)))}": v for k, v in sub.items()})
     return loss, metrics
+
+
+def _term_values(terms: Sequence[LossTerm], t: dict[str, Tensor], lc: Tensor, lb: Tensor, m: Tensor,
+                 seq_ids: Tensor | None, logp_ref: Tensor | None, dtype: torch.dtype) -> list[Tensor]:
+    """Each extra term's ``[T]`` values on the masked inputs, zeroed where ``m`` is 0. Raises ValueError."""
+    if not terms:
+        return []
+    inputs = LossTermInputs(
+        logp_current=lc, logp_behavior=lb, advantages=t["adv"], ratio=t["ratio"], mask=m, seq_ids=seq_ids,
+        entropy=t.get("entropy"), logp_ref=None if logp_ref is None else _masked(logp_ref.detach(), m, dtype))
+    out = []
+    for term in terms:
+        v = term.fn(inputs)
+        if not isinstance(v, Tensor) or v.shape != lc.shape or not v.is_floating_point():
+            raise ValueError(f"loss term {term.name!r} must return a float tensor of shape {tuple(lc.shape)}, got "
+                             f"{type(v).__name__} {tuple(getattr(v, 'shape', ()))}")
+        out.append(torch.where(m, v.to(dtype), torch.zeros_like(lc)))
+    return out
 
 
 def _clipped_surrogate(

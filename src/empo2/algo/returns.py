@@ -17,6 +17,7 @@ from torch import Tensor
 
 __all__ = [
     "Failure",
+    "family_failure",
     "ReturnBasis",
     "episode_return",
     "discounted_returns",
@@ -29,6 +30,20 @@ class Failure(str, Enum):
 
     ZERO = "zero"  # clamp to 0: a failure is as bad as no progress (docs/algorithms.md, Returns, our default)
     KEEP = "keep"  # keep the negative score (−1 on the 'final' basis; the authors' code)
+
+
+def family_failure(family: object) -> Failure:
+    """How an environment family's failed episodes enter the return and the memory: its ``failure``
+    attribute (ScienceWorld's is ``env.scienceworld.failure``), ``Failure.ZERO`` for a family without one
+    (WebShop, tiny, user games: docs/architecture.md, Methods).
+
+    Args:
+        family: an ``envs.base.EnvFamily`` (or None).
+
+    Raises:
+        ValueError: the family's ``failure`` is neither ``'zero'`` nor ``'keep'``.
+    """
+    return Failure(getattr(family, "failure", Failure.ZERO))
 
 
 class ReturnBasis(str, Enum):

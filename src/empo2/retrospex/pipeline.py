@@ -22,8 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from empo2.config import Config
-from empo2.configschema import from_dict
+from empo2.config import Config, config_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ def _eval_config(cfg: Config, ckpt: Path) -> Config:
     """``cfg`` with the checkpoint's model section (an SFT run with LoRA saves merged weights)."""
     from empo2.trainer.checkpoint import checkpoint_config
 
-    saved = from_dict(Config, checkpoint_config(ckpt))
+    saved = config_from_dict(checkpoint_config(ckpt))
     return dataclasses.replace(cfg, model=saved.model)
 
 

@@ -1,13 +1,24 @@
 """EMPO² pieces of the training loop: tips, memory writes, retrieval and novelty (docs/algorithms.md, Modes and EMPO² memory at run time).
 
 ``make_runtime`` builds the runtime with the memory backend the config names
-(``empo2.memory.backend``: in process, or a Ray actor shared by every rollout worker of the run).
+(``empo2.memory.backend``: in process, or a Ray actor shared by every rollout worker of the run);
+``make_training_runtime`` is the factory ``methods.METHODS`` registers for ``empo2`` and ``memory_only``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+
+
+def make_training_runtime(cfg: Any, setup: Any, run_dir: Path) -> Any:
+    """The ``empo2`` and ``memory_only`` training methods (``methods.METHODS``): ``make_runtime(cfg, setup, run_dir,
+    training=True)``, the runtime on ``<run_dir>/memory.sqlite`` (created, or resumed).
+
+    Raises:
+        As ``make_runtime``.
+    """
+    return make_runtime(cfg, setup, run_dir, training=True)
 
 
 def make_runtime(cfg: Any, setup: Any, run_dir: Path, read_only: bool = False, training: bool = False) -> Any:

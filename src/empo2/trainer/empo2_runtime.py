@@ -39,6 +39,7 @@ import numpy as np
 
 from empo2.agent.prompts import later_user_text, user_text
 from empo2.algo.modes import ROLLOUT_SHOWS_TIPS
+from empo2.algo.returns import Failure, family_failure
 from empo2.memory.backend import MemoryBackend
 from empo2.memory.novelty import intrinsic_from_retrieved
 from empo2.memory.store import MEMORY_FILENAME, build_entries, shown_hits
@@ -216,9 +217,11 @@ class Empo2Runtime(Method):
         return self._writes_mode(t.mode)
 
     def entry_score(self, t: Trajectory) -> float:
-        """The episode score the memory records and the tip prompt shows (0..100; ScienceWorld failures
-        −100 become 0 with ``env.scienceworld.failure: zero``, as in the return)."""
-        return max(t.final_score, 0.0) if self.cfg.env.scienceworld.failure == "zero" else t.final_score
+        """The episode score the memory records and the tip prompt shows (0..100): a failure (ScienceWorld's
+        −100) becomes 0 unless the environment family keeps failures (``algo.returns.family_failure``:
+        ScienceWorld's ``env.scienceworld.failure: keep``), as in the return."""
+        keep = family_failure(getattr(self.setup, "family", None)) is Failure.KEEP
+        return t.final_score if keep else max(t.final_score, 0.0)
 
     def final_messages(self, t: Trajectory) -> list[tuple[str, str]]:
         """The trajectory's chat messages (tip-free) plus its final observation as the last user message:
@@ -228,7 +231,7 @@ class Empo2Runtime(Method):
     def tip_example(self) -> Any:
         """The environment family's worked tip example (``envs.base.TipExample``; its ``tip_example()``),
         or None when the family has none (the generic ``memory.text.SUMMARY_TIP_EXAMPLE`` is used)."""
-        example_of = getattr(self.setup.family, "tip_example", None)
+        example_of = getattr(getattr(self.setup, "family", None), "tip_example", None)
         return example_of() if callable(example_of) else None
 
     def tip_prompts(self, trajs: list[Trajectory]) -> list[list[int]]:

@@ -32,16 +32,19 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
+import functools
 import logging
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from empo2.algo.loss import Aggregation, loss_normaliser, metric_floats, policy_loss
+from empo2.algo.loss import Aggregation, LossTerm, is_loss_metric, loss_normaliser, metric_floats, policy_loss
+from empo2.algo.registry import LOSS_TERMS, loss_term_spec
 from empo2.distributed import DistContext
 from empo2.algo.masking import low_prob_mask
-from empo2.config import AlgoConfig, TrainerConfig
+from empo2.config import AlgoConfig, TrainerConfig, algo_section
 from empo2.policy.logprobs import target_logprobs
 from empo2.policy.precision import autocast
 from empo2.policy.tree_attention import TreeBlocks, supports_tree_blocks, use_tree_attention
@@ -51,7 +54,29 @@ from empo2.trainer.parallel import (  # noqa: F401 - FullOptimizerState, shard_f
 
 log = logging.getLogger(__name__)
 
-_SUMMED = {"loss", "pg_loss", "kl_loss", "entropy_loss", "n_tokens"}
+_SUMMED = {"n_tokens"}
+"""Keys summed over the micro-batches of a step besides the loss-like ones (``algo.loss.is_loss_metric``)."""
+
+
+def loss_terms(algo: AlgoConfig) -> list[LossTerm]:
+    """The extra loss terms of ``algo.loss_terms`` (``algo.registry.LOSS_TERMS``), each with its weight
+    ``algo.<name>.coef`` and its other settings bound (docs/architecture.md, "Extending").
+
+    Raises:
+        ConfigError: an unregistered name (``config.validate`` refuses it first).
+    """
+    out = []
+    for name in algo.loss_terms:
+        section = algo_section(algo, name)
+        settings = {f.name: getattr(section, f.name) for f in dataclasses.fields(section) if f.name != "coef"}
+        out.append(LossTerm(name, float(section.coef), functools.partial(LOSS_TERMS.get(name).obj, **settings)))
+    return out
+
+
+def needs_reference(algo: AlgoConfig) -> bool:
+    """Whether the update scores tokens with the frozen initial policy: the KL term (``algo.kl_coef > 0``) or a
+    loss term registered with ``needs_ref`` (docs/algorithms.md, Policy loss: KL to the initial policy)."""
+    return algo.kl_coef > 0 or any(loss_term_spec(n).needs_ref for n in algo.loss_terms)
 
 
 def _collate(mb: MicroBatch, pad_id: int, device: torch.device) -> dict[str, Any]:
@@ -190,7 +215,7 @@ def mini_batch_plan(samples: list[PackedSample], *, epochs: int, size: int, unit
 class _Meter:
     """Accumulates the per-micro-batch metrics of ``policy_loss`` over an update.
 
-    Loss-like keys (``_SUMMED``) sum over the micro-batches of one optimiser step and are then
+    Loss-like keys (``is_loss_metric``, and ``n_tokens``) sum over the micro-batches of one optimiser step and are then
     averaged over steps; token means are weighted by their token counts; ``_max``/``_min`` keys
     take the extreme.
     """
@@ -203,7 +228,7 @@ class _Meter:
 
     def add(self, m: dict[str, float], w: float) -> None:
         for k, v in m.items():
-            if k.split("/")[0] in _SUMMED:
+            if is_loss_metric(k) or k.split("/")[0] in _SUMMED:
                 self.step_sums[k] = self.step_sums.get(k, 0.0) + v
             elif k.endswith("_max") or "_max/" in k:
                 self.sums[k] = max(self.sums.get(k, float("-inf")), v)
@@ -308,8 +333,8 @@ class Learner:
         temperature: the rollout temperature (log-probs are scaled the same way).
         pad_id: padding id.
         seed: master seed of the mini-batch shuffles (``run.seed``).
-        ref_model: the frozen KL reference (the *initial* policy) when ``algo.kl_coef > 0`` with full
-            fine-tuning. None = a copy of ``model``, which is right only when ``model`` is the initial
+        ref_model: the frozen KL reference (the *initial* policy) when ``needs_reference(algo)`` (``algo.kl_coef > 0``
+            or a loss term that reads it) with full fine-tuning. None = a copy of ``model``, which is right only when ``model`` is the initial
             policy: a resumed run must pass the initial weights (docs/algorithms.md, Policy loss: KL to the initial policy).
             With LoRA the reference is the base model (adapter disabled) and this is ignored.
         amp: ``model.autocast`` (``"none"``, ``"bfloat16"``, ``"float16"``): forward passes run under
@@ -346,9 +371,12 @@ class Learner:
         if algo.sft_coef > 0 and self.dist.world > 1:
             raise ValueError(f"algo.sft_coef > 0 runs in one process only (this run has {self.dist.world}); "
                              "set algo.sft_coef=0 or train with one process")
+        self.terms = loss_terms(algo)
+        self.needs_ref = needs_reference(algo)
+        self.entropy_grad = algo.entropy_coef > 0 or any(loss_term_spec(t.name).needs_entropy_grad for t in self.terms)
         self.ref_model = None
         self.is_peft = hasattr(model, "disable_adapter")
-        if algo.kl_coef > 0 and not self.is_peft:
+        if self.needs_ref and not self.is_peft:
             self.ref_model = (ref_model if ref_model is not None else copy.deepcopy(model)).eval()
             for p in self.ref_model.parameters():
                 p.requires_grad_(False)
@@ -420,7 +448,7 @@ class Learner:
         − log π_after) over tokens sampled from μ = π_before (``policy_kl_k3`` is the k3 estimate);
         ``ratio_after_mean`` / ``clip_frac_after`` show how far the trained ratios moved.
 
-        Skipping: with ``trainer.skip_zero_advantage`` (default) and no KL/entropy term, trajectories
+        Skipping: with ``trainer.skip_zero_advantage`` (default) and no KL, entropy or extra loss term, trajectories
         whose advantages are all 0 get no forward/backward (their gradient is exactly 0; each
         mini-batch's normaliser still counts them), and a mini-batch with no other trajectory takes no
         optimiser step (``train/zero_adv_minibatches_skipped``; verl would still apply AdamW's momentum
@@ -438,7 +466,7 @@ class Learner:
             # every token masked (low-probability masking): nothing to train on
             return {"train/skipped": 1.0, "train/masked_frac": masked_frac, "train/optimizer_steps": 0.0}
         signal = {id(s): any(a != 0.0 for a in s.advantages) for s in samples}
-        can_skip = algo.kl_coef == 0 and algo.entropy_coef == 0
+        can_skip = algo.kl_coef == 0 and algo.entropy_coef == 0 and not self.terms  # else A = 0 still has a gradient
         sft_on = algo.sft_coef > 0  # every mini-batch takes a step: the demonstrations' term has a gradient
         if can_skip and not sft_on and not P.any(any(signal.values())):
             # Every loss term is A·(clipped ratio) with A = 0: the whole gradient is 0, no step at all.
@@ -535,14 +563,15 @@ class Learner:
         algo = self.algo
         b = _collate(mb, self.pad_id, self.device)
         mask = torch.cat([masks[id(s)] for s in mb.samples]).to(self.device)
-        # the entropy is always reported; it joins the graph only as a bonus (entropy_coef > 0),
-        # otherwise it is computed without grad (same values, no [chunk, V] buffers kept for backward)
-        lp, ent = self._score(b, with_entropy=True, entropy_grad=algo.entropy_coef > 0, checkpoint_head=checkpoint_head)
-        ref = self._ref_logprobs(b) if algo.kl_coef > 0 else None
+        # the entropy is always reported; it joins the graph only as a bonus (entropy_coef > 0) or for a loss term
+        # that needs its gradient, otherwise it is computed without grad (same values, no [chunk, V] buffers kept)
+        lp, ent = self._score(b, with_entropy=True, entropy_grad=self.entropy_grad, checkpoint_head=checkpoint_head)
+        ref = self._ref_logprobs(b) if self.needs_ref else None
         return policy_loss(
             lp, b["logp_behavior"], b["adv"], mask, b["seq"], clip_low=algo.clip_low, clip_high=algo.clip_high,
             dual_clip=algo.dual_clip, aggregation=agg, normaliser=normaliser, logp_ref=ref, kl_coef=algo.kl_coef,
-            entropy=ent, entropy_coef=algo.entropy_coef, metrics_by=b["off"], metrics_by_names={0: "on", 1: "off"})
+            entropy=ent, entropy_coef=algo.entropy_coef, metrics_by=b["off"], metrics_by_names={0: "on", 1: "off"},
+            terms=self.terms)
 
     def _steps_plan(self, samples: list[PackedSample], masks: dict[int, torch.Tensor], signal: dict[int, bool],
                     skip: bool, agg: Aggregation, iteration: int) -> tuple[list[list[PackedSample]], list[Any]]:

@@ -4,7 +4,7 @@
         sample B task instances and the EMPO² modes of their B×N rollouts
         roll out all episodes (batched generation, concurrent envs; tips if memory-augmented)
         the method's after_rollout: tips + memory entries (EMPO²)  [trainer/method.py]
-        returns (extrinsic [+ intrinsic]) → group advantages      [algo/]
+        returns (extrinsic [+ intrinsic]) → advantages (algo.advantage) [algo/]
         pack trajectories (tips kept or stripped per mode) → clipped policy-gradient update
         log metrics, checkpoint atomically
 
@@ -18,7 +18,7 @@ import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,9 @@ import yaml
 
 from empo2.algo.advantages import compute_advantages, dense_ids
 from empo2.algo.modes import ModeSampler
-from empo2.algo.returns import episode_return
-from empo2.config import Config, config_to_dict, run_trackers
+from empo2.algo.registry import advantage_spec
+from empo2.algo.returns import Failure, episode_return, family_failure
+from empo2.config import AlgoConfig, Config, algo_section, config_to_dict, run_trackers
 from empo2.configschema import ConfigError
 from empo2.distributed import combine_metrics, init_distributed, rank_device
 from empo2.envs.base import EnvFamily, TaskSpec, UnknownTaskError
@@ -47,7 +48,7 @@ from empo2.trainer.checkpoint import (
     folder_bytes, kept_iterations, load_extra, load_optimizer_state, remove_partial_writes, save_checkpoint)
 from empo2.trainer.resume import check_memory_matches, check_new_run, restore_training_state, resume_point
 from empo2.trainer.evaluate import EvalResult, eval_variations, evaluate, read_eval, write_eval
-from empo2.trainer.learner import Learner
+from empo2.trainer.learner import Learner, needs_reference
 from empo2.trainer.method import Method, make_method
 from empo2.trainer.metrics import (
     MetricsSink, NullSink, RunLogger, group_score_rows, merge_score_table, rollout_metrics)
@@ -62,14 +63,26 @@ from empo2.trainer.setup import Setup, build_setup, resolve_tasks  # noqa: F401 
 log = logging.getLogger(__name__)
 
 
-def compute_step_advantages(trajs: list[Trajectory], cfg: Config,
-                            score_scale: float = 100.0) -> tuple[list[list[float]], dict[str, float]]:
+def advantage_options(algo: AlgoConfig) -> dict[str, Any]:
+    """The keyword options offered to the ``algo.advantage`` estimator (``algo.advantages.compute_advantages``
+    passes those it names): the shared ``algo`` keys and the fields of its own section ``algo.<name>``."""
+    opts: dict[str, Any] = dict(norm_std=algo.norm_std, eps=algo.std_eps, singleton=algo.singleton,
+                                episode_stats=algo.episode_stats, gamma=algo.gigpo_gamma, omega=algo.gigpo_omega)
+    section = algo_section(algo, algo.advantage)
+    if section is not None:
+        opts.update({f.name: getattr(section, f.name) for f in fields(section)})
+    return opts
+
+
+def compute_step_advantages(trajs: list[Trajectory], cfg: Config, score_scale: float = 100.0,
+                            failure: Failure | str = Failure.ZERO) -> tuple[list[list[float]], dict[str, float]]:
     """Per-step advantages of each trajectory (crashed ones get none) and stats.
 
     Returns are normalised per docs/algorithms.md, Returns (``algo.returns.episode_return``); the intrinsic part
     enters only when ``empo2.intrinsic.in_advantage`` (docs/algorithms.md, EMPO² memory at run time). ``score_scale`` is the environment
-    family's score of a full success (``EnvFamily.score_scale``): returns and GiGPO's step rewards
-    are divided by it.
+    family's score of a full success (``EnvFamily.score_scale``): returns and step rewards are divided by it;
+    ``failure`` is the family's handling of a failed episode (``algo.returns.family_failure``). The estimator is
+    ``algo.advantage`` (``algo.registry.ADVANTAGES``); anchor keys are built only for one that needs them.
     """
     keep = [i for i, t in enumerate(trajs) if not t.crashed and t.num_steps > 0]
     out: list[list[float]] = [[] for _ in trajs]
@@ -79,7 +92,7 @@ def compute_step_advantages(trajs: list[Trajectory], cfg: Config,
     intrinsic_sum = []
     for j, i in enumerate(keep):
         t = trajs[i]
-        r = episode_return(t.final_score, t.initial_score, failure=cfg.env.scienceworld.failure, scale=score_scale)
+        r = episode_return(t.final_score, t.initial_score, failure=failure, scale=score_scale)
         r_int = sum(s.intrinsic for s in t.steps)
         intrinsic_sum.append(r_int)
         if cfg.empo2.intrinsic.in_advantage:
@@ -90,11 +103,11 @@ def compute_step_advantages(trajs: list[Trajectory], cfg: Config,
             step_traj.append(j)
             step_rew.append(s.reward / score_scale)
             anchors.append((t.group, s.anchor))
+    name = cfg.algo.advantage
     adv, stats = compute_advantages(
-        cfg.algo.advantage, torch.tensor(rets, dtype=torch.float64), dense_ids(groups),
-        torch.tensor(step_traj, dtype=torch.long), dense_ids(anchors), torch.tensor(step_rew, dtype=torch.float64),
-        norm_std=cfg.algo.norm_std, eps=cfg.algo.std_eps, singleton=cfg.algo.singleton,
-        episode_stats=cfg.algo.episode_stats, gamma=cfg.algo.gigpo_gamma, omega=cfg.algo.gigpo_omega)
+        name, torch.tensor(rets, dtype=torch.float64), dense_ids(groups), torch.tensor(step_traj, dtype=torch.long),
+        dense_ids(anchors) if advantage_spec(name).needs_anchor else None, torch.tensor(step_rew, dtype=torch.float64),
+        **advantage_options(cfg.algo))
     k = 0
     for i in keep:
         n = trajs[i].num_steps
@@ -187,7 +200,7 @@ class Trainer:
                     remove_partial_writes(self.ckpt_root)
                 (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
             ref_model = None
-            if resumed and cfg.algo.kl_coef > 0 and not cfg.model.lora.enabled:
+            if resumed and needs_reference(cfg.algo) and not cfg.model.lora.enabled:
                 # the KL reference is the initial policy, not the resumed checkpoint (docs/algorithms.md, Policy loss)
                 with self.progress.phase("model (KL reference: the initial policy)"):
                     ref_model = load_policy(cfg.model).model
@@ -309,7 +322,8 @@ class Trainer:
             release_free_memory()
         else:
             metrics.update(self.method.after_rollout(trajs, it))
-        step_adv, adv_stats = compute_step_advantages(trajs, c, self.setup.family.score_scale)
+        step_adv, adv_stats = compute_step_advantages(trajs, c, self.setup.family.score_scale,
+                                                      family_failure(self.setup.family))
         seq_off = 0
         samples, offsets = [], []
         for i, (t, a) in enumerate(zip(trajs, step_adv)):

@@ -1,37 +1,29 @@
-"""The training method of a run as one object: what the loop and the rollout engine call, by name.
+"""The training method interface (``Method``: every hook the loop and the rollout engine call, each a no-op),
+the hook-free GRPO / GiGPO methods, and ``make_method``, which builds the one ``trainer.method`` names.
 
-Every method has the same hooks with no-op defaults, so the loop (``trainer/loop.py``) calls them
-unconditionally — there is no ``if hooks is not None``:
+A method (chosen by name from ``empo2.methods.METHODS``; the table of names is in that module) is one
+object; the loop (``trainer/loop.py``) calls its hooks unconditionally — there is no ``if hooks is not None``:
 
-=================  ======================================================  ============================
-hook               called by / when                                        EMPO² (``Empo2Runtime``)
-=================  ======================================================  ============================
-``before_turn``    engine, every turn, all live episodes                   retrieve tips, embed states
-``keep_episode_kv`` engine, an episode ended (KV reuse on)                 keep it if it will write a tip
-``after_wave``     engine, a wave of episodes ended                        sample the wave's tips
-``after_rollout``  loop, after each rollout → ``memory/…`` metrics         novelty, tips → memory
-``checkpoint_extra`` loop, each checkpoint → ``extra`` entries             novelty state, memory digest
-``after_checkpoint`` loop, a checkpoint was written (oldest kept iteration) forget evicted entries
-``load_state``     loop, resuming (the checkpoint's ``extra``)             novelty state
-``resume``         loop, resuming at iteration k (entries after it go)     memory truncated
-``close``          loop, at the end                                        memory closed
-=================  ======================================================  ============================
+====================  ======================================================  ============================
+hook                  called by / when                                        EMPO² (``Empo2Runtime``)
+====================  ======================================================  ============================
+``before_turn``       engine, every turn, all live episodes                   retrieve tips, embed states
+``keep_episode_kv``   engine, an episode ended (KV reuse on)                  keep it if it will write a tip
+``after_wave``        engine, a wave of episodes ended                        sample the wave's tips
+``after_rollout``     loop, after each rollout → ``memory/…`` metrics         novelty, tips → memory
+``checkpoint_extra``  loop, each checkpoint → ``extra`` entries               novelty state, memory digest
+``after_checkpoint``  loop, a checkpoint was written (oldest kept iteration)  forget evicted entries
+``load_state``        loop, resuming (the checkpoint's ``extra``)             novelty state
+``resume``            loop, resuming at iteration k (entries after it go)     memory truncated
+``close``             loop, at the end                                        memory closed
+====================  ======================================================  ============================
 
-The methods (``method_name`` reads the config in one place; ``make_method`` builds them):
-
-=============  ===========================================  ===========  ============  =================
-name           config                                       advantage    memory/tips   policy update
-=============  ===========================================  ===========  ============  =================
-``grpo``       ``empo2.p: 0``, ``algo.advantage: grpo``     GRPO         no            yes
-``gigpo``      ``empo2.p: 0``, ``algo.advantage: gigpo``    GiGPO        no            yes
-``empo2``      ``empo2.p > 0``, ``trainer.update: true``    either       yes           yes
-``memory_only`` ``empo2.p > 0``, ``trainer.update: false``  (none)       yes           no (frozen)
-=============  ===========================================  ===========  ============  =================
+and two facts the loop reads: ``updates_policy`` (False: the weights stay frozen, no update phase) and
+``read_only`` (True: it writes nothing, so ``after_rollout`` runs without a phase of its own).
 
 Retrospex selection is not a training method: it is an evaluation-time ``rollout.engine.ActionSelector``
 (``retrospex.selector.RetrospexSelector``, docs/retrospex.md) that chooses each action instead of the
-engine's single sample, and combines with any hook (``empo2 eval --retrospex --with-memory``); it
-samples and scores through the same ``Generator`` as the engine.
+engine's single sample, and combines with any hook (``empo2 eval --retrospex --with-memory``).
 
 Which prompt shows tips and which update keeps them is the one table of ``algo.modes``
 (``ROLLOUT_SHOWS_TIPS`` / ``UPDATE_KEEPS_TIPS``, Eq. 5 of arXiv 2602.23008).
@@ -42,41 +34,35 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from empo2.methods import METHODS, method_name, register_method
 from empo2.records import Trajectory
 from empo2.rollout.engine import StepHook
 
-__all__ = ["Method", "METHOD_NAMES", "method_name", "make_method"]
-
-METHOD_NAMES = ("grpo", "gigpo", "empo2", "memory_only")
+__all__ = ["GroupMethod", "METHODS", "Method", "make_gigpo", "make_grpo", "make_method", "register_method"]
 
 
 class Method(StepHook):
-    """A training method with every hook the loop and the engine call, each a no-op here.
-
-    This base class *is* plain multi-step GRPO and GiGPO (they differ only in ``algo.advantage``, which
-    ``algo.advantages.compute_advantages`` reads, and in the anchor states the engine fetches).
+    """A training method: subclass it and override the hooks the method needs (all no-ops here).
 
     Attributes:
-        name: one of ``METHOD_NAMES``.
-        updates_policy: False for the memory-only baseline (the weights stay frozen).
+        name: its ``trainer.method`` name (``make_method`` sets it from the registration when the
+            factory left it empty).
+        updates_policy: False for a method that only rolls out (the memory-only baseline: frozen weights).
         read_only: the method writes nothing (no memory) — nothing to roll back or forget.
     """
 
-    name = "grpo"
+    name = ""
     updates_policy = True
     read_only = True
 
-    def __init__(self, name: str = "grpo"):
-        if name not in ("grpo", "gigpo"):
-            raise ValueError(f"Method({name!r}): the base method is 'grpo' or 'gigpo'; build others with make_method")
-        self.name = name
-
     def step_hook(self) -> StepHook:
-        """The object the rollout engine calls (this method; EMPO² also resets its per-rollout counters)."""
+        """The object the rollout engine calls for one rollout (this method; EMPO² also resets its per-rollout
+        counters)."""
         return self
 
     def after_rollout(self, trajs: list[Trajectory], iteration: int) -> dict[str, float]:
-        """After a rollout, before the advantages: set step intrinsic rewards, write memory; returns metrics."""
+        """After a rollout, before the advantages: set step intrinsic rewards, write memory; returns metrics
+        (logged with the iteration's row, e.g. ``memory/…``)."""
         return {}
 
     def checkpoint_extra(self) -> dict[str, Any]:
@@ -101,23 +87,44 @@ class Method(StepHook):
         """Release what the method holds (memory files, actors)."""
 
 
-def method_name(cfg: Any) -> str:
-    """The training method a config asks for (the table in this module's docstring)."""
-    if cfg.empo2.p > 0:
-        return "empo2" if cfg.trainer.update else "memory_only"
-    return cfg.algo.advantage
+# ---------------------------------------------------------------- the built-in hook-free methods
+class GroupMethod(Method):
+    """Multi-step GRPO and GiGPO (docs/algorithms.md, GRPO advantages and GiGPO): policy-gradient training on
+    group-relative advantages without memory or tips, every hook a no-op. The two differ only in their
+    advantage estimator (``algo.advantage``; GiGPO's declares that it needs anchor states, so the engine fetches
+    them); the ``grpo`` method trains with any registered estimator (e.g. ``examples/advantage_rloo.py``).
+
+    Args:
+        name: its ``trainer.method`` name (``grpo`` or ``gigpo``).
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+
+
+def make_grpo(cfg: Any, setup: Any, run_dir: Path) -> GroupMethod:
+    """The ``grpo`` method (``empo2.p: 0``; any ``algo.advantage`` but ``gigpo``)."""
+    return GroupMethod("grpo")
+
+
+def make_gigpo(cfg: Any, setup: Any, run_dir: Path) -> GroupMethod:
+    """The ``gigpo`` method (``empo2.p: 0``, ``algo.advantage: gigpo``)."""
+    return GroupMethod("gigpo")
 
 
 def make_method(cfg: Any, setup: Any, run_dir: Path) -> Method:
-    """The run's ``Method``: the EMPO² runtime on ``<run_dir>/memory.sqlite`` when ``empo2.p > 0``,
-    else the hook-free GRPO / GiGPO method.
+    """The run's ``Method``, built by the factory registered as ``method_name(cfg)`` (EMPO²: its runtime on
+    ``<run_dir>/memory.sqlite``; GRPO / GiGPO: the hook-free ``GroupMethod``).
 
     Raises:
-        EmbedderUnavailableError, MemoryStoreError, ImportError: as ``empo2_hooks.make_runtime``.
+        TypeError: a factory that did not return a ``Method``.
+        EmbedderUnavailableError, MemoryStoreError, ImportError: EMPO²'s, as ``trainer.empo2_hooks.make_runtime``.
     """
     name = method_name(cfg)
-    if name in ("grpo", "gigpo"):
-        return Method(name)
-    from empo2.trainer.empo2_hooks import make_runtime
-
-    return make_runtime(cfg, setup, run_dir, training=True)
+    method = METHODS.get(name).obj(cfg, setup, run_dir)
+    if not isinstance(method, Method):
+        raise TypeError(f"the factory of training method {name!r} returned {type(method).__name__}, not a "
+                        "subclass of empo2.trainer.method.Method")
+    if not method.name:
+        method.name = name
+    return method

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import torch
 
+from empo2.algo.registry import advantage_spec
 from empo2.config import Config
 from empo2.envs.base import EnvError, EnvFamily
 from empo2.envs.registry import make_family
@@ -40,7 +41,8 @@ def run_config(ckpt: Path, overrides: list[str] | None = None,
         CheckpointError: ``ckpt`` is not a loadable checkpoint (state or, with ``check_weights``, weights).
         ConfigError: a bad override or combination.
     """
-    from empo2.configschema import from_dict, parse_overrides, set_dotted
+    from empo2.config import config_from_dict
+    from empo2.configschema import parse_overrides, set_dotted
     from empo2.trainer import checkpoint
 
     checkpoint.load_state(ckpt)  # a clear error if this is not a checkpoint
@@ -51,7 +53,7 @@ def run_config(ckpt: Path, overrides: list[str] | None = None,
         edit(data)
     for k, v in parse_overrides(overrides or []):
         set_dotted(data, k, v)
-    return from_dict(Config, data)
+    return config_from_dict(data)  # the run's plug-ins first (run.plugins): their sections are in the saved config
 
 
 def resolve_tasks(family: EnvFamily, names: list[str]) -> list[str]:
@@ -78,13 +80,15 @@ class Setup:
         return self.engine.generator
 
     def settings(self, temperature: float) -> RolloutSettings:
+        """The engine's settings at ``temperature``; anchor states are fetched when the ``algo.advantage``
+        estimator declares that it needs them (``algo.registry.AdvantageSpec.needs_anchor``: GiGPO)."""
         c = self.cfg
         return RolloutSettings(
             temperature=temperature, max_new_tokens=c.action.max_new_tokens, max_turns=c.env.max_turns,
             action_mode=c.action.mode, correction=c.action.correction, max_context=c.model.max_context,
             max_tip_tokens=c.empo2.memory.max_tip_tokens, generation_batch_size=c.rollout.generation_batch_size,
             top_k=c.rollout.top_k, seed=c.run.seed, few_shot=c.action.few_shot,
-            need_anchor=c.algo.advantage == "gigpo", lowercase_actions=self.family.lowercase_actions,
+            need_anchor=advantage_spec(c.algo.advantage).needs_anchor, lowercase_actions=self.family.lowercase_actions,
             kv_cache=c.rollout.kv_cache, kv_cache_max_bytes=c.rollout.kv_cache_max_bytes, autocast=c.model.autocast)
 
     def close(self) -> None:

@@ -656,6 +656,13 @@ class SciWorldFamily:
     def __init__(self, cfg: SciWorldConfig | None = None) -> None:
         self.cfg = cfg or SciWorldConfig()
 
+    @property
+    def failure(self) -> str:
+        """How a failed episode (score −100) enters the return and the memory: ``env.scienceworld.failure``
+        (``'zero'`` or ``'keep'``; read through ``algo.returns.family_failure``, which gives ``'zero'`` for
+        families without this attribute)."""
+        return self.cfg.failure
+
     def tasks(self) -> list[TaskInfo]:
         """All 30 tasks in standard-id order with split sizes (no JVM needed)."""
         return tasks.task_infos()

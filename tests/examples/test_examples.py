@@ -1,0 +1,193 @@
+"""The plug-ins under examples/ (docs/architecture.md, "Extending"): an advantage estimator (RLOO) and a loss term
+(entropy floor), each checked against a hand computation and trained for one tiny iteration through the real CLI
+with ``run.plugins``; and a training method registered by a test plug-in (``tests.examples.method_probe``).
+None of them edits src/."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from empo2.cli import main
+from tests.runcfg import write_config
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SRC = Path(__file__).resolve().parents[2] / "src"
+PROBE = "tests.examples.method_probe"
+
+BASE = {
+    "model": {"name_or_path": "tiny-random"},
+    "env": {"name": "tiny", "tasks": ["fetch-key"], "max_turns": 4, "num_workers": 4},
+    "action": {"mode": "constrained", "max_new_tokens": 6},
+    "rollout": {"tasks_per_iteration": 2, "group_size": 2},
+    "eval": {"episodes": 2, "before_after": False},
+    "trainer": {"iterations": 1, "lr": 1.0e-3, "tensorboard": False},
+}
+
+
+@pytest.fixture
+def examples_path(monkeypatch):
+    """examples/ on sys.path, as ``PYTHONPATH=examples`` would put it."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+
+
+def _train(tmp_path: Path, name: str, overrides: list[str], **sections) -> Path:
+    cfg = write_config(tmp_path, BASE, name, **sections)
+    assert main(["train", "--config", str(cfg), *overrides]) == 0
+    return tmp_path / "runs" / name
+
+
+def _rows(run: Path) -> list[dict]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _changed(run: Path, tiny_policy) -> list[str]:
+    w = load_file(str(run / "checkpoints" / "last" / "model.safetensors"))
+    init = tiny_policy.model.state_dict()
+    return [k for k, v in w.items() if k in init and not torch.equal(v, init[k])]
+
+
+# ---- advantage_rloo ---------------------------------------------------------------------------------------
+def test_rloo_matches_the_hand_computation(examples_path):
+    from advantage_rloo import rloo_advantages
+
+    # group 7: R = 1, 0, 0.5 → baselines (0 + .5)/2, (1 + .5)/2, (1 + 0)/2 = .25, .75, .5 → A = .75, −.75, 0
+    # group 3: a lone rollout → 0; group 5: equal returns → exactly 0
+    returns = torch.tensor([1.0, 0.0, 0.5, 0.3, 0.2, 0.2], dtype=torch.float64)
+    groups = torch.tensor([7, 7, 7, 3, 5, 5])
+    step_traj = torch.tensor([0, 0, 1, 2, 2, 2, 3, 4, 5])  # trajectory 0 has 2 steps, 2 has 3
+    adv, stats = rloo_advantages(returns, groups, step_traj)
+    assert adv.dtype == torch.float64
+    torch.testing.assert_close(adv, torch.tensor([0.75, 0.75, -0.75, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
+                                                 dtype=torch.float64), rtol=0, atol=1e-15)
+    assert stats["num_groups"] == 3 and stats["singleton_group_frac"] == pytest.approx(1 / 3)
+    assert stats["zero_adv_group_frac"] == pytest.approx(2 / 3)  # the lone rollout and the equal pair
+    # the closed form n/(n−1)·(R − mean) of a group of 4
+    r = torch.tensor([0.1, 0.4, 0.9, 0.0], dtype=torch.float64)
+    a, _ = rloo_advantages(r, torch.zeros(4, dtype=torch.long), torch.arange(4))
+    torch.testing.assert_close(a, 4 / 3 * (r - r.mean()))
+    with pytest.raises(ValueError, match="step_traj"):
+        rloo_advantages(returns, groups, torch.tensor([6]))
+
+
+def test_rloo_is_registered_and_dispatched_by_name(examples_path):
+    from empo2.algo.advantages import compute_advantages
+    from empo2.algo.registry import ADVANTAGES, advantage_spec
+    from empo2.registry import load_plugins
+
+    load_plugins(["advantage_rloo"])
+    assert "rloo" in ADVANTAGES.names()
+    spec = advantage_spec("rloo")
+    assert not spec.needs_anchor and spec.min_group_size == 2
+    returns, groups, steps = torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), torch.tensor([0, 1, 1])
+    # the shared options (norm_std, gamma, ...) are offered; RLOO names none, so none reach it
+    adv, _ = compute_advantages("rloo", returns, groups, steps, None, torch.zeros(3), norm_std=True, gamma=0.9)
+    torch.testing.assert_close(adv, torch.tensor([1.0, -1.0, -1.0]))
+
+
+def test_rloo_trains_through_the_cli(tmp_path, examples_path, tiny_policy):
+    run = _train(tmp_path, "rloo", ["run.plugins=[advantage_rloo]", "algo.advantage=rloo"])
+    rows = _rows(run)
+    assert rows[-1]["iteration"] == 1 and rows[-1]["train/adv/num_groups"] == 2.0
+    assert "train/adv/anchor_num_groups" not in rows[-1]  # no anchors: RLOO does not ask for them
+    saved = (run / "config.yaml").read_text()
+    assert "advantage: rloo" in saved and "advantage_rloo" in saved  # --resume and eval load the plug-in again
+    if rows[-1].get("train/optimizer_steps", 0) > 0:
+        assert _changed(run, tiny_policy)
+
+
+def test_rloo_without_its_plugin_is_an_unknown_name_with_the_fix():
+    code = ("from empo2.config import load_config\ntry:\n    load_config(None, ['algo.advantage=rloo'])\n"
+            "except ValueError as e:\n    print(e)")
+    out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(SRC)}, capture_output=True, text=True,
+                         timeout=120)  # a fresh process: this one may have loaded the plug-in already
+    assert "algo.advantage: unknown advantage estimator 'rloo'; choose one of gigpo, grpo" in out.stdout, out.stderr
+    assert "run.plugins" in out.stdout
+
+
+def test_rloo_config_errors_come_before_work(tmp_path, capsys, examples_path):
+    cfg = write_config(tmp_path, BASE, "bad")
+    assert main(["train", "--config", str(cfg), "run.plugins=[advantage_rloo]", "algo.advantage=rloo",
+                 "rollout.group_size=1"]) == 2
+    assert "group_size >= 2" in capsys.readouterr().err
+    assert main(["train", "--config", str(cfg), "run.plugins=[advantage_rloo]", "algo.advantage=rlooo"]) == 2
+    assert "Did you mean 'rloo'" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "bad").exists()
+
+
+# ---- loss_entropy_floor -----------------------------------------------------------------------------------
+def test_entropy_floor_matches_the_hand_computation(examples_path):
+    from loss_entropy_floor import entropy_floor
+
+    from empo2.algo.loss import LossTerm, policy_loss
+
+    lp = torch.tensor([-0.1, -2.0, -0.5, 0.0], requires_grad=True)
+    ent = torch.tensor([0.2, 1.5, 0.0, float("nan")], requires_grad=True)  # the masked token's NaN cannot leak
+    mask = torch.tensor([True, True, True, False])
+    kw = dict(clip_low=0.2, clip_high=0.3, dual_clip=10.0)
+    term = LossTerm("entropy_floor", 0.5, lambda x: entropy_floor(x, floor=1.0))
+    base, _ = policy_loss(lp, lp.detach(), torch.ones(4), mask, entropy=ent, **kw)
+    loss, m = policy_loss(lp, lp.detach(), torch.ones(4), mask, entropy=ent, terms=[term], **kw)
+    # hinge max(1 − H, 0) on the trained tokens: .8, 0, 1 → token mean 0.6; weighted 0.5 → +0.3
+    assert float(m["entropy_floor_loss"]) == pytest.approx(0.6)
+    assert float(loss.detach()) == pytest.approx(float(base.detach()) + 0.3)
+    loss.backward()
+    # d/dH of 0.5·mean(max(1 − H, 0)) over 3 tokens: −0.5/3 where H < 1, 0 above the floor and where masked
+    torch.testing.assert_close(ent.grad, torch.tensor([-0.5 / 3, 0.0, -0.5 / 3, 0.0]))
+
+
+def test_entropy_floor_trains_through_the_cli(tmp_path, examples_path, tiny_policy):
+    run = _train(tmp_path, "floor", ["run.plugins=[loss_entropy_floor]", "algo.loss_terms=[entropy_floor]",
+                                     "algo.entropy_floor.coef=0.1", "algo.entropy_floor.floor=50"])
+    row = _rows(run)[-1]
+    # the floor (50 nats) is above every token's entropy, so each trained token adds 0.1·(50 − H)
+    assert row["train/entropy_floor_loss"] == pytest.approx(50.0 - row["train/entropy"], rel=1e-4)
+    assert row["train/loss"] == pytest.approx(row["train/pg_loss"] + 0.1 * row["train/entropy_floor_loss"], rel=1e-4)
+    assert row["train/optimizer_steps"] > 0 and _changed(run, tiny_policy)  # a gradient even where A = 0
+    assert "entropy_floor:" in (run / "config.yaml").read_text()
+    # the checkpoint's saved config holds the plug-in's section: evaluating it imports run.plugins first
+    ckpt = run / "checkpoints" / "last"
+    assert main(["eval", "--checkpoint", str(ckpt), "--episodes", "2", "--out", str(tmp_path / "e.json")]) == 0
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["algo.loss_terms=[entropy_floor]", "trainer.update=false", "empo2.p=0.5"], "memory-only"),
+    (["algo.entropy_floor.coef=0.1"], "algo.entropy_floor is set but 'entropy_floor' is not used"),
+    (["algo.loss_terms=[entropy_floor, entropy_floor]"], "lists a term twice"),
+    (["algo.loss_terms=[entropy_flor]"], "Did you mean 'entropy_floor'"),
+    (["algo.loss_terms=[entropy_floor]", "algo.entropy_floor.floor=-1"], "must be > 0"),
+    (["algo.loss_terms=[entropy_floor]", "algo.entropy_floor.flor=1"], "unknown config key 'algo.entropy_floor.flor'"),
+])
+def test_loss_term_config_errors_come_before_work(tmp_path, capsys, examples_path, overrides, message):
+    cfg = write_config(tmp_path, BASE, "bad")
+    assert main(["train", "--config", str(cfg), "run.plugins=[loss_entropy_floor]", *overrides]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "bad").exists()
+
+
+# ---- a method plug-in -------------------------------------------------------------------------------------
+def test_a_plugin_method_is_built_by_name_and_its_hooks_run(tmp_path):
+    run = _train(tmp_path, "probe", [f"run.plugins=[{PROBE}]", "trainer.method=probe"], trainer={"iterations": 2})
+    rows = [r for r in _rows(run) if "probe/episodes" in r]
+    assert [r["probe/episodes"] for r in rows] == [4.0, 4.0]  # 2 tasks × 2 rollouts, every iteration
+    assert [r["probe/turns_seen"] > 0 for r in rows] == [True, True]  # before_turn ran in the engine
+    state = json.loads((run / "checkpoints" / "last" / "state.json").read_text())
+    assert state["probe"] == {"rollouts": 2}  # checkpoint_extra went into the checkpoint
+
+
+def test_method_names_fail_before_work(tmp_path, capsys):
+    cfg = write_config(tmp_path, BASE, "bad")
+    assert main(["train", "--config", str(cfg), "trainer.method=no_such_method"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown training method 'no_such_method'; choose auto or one of" in err and "run.plugins" in err
+    assert main(["train", "--config", str(cfg), f"run.plugins=[{PROBE}]", "trainer.method=probe", "empo2.p=0.5"]) == 2
+    assert "the probe method has no memory" in capsys.readouterr().err  # the method's own check
+    assert main(["train", "--config", str(cfg), "trainer.method=gigpo"]) == 2
+    assert "algo.advantage=gigpo" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "bad").exists()
