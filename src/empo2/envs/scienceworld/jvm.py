@@ -27,144 +27,23 @@ No signal handler is installed: with the default SIGTERM disposition Python dies
 from __future__ import annotations
 
 import collections
-import concurrent.futures
-import ctypes
-import ctypes.util
 import logging
 import os
-import queue
-import signal
 import subprocess
-import sys
 import threading
 import weakref
-from typing import Any
 
 from py4j.java_gateway import GatewayParameters, JavaGateway, find_jar_path
 from scienceworld.constants import BASEPATH, JAR_PATH
 
 from empo2.envs.base import EnvError
+from empo2.envs.jvmproc import SPAWNER, Py4JNoise, Spawner, drain, make_preexec, quiet_py4j
 
 logger = logging.getLogger(__name__)
 
-_PR_SET_PDEATHSIG = 1
-
-
-class _Py4JNoise(logging.Filter):
-    """Drops py4j's own log records below CRITICAL.
-
-    When a JVM dies, py4j logs each failed call and reconnect attempt with a full traceback (2–14
-    tracebacks, up to ~190 lines, per killed JVM), partly through the *root* logger
-    (``logging.info("Exception while sending command.", exc_info=True)``). The failure reaches
-    empo2 as an ``EnvError`` anyway, and the rollout engine reports it in one warning line (episode
-    excluded, environment restarted), so these records only bury that line.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._dir = os.path.dirname(os.path.abspath(__import__("py4j").__file__))
-
-    def filter(self, record: logging.LogRecord) -> bool:  # noqa: A003 - logging API
-        from_py4j = record.name.startswith("py4j") or record.pathname.startswith(self._dir)
-        return not from_py4j or record.levelno >= logging.CRITICAL
-
-
-def quiet_py4j() -> None:
-    """Install ``_Py4JNoise`` on the ``py4j`` loggers and the root logger (idempotent)."""
-    for name in ("", "py4j", "py4j.java_gateway", "py4j.clientserver", "py4j.protocol"):
-        lg = logging.getLogger(name)
-        if not any(isinstance(f, _Py4JNoise) for f in lg.filters):
-            lg.addFilter(_Py4JNoise())
-
-
-quiet_py4j()
+_Py4JNoise, quiet_py4j, _make_preexec, _Spawner, _drain = Py4JNoise, quiet_py4j, make_preexec, Spawner, drain
+_SPAWNER = SPAWNER  # the one spawner thread of this process (envs/jvmproc.py)
 _STOP_TIMEOUT_S = 3.0
-
-
-def _load_prctl() -> Any | None:
-    """``libc.prctl`` on Linux, else None (resolved once, before any fork)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        return libc.prctl
-    except (OSError, AttributeError):  # pragma: no cover - exotic libc
-        logger.warning("prctl unavailable: JVMs rely on --die-on-broken-pipe alone")
-        return None
-
-
-_PRCTL = _load_prctl()
-
-
-def _make_preexec(parent_pid: int) -> Any | None:
-    """A ``preexec_fn`` that asks the kernel to SIGKILL the child when its parent thread dies.
-
-    Runs in the forked child before ``exec`` (PDEATHSIG survives ``exec`` of a non-setuid
-    binary). If the parent already died between fork and prctl, the child exits at once.
-    """
-    if _PRCTL is None:
-        return None
-    prctl = _PRCTL
-    sigkill = int(signal.SIGKILL)
-
-    def preexec() -> None:
-        prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
-        if os.getppid() != parent_pid:
-            os._exit(1)
-
-    return preexec
-
-
-class _Spawner:
-    """One long-lived daemon thread that runs every ``Popen`` of a JVM (see module docstring)."""
-
-    def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[tuple[concurrent.futures.Future, list[str], dict[str, Any]]] = (
-            queue.SimpleQueue())
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._pid = -1
-
-    def popen(self, cmd: list[str], **kwargs: Any) -> subprocess.Popen:
-        """Run ``subprocess.Popen(cmd, **kwargs)`` on the spawner thread and return it."""
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
-                # (re)start after first use or after a fork (threads do not survive fork)
-                self._jobs = queue.SimpleQueue()
-                self._pid = os.getpid()
-                self._thread = threading.Thread(target=self._run, args=(self._jobs,),
-                                                name="empo2-jvm-spawner", daemon=True)
-                self._thread.start()
-            fut: concurrent.futures.Future = concurrent.futures.Future()
-            self._jobs.put((fut, cmd, kwargs))
-        return fut.result()
-
-    @staticmethod
-    def _run(jobs: queue.SimpleQueue) -> None:
-        while True:
-            fut, cmd, kwargs = jobs.get()
-            try:
-                fut.set_result(subprocess.Popen(cmd, preexec_fn=_make_preexec(os.getpid()), **kwargs))
-            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
-                fut.set_exception(e)
-
-
-_SPAWNER = _Spawner()
-
-
-def _drain(stream: Any, sink: collections.deque | None) -> None:
-    """Read a child's pipe to EOF so it never blocks; keep the last lines in ``sink``."""
-    try:
-        for line in iter(stream.readline, b""):
-            if sink is not None:
-                sink.append(line.decode("utf-8", "replace").rstrip())
-    except (OSError, ValueError):
-        pass
-    finally:
-        try:
-            stream.close()
-        except OSError:
-            pass
 
 
 def _terminate(gateway: JavaGateway | None, proc: subprocess.Popen) -> None:

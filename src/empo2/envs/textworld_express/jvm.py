@@ -27,22 +27,17 @@ location, so it is not shared).
 from __future__ import annotations
 
 import collections
-import concurrent.futures
-import ctypes
-import ctypes.util
 import logging
 import os
-import queue
 import shutil
-import signal
 import subprocess
-import sys
 import threading
 import time
 import weakref
-from typing import Any, cast
+from typing import Any
 
 from empo2.envs.base import EnvError
+from empo2.envs.jvmproc import SPAWNER, drain, quiet_py4j
 
 logger = logging.getLogger(__name__)
 
@@ -54,32 +49,6 @@ BASE_OPTS = ("-XX:+UseSerialGC",)
 """One GC thread per JVM (a TWX game is a few hundred objects; parallel GC threads would only compete for cores)."""
 
 _STOP_TIMEOUT_S = 3.0
-_PR_SET_PDEATHSIG = 1
-
-
-class _Py4JNoise(logging.Filter):
-    """Drops py4j's own records below CRITICAL: when a JVM dies or hangs, py4j logs each failed call and
-    reconnect with a full traceback, partly through the *root* logger (``logging.exception(...)`` in
-    ``java_gateway``), while the failure reaches the caller as one ``EnvError`` anyway. Records of other
-    code pass."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        import py4j
-
-        self._dir = os.path.dirname(os.path.abspath(py4j.__file__))
-
-    def filter(self, record: logging.LogRecord) -> bool:  # noqa: A003 - logging API
-        from_py4j = record.name.startswith("py4j") or record.pathname.startswith(self._dir)
-        return not from_py4j or record.levelno >= logging.CRITICAL
-
-
-def quiet_py4j() -> None:
-    """Install ``_Py4JNoise`` on py4j's loggers and the root logger (idempotent)."""
-    for name in ("", "py4j", "py4j.java_gateway", "py4j.clientserver", "py4j.protocol"):
-        lg = logging.getLogger(name)
-        if not any(isinstance(f, _Py4JNoise) for f in lg.filters):
-            lg.addFilter(_Py4JNoise())
 
 
 class JavaNotFoundError(EnvError):
@@ -138,84 +107,8 @@ def java_command(heap: str = "256m") -> list[str]:
 
 
 # ---------------------------------------------------------------------------------------------- spawning
-
-def _load_prctl() -> Any | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
-    except (OSError, AttributeError):  # pragma: no cover - exotic libc
-        return None
-
-
-_PRCTL = _load_prctl()
-
-
-def _preexec(parent_pid: int) -> Any | None:
-    """A ``preexec_fn`` asking the kernel to SIGKILL the child when the spawning thread dies."""
-    if _PRCTL is None:
-        return None
-    prctl, sigkill = _PRCTL, int(signal.SIGKILL)
-
-    def run() -> None:
-        prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died between fork and prctl
-            os._exit(1)
-
-    return run
-
-
-_Job = tuple["concurrent.futures.Future[subprocess.Popen[bytes]]", list[str], dict[str, Any]]
-
-
-class _Spawner:
-    """One long-lived daemon thread that runs every ``Popen`` of a JVM (PDEATHSIG follows the thread)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._jobs: queue.SimpleQueue[_Job] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._pid = -1
-
-    def popen(self, cmd: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
-                self._jobs, self._pid = queue.SimpleQueue(), os.getpid()  # first use, or after a fork
-                self._thread = threading.Thread(target=self._run, args=(self._jobs,), daemon=True,
-                                                name="empo2-twx-jvm-spawner")
-                self._thread.start()
-            fut: concurrent.futures.Future[subprocess.Popen[bytes]] = concurrent.futures.Future()
-            self._jobs.put((fut, cmd, kwargs))
-        proc: subprocess.Popen[bytes] = fut.result()
-        return proc
-
-    @staticmethod
-    def _run(jobs: queue.SimpleQueue[_Job]) -> None:
-        while True:
-            fut, cmd, kwargs = jobs.get()
-            try:
-                proc = subprocess.Popen(cmd, preexec_fn=_preexec(os.getpid()), **kwargs)  # bytes pipes (no text=)
-                fut.set_result(cast("subprocess.Popen[bytes]", proc))
-            except BaseException as e:  # noqa: BLE001 - handed to the caller's thread
-                fut.set_exception(e)
-
-
-_SPAWNER = _Spawner()
-
-
-def _drain(stream: Any, sink: collections.deque[str] | None) -> None:
-    """Read a child's pipe to EOF so that it never blocks; keep the last lines in ``sink``."""
-    try:
-        for line in iter(stream.readline, b""):
-            if sink is not None:
-                sink.append(line.decode("utf-8", "replace").rstrip())
-    except (OSError, ValueError):
-        pass
-    finally:
-        try:
-            stream.close()
-        except OSError:
-            pass
+# the spawner thread, PDEATHSIG and pipe draining are shared with ScienceWorld's JVMs (envs/jvmproc.py)
+_SPAWNER, _drain = SPAWNER, drain
 
 
 def _terminate(gateway: Any, proc: subprocess.Popen[bytes]) -> None:
