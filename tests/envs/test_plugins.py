@@ -280,3 +280,50 @@ def test_preflight_fails_before_the_model_loads(tmp_path, capsys, monkeypatch):
     assert main(["train", "--config", str(path)]) != 0
     assert _NeedsJava.calls == 1
     assert "install Java 17" in capsys.readouterr().err
+
+
+class _Hangs(TextGame):
+    tasks = {"t": Splits(train=[0])}
+    call_timeout_s = 0.3
+
+    def reset(self, task, seed):
+        return "start", {}
+
+    def step(self, action):
+        import time
+
+        time.sleep(2.0)
+        return "late", 0.0, False, {}
+
+
+def test_a_hung_game_call_becomes_an_env_error_after_its_timeout():
+    import time
+
+    env = GameFamily("h", _Hangs).make()
+    env.reset(TaskSpec("h", "t", 0))
+    t0 = time.perf_counter()
+    with pytest.raises(EnvError, match=r"_Hangs.step did not answer within 0.3 s"):
+        env.step("wait")
+    assert time.perf_counter() - t0 < 1.5
+    env.close()
+
+
+class _HiddenRandom(TextGame):
+    """The first observation is fixed but reset draws hidden state without the seed."""
+
+    tasks = {"t": Splits(train=[0, 1], test=[2])}
+
+    def reset(self, task, seed):
+        import random
+
+        self.secret = random.random()
+        return "a closed box", {"admissible_actions": ["open box"]}
+
+    def step(self, action):
+        return f"the box holds {self.secret:.6f}", 0.0, False, {"admissible_actions": ["open box"]}
+
+
+def test_envs_check_catches_hidden_randomness_behind_the_same_first_observation():
+    verdicts = {v.rule: v for v in check_family(GameFamily("hidden", _HiddenRandom), ["t"])}
+    assert verdicts["reset"].status == "fail"
+    assert "the same actions from the same reset gave different replies" in verdicts["reset"].detail

@@ -186,3 +186,21 @@ def test_a_jvm_restarted_by_its_env_inside_an_actor_is_counted(ray_cluster):
         assert not isinstance(obs, Exception), obs
         assert pool.restarts == 1
     assert pool.restarts == 1  # the last figure read, after close
+
+
+def test_a_plugin_environment_runs_in_ray_actors(ray_cluster, monkeypatch):
+    """A family registered by a plug-in module (``run.plugins``) is registered in each actor too: the actor
+    imports the module that registered it, and only that one (``ray_pool.family_plugin``)."""
+    from empo2.config import load_config
+    from empo2.rollout.ray_pool import family_plugin
+
+    plugin = "tests.envs.plugins.games"
+    cfg = load_config(None, [f"run.plugins=[{plugin}]", "env.name=counter", "env.tasks=[count]", "env.backend=ray",
+                             "env.ray.envs_per_actor=2", "env.ray.actor_cpus=0.25"]).env
+    assert family_plugin("counter") == [plugin] and family_plugin("tiny") == []
+    tasks = [TaskSpec("counter", "count", v) for v in (0, 1)]
+    with EnvPool(make_family(cfg), 2) as local, RayEnvPool(cfg, 2, None) as remote:
+        for pool in (local, remote):
+            pool.out = [pool.reset_many([0, 1], tasks), pool.step_many([0, 1], ["up", "stop"])]
+        assert remote.out == local.out
+        assert remote.out[1][1].done and not remote.out[1][1].success

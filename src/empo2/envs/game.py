@@ -110,6 +110,9 @@ class TextGame:
     max_score: ClassVar[float] = 1.0
     lowercase_actions: ClassVar[bool] = False
     two_word_verbs: ClassVar[Mapping[str, frozenset[str]]] = {}
+    call_timeout_s: ClassVar[float | None] = 300.0
+    """Seconds one ``reset`` or ``step`` may take before the episode is marked crashed (``EnvError``) and the
+    environment rebuilt; None = no limit. A hung call's thread is abandoned, not killed."""
 
     def __init__(self, config: Any = None):
         self.config = config
@@ -188,6 +191,7 @@ class GameEnv:
         self._done = True
         self._success = False
         self._gold: list[str] | None = None
+        self._worker: Any = None  # the thread that runs the game's calls under call_timeout_s
 
     # ---- helpers -------------------------------------------------------------------------------
     def _score100(self) -> float:
@@ -211,8 +215,22 @@ class GameEnv:
         return info
 
     def _call(self, where: str, fn: Any, *args: Any) -> Any:
+        timeout = self.game.call_timeout_s
         try:
-            return fn(*args)
+            if timeout is None:
+                return fn(*args)
+            if self._worker is None:
+                import concurrent.futures
+
+                self._worker = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"{self.family_name}-game")
+            fut = self._worker.submit(fn, *args)
+            try:
+                return fut.result(timeout=timeout)
+            except TimeoutError:
+                self._worker.shutdown(wait=False)  # the hung call keeps its thread; this env is rebuilt anyway
+                self._worker = None
+                raise EnvError(f"{type(self.game).__name__}.{where} did not answer within {timeout:g} s "
+                               f"({type(self.game).__name__}.call_timeout_s); the episode is marked crashed") from None
         except EnvError:
             raise
         except UnknownTaskError:
@@ -304,6 +322,9 @@ class GameEnv:
             self.game.close()
         except Exception:  # noqa: BLE001 - close must not raise
             pass
+        if self._worker is not None:
+            self._worker.shutdown(wait=False)
+            self._worker = None
 
 
 class GameFamily:

@@ -31,7 +31,6 @@ from typing import Any, Sequence
 
 from empo2 import raycluster
 from empo2.envs.base import EnvError, Observation, StepResult, TaskSpec
-from empo2.registry import loaded_plugins
 from empo2.rollout.action import ActionOutcome, take_action
 from empo2.rollout.pool import EnvPoolBase, LocalEnvs, _checked
 
@@ -40,13 +39,27 @@ log = logging.getLogger(__name__)
 CLOSE_TIMEOUT_S = 60.0
 
 
+def family_plugin(name: str) -> list[str]:
+    """The module to import in another process so that environment ``name`` is registered there: the
+    module that registered it, or ``[]`` for empo2's own families (registered when empo2 is imported).
+
+    Only that module is sent, not every plug-in this process has loaded: another plug-in (an advantage
+    estimator on the driver's ``sys.path``) need not be importable where the environments run.
+    """
+    from empo2.envs.registry import ENVS
+
+    source = ENVS.get(name).source
+    return [] if not source or source == "empo2" or source.startswith("empo2.") else [source]
+
+
 class EnvWorker:
     """The body of one Ray environment actor: ``size`` environments of the family ``env_cfg`` names.
 
     Args:
         env_cfg: the ``env`` config section (a plain dataclass, pickled to the actor).
-        plugins: plug-in modules to import first (the driver's ``empo2.registry.loaded_plugins()``), so a
-            family a plug-in registers exists in the actor's process as well.
+        plugins: plug-in modules to import first (``family_plugin(env_cfg.name)``: the module that
+            registered the family, when it is not part of empo2), so a plug-in family exists in the
+            actor's process as well.
         size: environments hosted by this actor.
     """
 
@@ -113,7 +126,7 @@ class RayEnvPool(EnvPoolBase):
     def _spawn(self, a: int) -> Any:
         return self._remote_cls.options(
             num_cpus=float(self.env_cfg.ray.actor_cpus), max_restarts=0, scheduling_strategy="SPREAD",
-            name=None).remote(self.env_cfg, self.actor_sizes[a], loaded_plugins())
+            name=None).remote(self.env_cfg, self.actor_sizes[a], family_plugin(self.env_cfg.name))
 
     def _where(self, slot: int) -> tuple[int, int]:
         return slot // self.per_actor, slot % self.per_actor

@@ -276,7 +276,10 @@ class Trainer:
                                   variations=eval_variations(c.env.eval_split, c.env.train_split,
                                                              self.train_variations, bool(c.env.variations)))
             ph.note(eval_note(res))
-        fail_if_all_crashed(trajs, f"evaluation '{tag}'")
+        started = (self.run_dir / "checkpoints" / "last").exists()  # else --resume has nothing to continue
+        fail_if_all_crashed(trajs, f"evaluation '{tag}'", then="continue with --resume" if started else
+                            "run the same command again with run.name set to a new name (no checkpoint was "
+                            "written yet, so there is nothing to --resume)")
         release_free_memory()
         write_eval(res, self.run_dir / f"eval_{tag}.json")
         self.logger.log_artifact(self.run_dir / f"eval_{tag}.json")
