@@ -793,7 +793,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     from empo2.envs.registry import FAMILIES  # names only: no environment is imported
 
-    v = sub.add_parser("envs", help="list environments and tasks",
+    v = sub.add_parser("envs", help="list environments and tasks; `envs check NAME` checks one",
+                       usage="%(prog)s [ENV]\n       %(prog)s check NAME [key=value ...] [--config CFG] [--episodes N] "
+                             "[--steps N]",
                        description="One table per environment: each task's id (e.g. 7-2, usable wherever a task "
                                    "name is), its name, and its number of train / dev / test variations.")
     v.add_argument("env", nargs="?", default=None, metavar="ENV",
