@@ -26,6 +26,13 @@ from empo2.envs.openenv import env as oe  # noqa: E402
 from empo2.envs.openenv.config import OpenEnvConfig  # noqa: E402
 from empo2.envs.openenv.env import OpenEnvGame  # noqa: E402
 
+try:  # installed but unusable: `make vllm` moves mcp to 2.x, past what openenv 0.10's fastmcp supports
+    oe._import_client()
+    import openenv.core  # noqa: F401  (the server side the tests start)
+except Exception as _e:  # noqa: BLE001 - reported as the skip reason
+    pytest.skip(f"openenv does not import here ({type(_e).__name__}: {_e}); after `make vllm` reinstall it with "
+                "pip install -e '.[openenv]'", allow_module_level=True)
+
 SERVER = Path(__file__).with_name("corridor_server.py")
 HANG_S = 3.0
 
