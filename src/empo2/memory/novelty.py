@@ -12,7 +12,7 @@ at the same turn never count each other, whatever the batch, wave or row order: 
 counts every row against what was recorded before the call and then records them all, and
 ``observe_episodes`` does that turn by turn over whole episodes (turn t sees turns < t of every
 episode). So the N rollouts of a GRPO group that reach the same state at the same turn get the
-same reward, and identical trajectories get identical returns (issue #10: counting the rows of
+same reward, and identical trajectories get identical returns (docs/algorithms.md: counting the rows of
 one turn against each other gave 8 identical states 1, ½, …, ⅛).
 
 The authors' code instead uses n = (number of retrieved tips) + 1 (docs/algorithms.md, EMPO² memory at run time):

@@ -1,4 +1,4 @@
-"""Tips in and out of a run's memory as JSON Lines (``empo2 memory import`` / ``export``; issue #18 item 4).
+"""Tips in and out of a run's memory as JSON Lines (``empo2 memory import`` / ``export``; docs/algorithms.md, EMPO² memory at run time).
 
 For human hints, tips written by another run or model, and diagnostics such as a memory seeded with
 oracle tips. One JSON object per line:

@@ -1,4 +1,4 @@
-"""The per-turn action pipeline: a model's text → one environment step (issue #11).
+"""The per-turn action pipeline: a model's text → one environment step (docs/environments.md, "Actions").
 
 ``take_action`` runs next to the environment (in a pool thread, or inside a Ray actor through
 ``EnvPoolBase.act_many``), so a refused action's correction and its trial step cost no extra round

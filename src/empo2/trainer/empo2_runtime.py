@@ -196,7 +196,7 @@ class Empo2Runtime(Method):
         """``StepHook`` extension, called by the engine when a wave of episodes has ended: sample the
         wave's tips now, continuing the caches the engine kept for them, so those caches are freed
         before the next wave's grow (kept until the rollout's end they piled up to the engine's byte
-        cap, on top of the live ones; issue #12). The tips enter the memory in ``write_tips`` after the
+        cap, on top of the live ones; docs/performance.md). The tips enter the memory in ``write_tips`` after the
         rollout, as before: no episode of an iteration retrieves another's tip of the same iteration.
         A tip's sampling seed comes from the trajectory's ids (its rollout's ``iteration``)."""
         if not self.tips_during_rollout or self.read_only:
@@ -235,7 +235,7 @@ class Empo2Runtime(Method):
         return example_of() if callable(example_of) else None
 
     def tip_prompts(self, trajs: list[Trajectory]) -> list[list[int]]:
-        """The tip prompt of each trajectory (docs/algorithms.md, EMPO² memory at run time; issue #10 bug 1).
+        """The tip prompt of each trajectory (docs/algorithms.md, EMPO² memory at run time).
 
         Layout: the trajectory's ids (with tips, exactly as sampled), then a user turn with how the
         episode ended — ``later_user_text(final_observation)`` and the final score in the authors'

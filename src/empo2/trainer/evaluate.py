@@ -6,7 +6,7 @@ for means, Wilson for rates), per task and overall. ``score_last_nonneg`` is the
 SwiftSage/Retrospex convention instead: a failed episode scores the last non-negative score it
 reached before failing (``last_nonnegative_score``), which is higher than counting it as 0.
 
-What is evaluated (issue #18 item 5): the episodes spread round-robin over the tasks and their
+What is evaluated (docs/report.md): the episodes spread round-robin over the tasks and their
 split's variations; ``variations`` restricts them per task (a run trained with ``env.variations``
 is evaluated on the train split's variations it trained on, ``eval_variations``). The result
 records the variations the episodes played (``EvalResult.variations``; fewer episodes than

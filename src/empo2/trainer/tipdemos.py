@@ -1,6 +1,6 @@
 """Tips attached to demonstrations (``sft.data: [gold_tips]``) and oracle tips for diagnostics.
 
-Issue #18 measured that the 135M policy ignores a narrative tip ("The animals are outside. Go to the
+docs/learning.md ("Tips at 135M") measured that the 135M policy ignores a narrative tip ("The animals are outside. Go to the
 kitchen, then …": P(go to kitchen) 0.00 at the hallway state of task 7-1) but partly follows a short
 imperative one ("Next action: go to kitchen": 0.20). A policy that has never seen a ``<tip>`` block in
 training has no reason to read one. ``gold_tips`` teaches what a tip block is for: the gold paths of
@@ -15,7 +15,7 @@ chosen per step by ``gold_tip_plan``:
 * otherwise no tip (the policy keeps acting without memory, as in plain rollouts).
 
 The loss is on the gold action in every case (``trainer.sft``). Use tasks other than the one RL will be
-run on (issue #18: never warm up on the target task's own gold paths for a method comparison).
+run on (docs/learning.md: never warm up on the target task's own gold paths for a method comparison).
 
 ``oracle_next_action`` gives, for a diagnostic, the next gold action of an episode that may have left
 the gold path (tips "naming the right steps"; docs/learning.md "Tips at 135M"). ``oracle_memory_rows``
@@ -36,7 +36,7 @@ __all__ = ["NEXT_ACTION_PREFIX", "ORACLE_SCORE", "SHOWN_TIPS_KEY", "gold_tip_pla
            "oracle_next_action", "with_gold_tips"]
 
 NEXT_ACTION_PREFIX = "Next action: "
-"""The imperative tip form: ``"Next action: go to kitchen"`` (measured best-followed form, issue #18)."""
+"""The imperative tip form: ``"Next action: go to kitchen"`` (measured best-followed form, docs/learning.md "Reading tips")."""
 
 SHOWN_TIPS_KEY = "tips_shown"
 """Record key (``sft_demos.jsonl``): True = the record's per-step ``tips`` are put in the SFT prompt.
