@@ -24,7 +24,7 @@ import importlib
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Any, Generic, Iterator, TypeVar
 
 from empo2.configschema import ConfigError
 
@@ -249,16 +249,3 @@ def load_entry_point_plugins() -> None:
             except Exception as e:  # noqa: BLE001 - reported, the run goes on without it
                 log.warning("plug-in entry point %s = %s failed to import (%s: %s); its names are unavailable",
                             ep.name, ep.value, type(e).__name__, e)
-
-
-def loaded_plugins() -> list[str]:
-    """The plug-in modules imported so far (``run.plugins`` and entry points), sorted."""
-    return sorted(_loaded_modules)
-
-
-def registry_decorator(reg: Registry[Any], name: str, **kw: Any) -> Callable[[T], T]:
-    """``@registry_decorator(ENVS, "my_env", config=MyConfig)``: register the decorated object."""
-    def deco(obj: T) -> T:
-        reg.register(name, obj, **kw)
-        return obj
-    return deco

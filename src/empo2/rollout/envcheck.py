@@ -195,7 +195,8 @@ def _replay_twice(ctx: _Ctx, a: Any, b: Any, spec: TaskSpec) -> int:
     randomness (a winning action drawn at reset without the seed) shows here even when the first
     observation is the same. Returns the steps compared."""
     rng = random.Random(ctx.opts.seed + 1)
-    oa, ob = a.reset(spec), b.reset(spec)
+    a.reset(spec)
+    b.reset(spec)
     n = 0
     for i in range(ctx.opts.max_steps):
         adm = _admissible(a)
@@ -210,7 +211,6 @@ def _replay_twice(ctx: _Ctx, a: Any, b: Any, spec: TaskSpec) -> int:
                         "episode depends on (seed your random generators from it)")
         if ra.done:
             break
-    del oa, ob
     return n
 
 
