@@ -11,7 +11,10 @@ task, variation and sampling seed per episode id), so arms are compared pair by 
 (``trainer.evaluate.paired_difference``) as well as by their means.
 
 Arms (``ARMS``): ``base`` (no training), ``grpo``, ``gigpo``, ``empo2`` (p = 0.5, self-written tips),
-``empo2_novelty`` (+ the novelty reward in the advantage), ``empo2_q0`` (q = 0: every memory rollout
+``empo2_novelty`` (+ the novelty reward in the advantage), ``grpo_novelty`` (GRPO + the novelty reward, no memory:
+separates the reward from the tips), ``empo2_paper`` (p 0.25, q 0.68, modes per rollout, novelty in the return),
+``empo2_paper_q0`` (the same with q = 0: no tip-free updates), ``empo2_authors`` (p 0.25, q 0.68, the mode drawn per
+iteration, novelty logged but not in the advantage, as the authors' code runs it), ``empo2_q0`` (q = 0: every memory rollout
 trained with its tips, i.e. no off-policy distillation), ``memory_only`` (frozen weights), ``empo2_oracle``
 (the memory seeded from ``--memory-import FILE.jsonl`` before training — the oracle tips of ``empo2 memory
 oracle`` — and retrieving only a state's own tip, ``ORACLE_RETRIEVAL``), ``empo2_live_oracle`` (a
@@ -71,6 +74,13 @@ from typing import Any
 from benchmarks.common import REPO_ROOT, RESULTS_DIR, Run, add_common_args, print_table
 
 EMPO2 = ["empo2.p=0.5"]
+NOVELTY = ["empo2.intrinsic.enabled=true", "empo2.intrinsic.in_advantage=true"]
+"""The novelty reward r_int = 1/n in the return the advantage is computed from (``empo2.methods``: with p = 0 this
+is GRPO + novelty, no tips)."""
+EMPO2_PAPER = ["empo2.p=0.25", "empo2.q=0.68", "empo2.mode_granularity=rollout"]
+"""EMPO² as the paper describes it: p 0.25, q 0.68 (P(off-policy) 0.17, P(on-policy with tips) 0.08), each rollout
+drawing its own mode, so a group mixes tip-free and tipped rollouts and an iteration without memory is never a copy
+of GRPO's (with ``mode_granularity: iteration`` and the same seed it would be)."""
 ORACLE_RETRIEVAL = ["empo2.memory.threshold=0.99", "empo2.memory.top_k=1"]
 """Retrieval of the ``*_oracle`` arms: only the state's own tip. An oracle memory (``empo2 memory oracle``) keys
 each "Next action: …" tip by the exact state text a rollout on the gold path embeds (cosine 1), but on 7-1 the
@@ -85,6 +95,11 @@ ARMS: dict[str, list[str]] = {
     "gigpo": ["empo2.p=0.0", "algo.advantage=gigpo", "algo.norm_std=false"],
     "empo2": EMPO2,
     "empo2_novelty": [*EMPO2, "empo2.intrinsic.enabled=true", "empo2.intrinsic.in_advantage=true"],
+    "grpo_novelty": ["empo2.p=0.0", *NOVELTY],
+    "empo2_paper": [*EMPO2_PAPER, *NOVELTY],
+    "empo2_paper_q0": [*EMPO2_PAPER, *NOVELTY, "empo2.q=0.0"],
+    "empo2_authors": ["empo2.p=0.25", "empo2.q=0.68", "empo2.mode_granularity=iteration",
+                      "empo2.intrinsic.in_advantage=false"],
     "empo2_q0": [*EMPO2, "empo2.q=0.0"],
     "memory_only": ["empo2.p=1.0", "empo2.q=0.0", "trainer.update=false"],
     "empo2_oracle": [*EMPO2, *ORACLE_RETRIEVAL],

@@ -10,8 +10,13 @@ name             chosen by ``trainer.method: auto`` when       advantage       m
 ``grpo``         ``empo2.p: 0``, ``algo.advantage`` not gigpo  algo.advantage  no           yes
 ``gigpo``        ``empo2.p: 0``, ``algo.advantage: gigpo``     GiGPO           no           yes
 ``empo2``        ``empo2.p > 0``, ``trainer.update: true``     algo.advantage  yes          yes
+``empo2``        ``empo2.p: 0``, novelty in the advantage [*]  algo.advantage  no           yes
 ``memory_only``  ``empo2.p > 0``, ``trainer.update: false``    (none)          yes          no (frozen)
 ===============  ============================================  ==============  ===========  ===========
+
+[*] ``empo2.intrinsic.enabled`` and ``empo2.intrinsic.in_advantage`` with ``empo2.p: 0`` is "GRPO + the novelty
+reward": no rollout reads the memory (so no tips are written), but the novelty reward needs the EMPO² runtime's
+state embeddings and counts, so the ``empo2`` method runs it (with ``grpo`` the reward would silently stay 0).
 
 ``trainer.method: auto`` (the default) picks from that table, so ``empo2.p``, ``trainer.update`` and
 ``algo.advantage`` mean what they always meant; naming a built-in that the table would not pick is a
@@ -76,6 +81,9 @@ def auto_method(cfg: Any) -> str:
     """The built-in method ``trainer.method: auto`` picks (the table in this module's docstring)."""
     if cfg.empo2.p > 0:
         return "empo2" if cfg.trainer.update else "memory_only"
+    icfg = cfg.empo2.intrinsic
+    if icfg.enabled and icfg.in_advantage and cfg.trainer.update:  # GRPO + novelty: the runtime counts states
+        return "empo2"
     return "gigpo" if cfg.algo.advantage == "gigpo" else "grpo"
 
 

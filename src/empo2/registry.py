@@ -220,7 +220,8 @@ def load_plugins(modules: list[str]) -> None:
             except ModuleNotFoundError as e:
                 missing = e.name or mod
                 raise ConfigError(f"run.plugins: cannot import {mod!r} (no module named {missing!r}); install the "
-                                  f"package that provides it (e.g. pip install -e path/to/it) or fix the name") from e
+                                  f"package that provides it (e.g. pip install -e path/to/it), put the folder that "
+                                  f"holds it on PYTHONPATH, or fix the name") from e
             except Exception as e:
                 raise ConfigError(f"run.plugins: importing {mod!r} raised {type(e).__name__}: {e}; fix the plug-in "
                                   "module (it must import without side effects beyond registering)") from e

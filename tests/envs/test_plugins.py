@@ -99,6 +99,22 @@ def test_config_keys_command_lists_a_plugin_section(capsys):
     assert "env.counter.target" in capsys.readouterr().out
 
 
+def test_config_keys_and_registries_load_the_plugins_an_override_names(capsys):
+    """``empo2 config keys run.plugins=[…]`` / ``config registries`` import the plug-in first, so a user sees its
+    section and its name without editing anything; a bad plug-in name is the same one-line error as in train."""
+    assert main(["config", "keys", f"run.plugins=[{PLUGIN}]"]) == 0
+    assert "env.counter.target" in capsys.readouterr().out
+    assert main(["config", "registries", f"run.plugins=[{PLUGIN}]"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    for key in ("env.name:", "trainer.method:", "algo.advantage:", "rollout.generator:"):
+        assert key in lines
+    assert any(ln.split()[:2] == ["counter", f"[{PLUGIN}]"] for ln in lines), out
+    assert any(ln.split()[:1] == ["textworld"] for ln in lines) and any(ln.split()[:1] == ["gigpo"] for ln in lines)
+    assert main(["config", "registries", "run.plugins=[no_such_plugin_mod]"]) == 2
+    assert "PYTHONPATH" in capsys.readouterr().err
+
+
 def test_entry_point_plugins_are_imported_without_run_plugins(tmp_path):
     """A package declaring an ``empo2.plugins`` entry point registers its environment in a fresh process."""
     mod = tmp_path / "ep_demo_env.py"

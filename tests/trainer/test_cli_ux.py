@@ -374,6 +374,7 @@ def test_commands_without_a_model_import_neither_torch_nor_transformers(tmp_path
     root = Path(__file__).resolve().parents[2]
     run = _memory_with(tmp_path / "run", "a tip")
     assert _modules_after(["config", "keys"], tmp_path) == (0, [])
+    assert _modules_after(["config", "registries"], tmp_path) == (0, [])
     assert _modules_after(["train", "--config", str(root / "configs" / "quickstart.yaml"), "trainer.iteratons=3"],
                           tmp_path) == (2, [])
     assert _modules_after(["memory", "show", str(run)], tmp_path) == (0, [])

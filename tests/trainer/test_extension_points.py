@@ -45,6 +45,9 @@ def _cfg(*overrides: str):
     (["empo2.p=0.5"], "empo2"),
     (["empo2.p=0.5", "algo.advantage=gigpo"], "empo2"),
     (["empo2.p=0.5", "trainer.update=false"], "memory_only"),
+    # GRPO + the novelty reward: the empo2 runtime counts the states (with grpo the reward would stay 0)
+    (["empo2.intrinsic.in_advantage=true"], "empo2"),
+    (["empo2.intrinsic.in_advantage=true", "empo2.intrinsic.enabled=false"], "grpo"),
 ])
 def test_auto_picks_the_method_the_keys_always_meant(overrides, name):
     cfg = _cfg(*overrides)
