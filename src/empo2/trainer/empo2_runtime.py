@@ -208,6 +208,8 @@ class Empo2Runtime(Method):
 
     # ------------------------------------------------------------------ tips + memory
     def _writes_mode(self, mode: Mode) -> bool:
+        if self.cfg.empo2.p == 0:  # GRPO + novelty (empo2.methods): no rollout ever reads a tip
+            return False
         w = self.cfg.empo2.write_memory
         return w == "always" or (w == "memory_modes" and ROLLOUT_SHOWS_TIPS[mode])
 
