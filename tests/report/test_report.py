@@ -425,6 +425,15 @@ def test_diagnostics_draw_only_what_the_method_computes(tmp_path):
     assert "Intrinsic reward" in titles and "Memory size" in titles
     assert drawn_panels([grpo, empo2], DIAGNOSTIC_PANELS)[0].title == "Intrinsic reward"  # drawn for the EMPO² run
     assert plot_figure([grpo, empo2], DIAGNOSTIC_PANELS, "t", tmp_path / "d.png") is not None
+    # GRPO + novelty (p 0, the reward in the advantage) computes the reward but keeps no memory
+    import yaml
+
+    nov = _measured_run(tmp_path, "grpo_novelty")
+    cfg = yaml.safe_load((nov.path / "config.yaml").read_text())
+    cfg["empo2"]["intrinsic"] = {"in_advantage": True}
+    (nov.path / "config.yaml").write_text(yaml.safe_dump(cfg))
+    titles = [p.title for p in drawn_panels([load_run(nov.path)], DIAGNOSTIC_PANELS)]
+    assert "Intrinsic reward" in titles and "Memory size" not in titles
 
 
 def test_the_report_says_which_episodes_each_evaluation_is_over(tmp_path):

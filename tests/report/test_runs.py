@@ -20,6 +20,9 @@ from empo2.report.runs import (Algorithm, ReportError, algorithm_of, cumulative_
     # configs/sciworld_memory_only_cpu.yaml: weights frozen by trainer.update, lr left as in GRPO
     ({"empo2": {"p": 1.0, "q": 0.0}, "trainer": {"iterations": 3, "lr": 2e-6, "update": False}}, Algorithm.MEMORY_ONLY),
     ({"empo2": {"p": 0.0}, "trainer": {"iterations": 3, "update": False}}, Algorithm.BASE),
+    ({"empo2": {"intrinsic": {"in_advantage": True}}}, Algorithm.GRPO_NOVELTY),
+    ({"empo2": {"intrinsic": {"in_advantage": True, "enabled": False}}}, Algorithm.GRPO),
+    ({"empo2": {"p": 0.25, "intrinsic": {"in_advantage": True}}}, Algorithm.EMPO2),
 ])
 def test_algorithm_labels(cfg, label):
     assert algorithm_of(cfg) is label

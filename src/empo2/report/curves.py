@@ -57,7 +57,7 @@ class Need(str, Enum):
     ANY = "any"
     UPDATE = "update"  # the weights are updated (not a base / memory-only run)
     MEMORY = "memory"  # a tip memory is used (empo2.p > 0)
-    INTRINSIC = "intrinsic"  # the novelty reward is computed (empo2.p > 0 and empo2.intrinsic.enabled)
+    INTRINSIC = "intrinsic"  # the novelty reward is computed (empo2.intrinsic.enabled, and p > 0 or in_advantage)
 
 
 def computes(run: RunData, need: Need) -> bool:
@@ -70,8 +70,10 @@ def computes(run: RunData, need: Need) -> bool:
     memory = float(empo2.get("p", 0.0) or 0.0) > 0
     if need is Need.MEMORY:
         return memory
-    if need is Need.INTRINSIC:
-        return memory and (empo2.get("intrinsic") or {}).get("enabled", True) is not False
+    if need is Need.INTRINSIC:  # EMPO² computes it whenever enabled; with p 0 only when it is in the advantage
+        intr = empo2.get("intrinsic") or {}
+        on = intr.get("enabled", True) is not False
+        return on and (memory or intr.get("in_advantage", False) is True)
     return run.algorithm not in (Algorithm.BASE, Algorithm.MEMORY_ONLY)
 
 

@@ -43,6 +43,7 @@ class Algorithm(str, Enum):
     """What a run trained with, as shown in the comparison table."""
 
     GRPO = "GRPO"
+    GRPO_NOVELTY = "GRPO + novelty"  # p 0, the novelty reward in the advantage (empo2.methods)
     GIGPO = "GiGPO"
     EMPO2 = "EMPO²"
     BASE = "base"  # no update: the initial policy
@@ -56,7 +57,8 @@ def algorithm_of(config: dict[str, Any]) -> Algorithm:
 
     No update (``trainer.update`` false, ``trainer.iterations == 0`` or ``trainer.lr == 0``) → ``MEMORY_ONLY`` if
     ``empo2.p > 0`` else ``BASE``. Otherwise ``empo2.p > 0`` → ``EMPO2``, then
-    ``algo.advantage == "gigpo"`` → ``GIGPO``, else ``GRPO``. Missing keys take the config defaults.
+    ``algo.advantage == "gigpo"`` → ``GIGPO``, the novelty reward in the advantage (``empo2.intrinsic.in_advantage``)
+    → ``GRPO_NOVELTY``, else ``GRPO``. Missing keys take the config defaults.
     """
     trainer = config.get("trainer") or {}
     p = float((config.get("empo2") or {}).get("p", 0.0) or 0.0)
@@ -69,6 +71,9 @@ def algorithm_of(config: dict[str, Any]) -> Algorithm:
         return Algorithm.EMPO2
     if (config.get("algo") or {}).get("advantage", "grpo") == "gigpo":
         return Algorithm.GIGPO
+    intr = (config.get("empo2") or {}).get("intrinsic") or {}
+    if intr.get("enabled", True) is not False and intr.get("in_advantage", False) is True:
+        return Algorithm.GRPO_NOVELTY
     return Algorithm.GRPO
 
 
