@@ -11,7 +11,9 @@ Two entry points with the same sampling semantics: ``sample`` prefills every pro
 
 Tokens are drawn by inverse-CDF sampling (``inverse_cdf``) with one float64 uniform per live row
 and step from the row's own ``torch.Generator``, so a row's sample does not depend on the other
-rows of the batch, and never lands on a token of probability 0.
+rows of the batch, and never lands on a token of probability 0. The sampling math (trie masks,
+temperature, top-k, ``log_softmax``, the draw) runs on the logits' device; the host walks the tries,
+draws the uniforms and reads back the sampled ids with their log-probs once per step (``_pick``).
 """
 
 from __future__ import annotations
@@ -129,8 +131,47 @@ def _check_args(B: int, temperature: float, generators: list[torch.Generator] | 
 
 
 def _uniform(g: torch.Generator | None) -> torch.Tensor:
-    """One uniform draw in ``[0, 1)`` as a float64 ``[1]`` tensor (from ``g`` if given, else the global RNG)."""
+    """One uniform draw in ``[0, 1)`` as a float64 ``[1]`` CPU tensor (from ``g`` if given, else the global RNG).
+
+    ``g`` must be a CPU generator (the per-row seeds, ``row_generator``): the draws, and so the sampled
+    tokens, are the same whatever device the model runs on.
+    """
     return torch.rand(1, generator=g, dtype=torch.float64)
+
+
+def _to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``t`` (a small CPU tensor) on ``device`` without a host sync: on CUDA through pinned memory and a
+    non-blocking copy (a blocking ``.to`` waits for the stream), elsewhere a plain ``.to`` (a no-op on CPU)."""
+    if device.type == "cuda":
+        return t.pin_memory().to(device, non_blocking=True)
+    return t.to(device)
+
+
+def _inverse_cdf_rows(logp: torch.Tensor, u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``inverse_cdf`` without its check and its rounding fix-up, on ``logp``'s device, no host sync.
+
+    Returns:
+        ``(idx, past_end, bad)``, each ``[n]`` on ``logp``'s device: int64 token ids (clamped to ``V - 1``,
+        so that they can index the row); bool, True where ``u · Σp`` rounded up to ``Σp`` (``searchsorted``
+        returned ``V``: the caller replaces the id by ``_last_positive``, about once in 2⁵³ draws); bool,
+        True where the row's probabilities are not finite or sum to 0 (the caller raises).
+    """
+    p = logp.detach().to(torch.float64).exp()
+    cdf = p.cumsum(-1)
+    total = cdf[:, -1]
+    bad = ~torch.isfinite(total) | (total <= 0)
+    target = (u.to(dtype=torch.float64, device=cdf.device) * total).unsqueeze(-1)
+    idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)
+    V = p.shape[-1]
+    return idx.clamp(max=V - 1), idx >= V, bad
+
+
+def _last_positive(logp: torch.Tensor) -> torch.Tensor:
+    """Per row of ``logp`` ``[n, V]`` (any device), the index of its last token of positive probability
+    (``exp`` in float64 > 0, as ``inverse_cdf`` computes it), int64 ``[n]``; vectorised (the first positive
+    one from the right: ``argmax`` returns the first maximum). A row without one gets ``V - 1``."""
+    p = logp.detach().to(torch.float64).exp()
+    return (p.shape[-1] - 1) - torch.argmax((p > 0).flip(-1).to(torch.uint8), dim=-1)
 
 
 def inverse_cdf(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -143,30 +184,28 @@ def inverse_cdf(logp: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     has ``cdf[j] == cdf[j - 1]`` and can never be the first index where the CDF exceeds the
     target. The one rounding case that could leave the support — ``u · Σp`` rounding up to
     ``Σp``, so that no index exceeds it (``searchsorted`` returns ``V``) — takes the last token
-    of positive probability instead.
+    of positive probability instead (``_last_positive``, vectorised; computed only when a row needs
+    it, about once in 2⁵³ draws). Everything runs on ``logp``'s device; reading the two checks is
+    this function's one host sync (``_pick`` folds them into its own).
 
     Args:
-        logp: ``[n, V]`` log-probabilities (float32 or float64; ``-inf`` = excluded token); every
-            row needs at least one finite entry.
+        logp: ``[n, V]`` log-probabilities (float32 or float64, any device; ``-inf`` = excluded
+            token); every row needs at least one finite entry.
         u: ``[n]`` uniforms in ``[0, 1)`` (float64 keeps tokens of probability < 2⁻²⁴ at their
-            exact odds); values up to 1.0 inclusive are handled.
+            exact odds; any device, moved to ``logp``'s); values up to 1.0 inclusive are handled.
 
     Returns:
-        ``[n]`` int64 token ids, each of positive probability under its row.
+        ``[n]`` int64 token ids on ``logp``'s device, each of positive probability under its row.
 
     Raises:
         ValueError: a row whose probabilities are not finite or sum to 0 (e.g. NaN logits).
     """
-    p = logp.detach().to(torch.float64).exp()
-    cdf = p.cumsum(-1)
-    total = cdf[:, -1]
-    if not bool(torch.isfinite(total).all()) or bool((total <= 0).any()):
+    idx, past_end, bad = _inverse_cdf_rows(logp, u)
+    past, bad_any = torch.stack([past_end.any(), bad.any()]).tolist()
+    if bad_any:
         raise ValueError("cannot sample: a row's probabilities are not finite or sum to 0 (NaN/inf logits?)")
-    target = (u.to(dtype=torch.float64, device=cdf.device) * total).unsqueeze(-1)
-    idx = torch.searchsorted(cdf, target, right=True).squeeze(-1)
-    V = p.shape[-1]
-    for i in torch.nonzero(idx >= V).flatten().tolist():  # u·Σp rounded up to Σp
-        idx[i] = int(torch.nonzero(p[i] > 0).max())
+    if past:  # u·Σp rounded up to Σp (about once in 2⁵³ draws)
+        idx = torch.where(past_end, _last_positive(logp), idx)
     return idx
 
 
@@ -183,21 +222,39 @@ def _pick(logits: torch.Tensor, gens: list[Generation], live: list[bool], *, tem
     recorded behaviour log-prob is ``log_softmax`` of that same masked, scaled row at the sampled
     token.
 
+    All ``[rows, V]`` work runs on ``logits``' device (docs/performance.md, "Sampler on the device"):
+    the live rows' logits are selected, scaled in float32, the constrained rows masked by one
+    scatter of their allowed ids (flattened over the rows) into a ``[rows, V]`` mask, then top-k,
+    ``log_softmax`` and the float64 inverse-CDF draw. The host walks the tries and draws the
+    uniforms (CPU generators), sends both in one copy, and reads the sampled ids with their
+    log-probs back in one copy: one host sync per call (two in the rounding case of ``inverse_cdf`` that
+    needs its fix-up, about once in 2⁵³ draws). On CPU the result is bit-identical to the
+    earlier host-side implementation (same ops on the same rows; ``tests/policy/test_sampler_device.py``).
+
     Args:
-        logits: ``[B, V]`` next-token logits (any float dtype, any device; moved to CPU float32).
+        logits: ``[B, V]`` next-token logits (any float dtype, any device; sampled from in float32
+            on that device).
         gens, live: per row, the generation so far and whether it is still running; updated in place.
-        generators: one CPU ``torch.Generator`` per row, or None (global RNG).
+        generators: one CPU ``torch.Generator`` per row, or None (global CPU RNG).
         temperature, top_k, eos_ids, stop_ids, tries, pad_id: as in ``sample``.
 
     Returns:
-        ``[B]`` int64 ids to feed next (``pad_id`` for rows that are not live or just ran out of
-        allowed tokens).
+        ``[B]`` int64 ids to feed next, on ``logits``' device (``pad_id`` for rows that are not live
+        or just ran out of allowed tokens).
+
+    Raises:
+        ValueError: a live row whose probabilities are not finite or sum to 0 (NaN/inf logits);
+            nothing is appended then (the uniforms are drawn).
+        IndexError: a trie allows an id outside ``[0, V)``.
     """
-    B = len(gens)
-    scaled = logits.detach().to(device="cpu", dtype=torch.float32) / temperature
-    new_tokens = torch.full((B,), pad_id, dtype=torch.long)
+    B, V = logits.shape
+    device = logits.device
+    new_tokens = torch.full((B,), pad_id, dtype=torch.long, device=device)
     rows: list[int] = []
     allowed_of: dict[int, list[int]] = {}
+    crow: list[int] = []  # positions (in ``rows``) of the constrained rows
+    flat_row: list[int] = []  # the allowed ids of all constrained rows, flattened, with their position
+    flat_id: list[int] = []
     for r in range(B):
         if not live[r]:
             continue
@@ -208,27 +265,63 @@ def _pick(logits: torch.Tensor, gens: list[Generation], live: list[bool], *, tem
                 live[r] = False
                 gens[r].stop = "eos"
                 continue
-            drop = torch.ones(scaled.shape[-1], dtype=torch.bool)
-            drop[torch.tensor(allowed, dtype=torch.long)] = False
-            scaled[r].masked_fill_(drop, float("-inf"))
+            if allowed[0] < 0 or allowed[-1] >= V:  # sorted; a bad id would be a device-side assert on CUDA
+                raise IndexError(f"trie allows id {allowed[0] if allowed[0] < 0 else allowed[-1]} outside [0, {V})")
             allowed_of[r] = allowed
+            flat_row.extend([len(rows)] * len(allowed))
+            flat_id.extend(allowed)
+            crow.append(len(rows))
         rows.append(r)
     if not rows:
         return new_tokens
+    n, c = len(rows), len(crow)
+    u = torch.cat([_uniform(generators[r] if generators is not None else None) for r in rows])
+    # one host → device copy: the uniforms' float64 bits, the live rows, the constrained rows, the flat index
+    packed = _to_device(torch.cat([u.view(torch.int64), torch.tensor(rows + crow + flat_row + flat_id,
+                                                                      dtype=torch.long)]), device)
+    u_d = packed[:n].view(torch.float64)
+    rows_d = packed[n:2 * n]
+    # (advanced indexing, not index_select: on CPU, index_select of [n, V] rows is up to 50× slower under load)
+    live_logits = logits.detach() if n == B else logits.detach()[rows_d]
+    scaled = live_logits.to(torch.float32) / temperature  # [n, V]
+    if c:
+        crow_d = packed[2 * n:2 * n + c]
+        rr_d, ids_d = packed[2 * n + c:].view(2, -1).unbind(0)
+        drop = torch.ones((n, V), dtype=torch.bool, device=device) if c == n else \
+            torch.zeros((n, V), dtype=torch.bool, device=device).index_fill_(0, crow_d, True)
+        drop.index_put_((rr_d, ids_d), torch.zeros((), dtype=torch.bool, device=device))
+        scaled.masked_fill_(drop, float("-inf"))
     if top_k and top_k > 0:
         # after the trie mask, so a constrained row keeps its k most likely *allowed* ids
-        sub = scaled[rows]
-        kth = torch.topk(sub, min(top_k, sub.shape[-1]), dim=-1).values[:, -1:]
-        scaled[rows] = sub.masked_fill(sub < kth, float("-inf"))
-    logp = torch.log_softmax(scaled[rows], dim=-1)
-    u = torch.cat([_uniform(generators[r] if generators is not None else None) for r in rows])
-    toks = inverse_cdf(logp, u).tolist()
-    for i, (r, tok) in enumerate(zip(rows, toks)):
+        kth = torch.topk(scaled, min(top_k, V), dim=-1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    logp = torch.log_softmax(scaled, dim=-1)
+    idx, past_end, bad = _inverse_cdf_rows(logp, u_d)
+    lp = logp.gather(1, idx.unsqueeze(1)).squeeze(1)
+    flags = bad.to(torch.float64) + 2 * past_end.to(torch.float64)
+    # the step's one device → host sync: ids (exact in float64), their float32 log-probs (exact), the checks
+    toks_f, logps, flag = torch.stack([idx.to(torch.float64), lp.to(torch.float64), flags]).tolist()
+    if any(f % 2 for f in flag):
+        raise ValueError("cannot sample: a row's probabilities are not finite or sum to 0 (NaN/inf logits?)")
+    past = [i for i, f in enumerate(flag) if f >= 2]
+    if past:  # u·Σp rounded up to Σp (about once in 2⁵³ draws): the last positive token, one more sync
+        sel = _to_device(torch.tensor(past, dtype=torch.long), device)
+        sub = logp[sel]
+        last = _last_positive(sub)
+        idx = idx.index_copy(0, sel, last)
+        fixed = torch.stack([last.to(torch.float64), sub.gather(1, last.unsqueeze(1)).squeeze(1).to(torch.float64)])
+        for i, tok_i, lp_i in zip(past, *fixed.tolist()):
+            toks_f[i], logps[i] = tok_i, lp_i
+    if n == B:
+        new_tokens = idx
+    else:
+        new_tokens[rows_d] = idx
+    for r, tok_f, lp_r in zip(rows, toks_f, logps):
+        tok = int(tok_f)
         gens[r].ids.append(tok)
-        gens[r].logps.append(float(logp[i, tok]))
+        gens[r].logps.append(lp_r)
         if r in allowed_of:
             gens[r].allowed.append(allowed_of[r])  # type: ignore[union-attr]
-        new_tokens[r] = tok
         if tok in eos_ids:
             live[r], gens[r].stop = False, "eos"
         elif tok in stop_ids:
@@ -253,8 +346,40 @@ def _common_prefix(seqs: list[list[int]]) -> int:
 # batch saves padded slots only, so it pays when it saves more than a / c_pad ≈ 24,000 of them per step.
 # (With the cache concatenated at every step, as before, c_pad was 11.7 µs: a / c_pad ≈ 8,000.)
 DECODE_BUCKET_SLOTS = 24_000
-"""Padded cache slots that one more decode batch per call is worth (``a / c_pad`` above); 0 = every call
-decodes all its rows as one batch."""
+"""On CPU: padded cache slots that one more decode batch per call is worth (``a / c_pad`` above); 0 = every
+call decodes all its rows as one batch. The per-device value is ``decode_slot_cost``."""
+
+# On a GPU the same model has other constants, not measured yet: a decode step at the batch sizes of a
+# rollout (≤ a few hundred rows) is launch-bound, a ≈ 3–5 ms whatever the batch (a 1.4 B model: 28 layers ×
+# ~20 kernels at ~5–10 µs each, plus ~0.6 ms to stream 2.8 GB of bf16 weights at ~4.8 TB/s), while a padded
+# slot costs only the read of its keys and values in the attention: 28 KiB per slot in bf16 for Qwen2.5-1.5B's
+# shape (28 layers × K,V × 2 KV heads × 128 × 2 B; SmolLM2-135M: 22.5 KiB) at ~3 TB/s effective, c_pad ≈ 10 ns.
+# a / c_pad ≈ 300,000–500,000: splitting a batch of 64 rows would pay only if it saved ~8,000 padded slots
+# per row, so one batch is nearly always best.
+DECODE_BUCKET_SLOTS_ACCELERATOR = 500_000
+"""On a GPU (any non-CPU device): a reasoned default (``a / c_pad`` above), not a measurement, until
+``python -m benchmarks.prefill_ab --parts decode`` is run on the GPU (e.g. next to ``benchmarks/gpu_check.sh``)."""
+
+DECODE_BUCKET_SLOTS_BY_DEVICE: dict[str, int] = {"cpu": DECODE_BUCKET_SLOTS, "cuda": DECODE_BUCKET_SLOTS_ACCELERATOR}
+"""``decode_slot_cost`` by ``torch.device.type``: ``cpu`` measured on 2 CPU threads with SmolLM2-135M
+(``DECODE_BUCKET_SLOTS``), ``cuda`` a reasoned default (``DECODE_BUCKET_SLOTS_ACCELERATOR``)."""
+
+
+def decode_slot_cost(device: torch.device | str | None) -> int:
+    """The padded cache slots one more decode batch is worth on ``device`` (``decode_buckets``' ``slot_cost``).
+
+    Args:
+        device: the model's device (``torch.device`` or its string, e.g. ``"cuda:0"``); None = CPU.
+
+    Returns:
+        ``DECODE_BUCKET_SLOTS_BY_DEVICE[device.type]``; a device type not in the table (``mps``, ``xpu``, …)
+        gets ``DECODE_BUCKET_SLOTS_ACCELERATOR`` (its decode steps are launch-bound too).
+
+    Raises:
+        RuntimeError: ``device`` is a string torch cannot parse as a device.
+    """
+    kind = torch.device(device).type if device is not None else "cpu"
+    return DECODE_BUCKET_SLOTS_BY_DEVICE.get(kind, DECODE_BUCKET_SLOTS_ACCELERATOR)
 
 
 DECODE_SHRINK = 0.5
@@ -281,7 +406,7 @@ def sample_with_cache(
     top_k: int = 0,
     share_prefix: bool = True,
     share_prompts: bool = True,
-    decode_bucket_slots: int = DECODE_BUCKET_SLOTS,
+    decode_bucket_slots: int | None = None,
     decode_shrink: float = DECODE_SHRINK,
 ) -> list[Generation]:
     """``sample`` that continues each episode's KV cache instead of re-prefilling its prompt.
@@ -318,7 +443,8 @@ def sample_with_cache(
         share_prompts: below that prefix, a subset of new rows sharing a longer prefix (a group's
             copies of one first prompt) prefills it once (``PREFIX_SHARE_MIN_TOKENS``), and rows
             with the same cache and prompt are prefilled as one row (their logits are then equal).
-        decode_bucket_slots: see ``DECODE_BUCKET_SLOTS`` (0 = all rows decode as one batch).
+        decode_bucket_slots: see ``DECODE_BUCKET_SLOTS`` (0 = all rows decode as one batch); None = by the
+            model's device (``decode_slot_cost``).
         decode_shrink: see ``DECODE_SHRINK`` (0 = finished rows stay in their batch to the end).
 
     Returns:
@@ -420,7 +546,7 @@ def _sample_cached(model: Any, ekvs: list[EpisodeKV], prompts: list[list[int]], 
                    temperature: float, eos_ids: frozenset[int] | set[int], newline_ids: frozenset[int] | set[int],
                    stop_at_newline: bool, generators: list[torch.Generator] | None,
                    tries: list[TokenTrie | None] | None, pad_id: int, top_k: int,
-                   share_prefix: bool, share_prompts: bool, decode_bucket_slots: int,
+                   share_prefix: bool, share_prompts: bool, decode_bucket_slots: int | None,
                    decode_shrink: float) -> list[Generation]:
     B = len(prompts)
     for e, p in zip(ekvs, prompts):
@@ -434,7 +560,9 @@ def _sample_cached(model: Any, ekvs: list[EpisodeKV], prompts: list[list[int]], 
     if max_new_tokens <= 0:
         return gens
     stop_ids = set(eos_ids) | (set(newline_ids) if stop_at_newline else set())
-    for rows in decode_buckets([e.length for e in ekvs], slot_cost=decode_bucket_slots):
+    slot_cost = decode_bucket_slots if decode_bucket_slots is not None else decode_slot_cost(
+        next(model.parameters()).device)
+    for rows in decode_buckets([e.length for e in ekvs], slot_cost=slot_cost):
         _decode(model, [ekvs[r] for r in rows], logits[rows], [gens[r] for r in rows], max_new_tokens=max_new_tokens,
                 temperature=temperature, top_k=top_k, eos_ids=eos_ids, stop_ids=stop_ids,
                 generators=[generators[r] for r in rows] if generators is not None else None,
@@ -481,9 +609,9 @@ def _decode(model: Any, ekvs: list[EpisodeKV], logits: torch.Tensor, gens: list[
             lengths = [e.length for e in gone_ekvs]
             split(cache, gone_ekvs, prompt_len, [gens[rows[j]].ids[:fed_steps] for j in gone], rows=gone)
             if keep_rows(cache, keep, cut):
-                sel = torch.tensor(keep, dtype=torch.long, device=device)
+                sel = _to_device(torch.tensor(keep, dtype=torch.long), device)
                 mask, next_pos = mask.index_select(0, sel)[:, cut:], next_pos.index_select(0, sel)
-                new_tokens = new_tokens.index_select(0, sel.cpu())
+                new_tokens = new_tokens.index_select(0, sel.to(new_tokens.device))
                 prompt_len -= cut
                 rows, live = [rows[j] for j in keep], [True] * len(keep)
             else:  # a cache that cannot shrink: the rows stay in the batch, written out again at the end
@@ -501,7 +629,8 @@ def _decode(model: Any, ekvs: list[EpisodeKV], logits: torch.Tensor, gens: list[
     split(cache, [ekvs[r] for r in rows], prompt_len, [gens[r].ids[:fed_steps] for r in rows])
 
 
-def decode_buckets(lengths: list[int], *, slot_cost: int = DECODE_BUCKET_SLOTS) -> list[list[int]]:
+def decode_buckets(lengths: list[int], *, slot_cost: int | None = None,
+                   device: torch.device | str | None = None) -> list[list[int]]:
     """Partition rows into decode batches of similar cache length, minimising padded slots + batches.
 
     A batch of rows decodes over a cache left-padded to its longest row, so a step costs about
@@ -512,15 +641,22 @@ def decode_buckets(lengths: list[int], *, slot_cost: int = DECODE_BUCKET_SLOTS) 
 
     Args:
         lengths: per row, its cache length (prompt ids) when the decode starts (≥ 0).
-        slot_cost: what one more batch is worth, in padded cache slots.
+        slot_cost: what one more batch is worth, in padded cache slots; None = ``decode_slot_cost(device)``.
+        device: the device the rows decode on (only read when ``slot_cost`` is None; None = CPU, i.e.
+            ``DECODE_BUCKET_SLOTS``).
 
     Returns:
         lists of row indices covering every row once; each list in increasing row order, the lists
         in order of decreasing length.
+
+    Raises:
+        RuntimeError: ``slot_cost`` is None and ``device`` is a string torch cannot parse as a device.
     """
     B = len(lengths)
     if B == 0:
         return []
+    if slot_cost is None:
+        slot_cost = decode_slot_cost(device)
     if slot_cost <= 0 or B == 1:
         return [list(range(B))]
     order = sorted(range(B), key=lambda r: (-lengths[r], r))
@@ -612,34 +748,48 @@ def _prefill_once(model: Any, ekvs: list[EpisodeKV], prompts: list[list[int]], p
     return logits[[row[rep] for rep in rep_of]]
 
 
-def chunk_rows(lengths: list[int], max_new_tokens: int, bytes_per_token: int, max_bytes: int) -> list[list[int]]:
-    """Split rows into chunks whose left-padded batch KV cache fits ``max_bytes``.
+def chunk_rows(lengths: list[int], max_new_tokens: int, bytes_per_token: int, max_bytes: int,
+               cached: list[int] | None = None) -> list[list[int]]:
+    """Split rows into chunks whose left-padded batch KV cache adds at most ``max_bytes``.
 
     A batch of rows decodes with a cache of ``rows × (longest prompt + max_new_tokens)`` token
-    slots; rows are taken in order of prompt length (so a chunk's rows pad little) and a chunk is
-    closed when one more row would pass ``max_bytes``. A row that alone passes it gets a chunk of
-    its own.
+    slots. The batch cache takes over the tensors of the caches its rows continue (``kvcache.stack``
+    with ``release``), so what a chunk adds to memory is those slots less the tokens its rows already
+    have cached (``cached``: e.g. the episode caches a tip continues), i.e. the left padding, the
+    uncached prompt ids and the room for new ids. Rows are taken in order of prompt length (so a
+    chunk's rows pad little) and a chunk is closed when one more row would pass ``max_bytes``. A row
+    that alone passes it gets a chunk of its own.
 
     Args:
-        lengths: per row, its prompt length (tokens).
+        lengths: per row, its prompt length (tokens, ≥ 0).
         max_new_tokens: tokens each row may add.
         bytes_per_token: KV bytes per token (``kvcache.kv_bytes_per_token``); ≤ 0 = one chunk.
-        max_bytes: the budget of one chunk's batch cache; ≤ 0 = one chunk.
+        max_bytes: the budget of what one chunk adds; ≤ 0 = one chunk.
+        cached: per row, how many of its prompt tokens it already has in a cache (clipped to
+            ``[0, lengths[r]]``); None = none (every slot of the batch cache is new).
 
     Returns:
         Lists of row indices covering every row once (rows of a chunk sorted by decreasing length).
+
+    Raises:
+        ValueError: ``cached`` is not one count per row.
     """
+    if cached is not None and len(cached) != len(lengths):
+        raise ValueError(f"{len(cached)} cached counts for {len(lengths)} rows")
     if bytes_per_token <= 0 or max_bytes <= 0 or len(lengths) <= 1:
         return [list(range(len(lengths)))] if lengths else []
+    have = [min(max(int(c), 0), n) for c, n in zip(cached, lengths)] if cached is not None else [0] * len(lengths)
     order = sorted(range(len(lengths)), key=lambda r: (-lengths[r], r))
     chunks: list[list[int]] = []
     cur: list[int] = []
+    held = 0  # cached tokens of the rows of ``cur``
     for r in order:
         longest = lengths[cur[0]] if cur else lengths[r]
-        if cur and (len(cur) + 1) * (longest + max_new_tokens) * bytes_per_token > max_bytes:
+        if cur and ((len(cur) + 1) * (longest + max_new_tokens) - held - have[r]) * bytes_per_token > max_bytes:
             chunks.append(cur)
-            cur = []
+            cur, held = [], 0
         cur.append(r)
+        held += have[r]
     chunks.append(cur)
     return chunks
 
