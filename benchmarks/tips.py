@@ -38,6 +38,15 @@ resumes where it stopped; ``--redo STAGE`` recomputes one):
     gold path a constrained policy can take: tips naming the right, admissible steps; a diagnostic of
     reading only, no retrieval involved), with the share of steps that took the oracle's action in both.
 
+``speed``    (only when named) tip-writing time: one memory-only iteration (rollout + tips, no update) per case
+    (``SPEED_CASES``) in a subprocess, with ``--baseline-src DIR`` also with the ``empo2`` of another ``src`` folder
+    (e.g. ``git archive HEAD src``), alternating ``--reps`` times: ``time/tips``, the seconds inside
+    ``Empo2Runtime.sample_tips``, and how many tips both variants sampled with the same ids (same seeds).
+    ``python -m benchmarks.tips speed --out DIR --baseline-src /tmp/tipbase/src --speed-cases webshop sciworld``.
+``batches``  (only when named; for a GPU) the tip calls alone, old chunking vs new budget, in one process on the
+    device: ``python -m benchmarks.tips batches --out DIR --shape qwen1.5b --rows 64 --lengths 2000 4000``
+    (``stage_batches``).
+
 Run ``python -m benchmarks.tips --out DIR [--checkpoint CKPT --label after]`` (stages ``all`` by
 default; ``--tiny`` is a smoke test with the tiny env and random model). Results: docs/learning.md
 "Tips at 135M".
@@ -493,9 +502,251 @@ def stage_play(args: argparse.Namespace, cfg: Any, setup: Any, out: Path) -> dic
 
 
 # ------------------------------------------------------------------------------------------- main
+
+# ----------------------------------------------------------------------------------------- speed
+SPEED_CASES: dict[str, tuple[str, list[str]]] = {
+    "webshop": ("configs/webshop_grpo_cpu.yaml", ["empo2.p=1.0", "rollout.tasks_per_iteration=2",
+                                                  "rollout.group_size=8", "env.max_turns=5", "env.num_workers=8"]),
+    "sciworld": ("configs/sciworld_empo2_cpu.yaml", ["empo2.p=1.0", "rollout.tasks_per_iteration=2",
+                                                     "rollout.group_size=8", "env.max_turns=5", "env.num_workers=8"]),
+    "tiny": ("", ["model.name_or_path=tiny-random", "env.name=tiny", "env.tasks=[fetch-key]", "env.max_turns=3",
+                  "env.num_workers=2", "rollout.tasks_per_iteration=2", "rollout.group_size=2",
+                  "action.mode=constrained", "action.max_new_tokens=4", "empo2.p=1.0",
+                  "empo2.mode_granularity=rollout", "empo2.memory.embedder=hashing", "empo2.tips.max_new_tokens=8"]),
+}
+"""``speed`` cases: config (relative to the repo root, '' = defaults) and overrides. ``webshop``: the trajectory tip
+prompt (the paper's, the GPU check's) over 16 episodes in 2 waves of 8 (``env.num_workers``); ``sciworld``: the
+``summary_fewshot`` prompt of the CPU recipe, same sizes; ``tiny``: smoke test."""
+SPEED_COMMON = ["eval.before_after=false", "run.progress=false", "trainer.tensorboard=false", "trainer.update=false",
+                "trainer.iterations=1"]
+"""Overrides of every ``speed`` run: one memory-only iteration (rollout + tips, no update)."""
+
+
+def _speed_worker(spec: dict[str, Any]) -> dict[str, Any]:
+    """One memory-only ``Trainer.iteration(0)`` (runs in the subprocess): its ``time/…`` metrics, the seconds
+    spent inside ``Empo2Runtime.sample_tips`` and the ids and log-probs of every tip, by trajectory id."""
+    from empo2.config import load_config
+    from empo2.trainer import empo2_runtime
+    from empo2.trainer.loop import Trainer
+
+    cfg = load_config(spec["config"] or None, spec["overrides"])
+    rt_cls = empo2_runtime.Empo2Runtime
+    real_sample, real_tips_of = rt_cls.sample_tips, rt_cls._tips_of
+    rec: dict[str, Any] = {"sample_s": 0.0, "sample_calls": 0, "tips": {}}
+
+    def sample_tips(rt: Any, trajs: Any, *a: Any, **kw: Any) -> Any:
+        t0 = time.perf_counter()
+        try:
+            return real_sample(rt, trajs, *a, **kw)
+        finally:
+            rec["sample_s"] += time.perf_counter() - t0
+            rec["sample_calls"] += 1
+
+    def tips_of(rt: Any, todo: Any, *a: Any, **kw: Any) -> Any:
+        gens = real_tips_of(rt, todo, *a, **kw)
+        for t, g in zip(todo, gens):
+            rec["tips"][t.id] = [list(map(int, g.ids)), [float(x) for x in g.logps]]
+        return gens
+
+    rt_cls.sample_tips = sample_tips  # type: ignore[method-assign]
+    rt_cls._tips_of = tips_of  # type: ignore[method-assign]
+    from benchmarks.iteration import GenCounter
+
+    counter = GenCounter()  # prefill/decode counts per phase (its own wrapper of sample_tips marks the tips)
+    counter.install()
+    tr = Trainer(cfg)
+    try:
+        m = tr.iteration(0)
+    finally:
+        tr.close()
+    import empo2
+
+    return {"metrics": {k: v for k, v in m.items() if k.startswith(("time/", "memory/tips"))}, **rec,
+            "gen_counts": counter.take(),
+            "empo2_from": str(Path(empo2.__file__).parent)}
+
+
+def _speed_run(case: str, threads: int, src: str, extra: list[str]) -> dict[str, Any]:
+    """``_speed_worker`` of ``case`` in a subprocess, importing ``empo2`` from ``src`` when given."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from benchmarks.common import REPO_ROOT
+
+    config, ovr = SPEED_CASES[case]
+    with tempfile.TemporaryDirectory(prefix="empo2-tipspeed-") as tmp:
+        spec = {"config": str(REPO_ROOT / config) if config else "",
+                "overrides": SPEED_COMMON + [f"run.dir={tmp}", f"run.name={case}", f"trainer.threads={threads}"]
+                + ovr + extra}
+        out_file = Path(tmp) / "speed.json"
+        env = dict(os.environ)
+        if src:
+            env["PYTHONPATH"] = os.pathsep.join([str(Path(src).resolve())] + [x for x in [env.get("PYTHONPATH")] if x])
+        code = ("import json, sys; from benchmarks.tips import _speed_worker; "
+                "json.dump(_speed_worker(json.loads(sys.argv[1])), open(sys.argv[2], 'w'))")
+        proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec), str(out_file)], cwd=REPO_ROOT, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if proc.returncode != 0 or not out_file.is_file():
+            raise RuntimeError(f"speed case {case!r} failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}")
+        return json.loads(out_file.read_text())
+
+
+def compare_tips(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """How many tips two runs sampled with the same ids (by trajectory id), and the largest |Δ log-prob| of those."""
+    keys = sorted(set(a) & set(b))
+    same = [k for k in keys if a[k][0] == b[k][0]]
+    dmax = max([abs(x - y) for k in same for x, y in zip(a[k][1], b[k][1])], default=0.0)
+    differ = []
+    for k in keys:
+        if k in same:
+            continue
+        i = next((j for j, (x, y) in enumerate(zip(a[k][0], b[k][0])) if x != y), min(len(a[k][0]), len(b[k][0])))
+        # where the ids part: how far the log-probs of the ids both sampled before had drifted
+        drift = max([abs(x - y) for x, y in zip(a[k][1][:i], b[k][1][:i])], default=0.0)
+        differ.append({"id": k, "first_diff": i, "lengths": [len(a[k][0]), len(b[k][0])], "max_abs_dlogp_before": drift})
+    return {"tips": len(keys), "same_ids": len(same), "differ": differ, "max_abs_dlogp_same": dmax,
+            "only_one_side": len(set(a) ^ set(b))}
+
+
+def stage_speed(args: argparse.Namespace) -> dict[str, Any]:
+    """Tip-writing time, old and new code side by side (``--baseline-src``): each case runs as one memory-only
+    iteration per variant, alternating ``--reps`` times; reports ``time/tips`` (everything tip-related: sampling
+    during and after the rollout, embedding, memory write) and the seconds inside ``sample_tips``, and whether the
+    variants sampled the same tips for the same seeds. → ``speed.json`` under ``--out``."""
+    variants = ([("baseline", args.baseline_src)] if args.baseline_src else []) + [("current", args.current_src)]
+    res: dict[str, Any] = {"cases": {}, "threads": args.threads, "overrides": args.overrides,
+                           "baseline_src": args.baseline_src, "current_src": args.current_src}
+    rows = []
+    for case in args.speed_cases:
+        runs: dict[str, list[dict[str, Any]]] = {v: [] for v, _ in variants}
+        for _ in range(args.reps):
+            for label, src in variants:
+                r = _speed_run(case, args.threads, src, args.overrides)
+                log.info("%s/%s: tips %.1f s (sampling %.1f s in %d calls), generation %.1f s; sampler counts of "
+                         "the tips: %s", case, label, r["metrics"].get("time/tips", 0.0), r["sample_s"],
+                         r["sample_calls"], r["metrics"].get("time/generation", 0.0),
+                         r["gen_counts"].get("tips"))
+                runs[label].append(r)
+        entry: dict[str, Any] = {"runs": {k: [{x: y for x, y in r.items() if x != "tips"} for r in v]
+                                          for k, v in runs.items()}}
+        med = {k: {m: float(np.median([r["metrics"].get(f"time/{m}", 0.0) if m != "sample" else r["sample_s"]
+                                       for r in v])) for m in ("tips", "sample", "generation")}
+               for k, v in runs.items()}
+        entry["median_s"] = med
+        if "baseline" in runs:
+            entry["same_tips"] = compare_tips(runs["baseline"][0]["tips"], runs["current"][0]["tips"])
+            entry["ratio_tips"] = med["current"]["tips"] / med["baseline"]["tips"] if med["baseline"]["tips"] else None
+            entry["ratio_sample"] = (med["current"]["sample"] / med["baseline"]["sample"]
+                                     if med["baseline"]["sample"] else None)
+        entry["tips_written"] = len(runs["current"][0]["tips"])
+        res["cases"][case] = entry
+        for k in runs:
+            rows.append([case, k, entry["tips_written"], f"{med[k]['tips']:.2f}", f"{med[k]['sample']:.2f}",
+                         f"{med[k]['generation']:.2f}",
+                         f"{entry.get('ratio_tips') or 0:.2f}" if k == "current" and "ratio_tips" in entry else "",
+                         (f"{entry['same_tips']['same_ids']}/{entry['same_tips']['tips']}"
+                          if k == "current" and "same_tips" in entry else "")])
+    print_table(f"tip writing, median of {args.reps} (s)", ["case", "code", "tips", "time/tips", "in sample_tips",
+                                                             "generation", "tips current/baseline", "same tip ids"],
+                rows)
+    _dump(args.out / "speed.json", res)
+    return res
+
+
+
+def stage_batches(args: argparse.Namespace) -> dict[str, Any]:
+    """Tip batches of one sampler call pattern, old vs new, in one process on the machine's device (CUDA if
+    present): a random model (``--shape qwen1.5b``: Qwen2.5-1.5B's shape with the SmolLM2 vocabulary, as
+    ``benchmarks/gpu_check``; ``tiny``: 2 layers), ``--rows`` random trajectories of ``--lengths LO HI`` ids (a
+    600-id shared head) whose caches an ``HFGenerator`` keeps as the rollout engine does (2 GiB cap), then one
+    ≤ 64-id tip per row continuing them: ``old`` = chunks whose whole batch cache fits 512 MiB (the code before),
+    ``new`` = ``sampling.chunk_rows`` counting only what a call adds beyond the kept caches, with
+    ``empo2_runtime.tip_batch_budget`` (a share of the free device memory on CUDA). Same seeds: reports the
+    seconds, chunks, peak device memory and how many tips are the same ids. → ``batches.json``."""
+    from types import SimpleNamespace
+
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from empo2.policy.generator import GenerationRequest, HFGenerator, SamplingParams
+    from empo2.policy.kvcache import kv_bytes_per_token
+    from empo2.policy.sampling import chunk_rows
+    from empo2.trainer.empo2_runtime import tip_batch_budget
+
+    n, (lo, hi) = args.rows, args.lengths
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    big = args.shape == "qwen1.5b"
+    mcfg = Qwen2Config(vocab_size=49152, hidden_size=1536 if big else 64, intermediate_size=8960 if big else 128,
+                       num_hidden_layers=28 if big else 2, num_attention_heads=12 if big else 4, num_key_value_heads=2,
+                       tie_word_embeddings=True, max_position_embeddings=8192)
+    torch.manual_seed(0)
+    with torch.device(dev):
+        model = Qwen2ForCausalLM(mcfg)
+    model.eval()
+    fmt = SimpleNamespace(eos_ids=frozenset({0}), newline_ids=frozenset({198}),
+                          tokenizer=SimpleNamespace(pad_token_id=0))
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(lo, hi, (n,), generator=g).tolist()
+    head = torch.randint(1, 49000, (600,), generator=g).tolist()
+    trajs = [head + torch.randint(1, 49000, (max(L - 600, 1),), generator=g).tolist() for L in lengths]
+    suffix = torch.randint(1, 49000, (40,), generator=g).tolist()
+    bpt = kv_bytes_per_token(model) or 0
+    auto = "bfloat16" if dev == "cuda" else "none"
+    res: dict[str, Any] = {"device": torch.cuda.get_device_name(0) if dev == "cuda" else "cpu", "shape": args.shape,
+                           "rows": n, "lengths": [lo, hi], "runs": []}
+
+    def run(variant: str, rep: int) -> dict[str, Any]:
+        gen = HFGenerator(model, fmt)  # 2 GiB cap on kept caches, the engine's default
+        keys = [f"e{rep}_{i}" for i in range(n)]
+        gen.generate([GenerationRequest(t, seed=i, cache_key=k) for i, (t, k) in enumerate(zip(trajs, keys))],
+                     SamplingParams(max_new_tokens=1, temperature=1.0, autocast=auto))
+        gen.retire(keys, True)  # the rollout's end: kept (dropped over the cap)
+        prompts = [t + suffix for t in trajs]
+        cached = [(e.length if e is not None else 0) for e in (gen.kept_cache(k) for k in keys)]
+        if variant == "old":
+            chunks = chunk_rows([len(p) for p in prompts], 64, bpt, 512 * 1024 ** 2)
+        else:
+            chunks = chunk_rows([len(p) for p in prompts], 64, bpt, tip_batch_budget(model), cached=cached)
+        reqs = [GenerationRequest(p, seed=1000 + i, cache_key=k, release_cache=True)
+                for i, (p, k) in enumerate(zip(prompts, keys))]
+        params = SamplingParams(max_new_tokens=64, temperature=1.0, autocast=auto)
+        if dev == "cuda":
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        t0 = time.perf_counter()
+        out: list[Any] = [None] * n
+        for rows in chunks:
+            for r, o in zip(rows, gen.generate([reqs[r] for r in rows], params)):
+                out[r] = o
+        if dev == "cuda":
+            torch.cuda.synchronize()
+        rec = {"variant": variant, "rep": rep, "tips_s": time.perf_counter() - t0, "chunks": len(chunks),
+               "rows_kept": sum(c > 0 for c in cached),
+               "peak_gib": torch.cuda.max_memory_allocated() / 2 ** 30 if dev == "cuda" else None,
+               "ids": [o.ids for o in out]}
+        gen.reset_cache()
+        log.info("batches %s rep %d: %.2f s, %d chunks, %d rows kept", variant, rep, rec["tips_s"], len(chunks),
+                 rec["rows_kept"])
+        return rec
+
+    for rep in range(args.reps):
+        for v in ("old", "new"):
+            res["runs"].append(run(v, rep))
+    ids = {r["variant"]: r["ids"] for r in res["runs"] if r["rep"] == 0}
+    res["same_tips"] = sum(a == b for a, b in zip(ids["old"], ids["new"]))
+    print_table(f"tip batches on {res['device']} ({args.shape}, {n} rows of {lo}–{hi} ids)",
+                ["variant", "rep", "s", "chunks", "rows kept", "peak GiB"],
+                [[r["variant"], r["rep"], f"{r['tips_s']:.2f}", r["chunks"], r["rows_kept"],
+                  f"{r['peak_gib']:.1f}" if r["peak_gib"] is not None else "-"] for r in res["runs"]])
+    print(f"same tip ids: {res['same_tips']}/{n}")
+    _dump(args.out / "batches.json", res)
+    return res
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("stages", nargs="*", default=["all"], help="collect write read play | all")
+    p.add_argument("stages", nargs="*", default=["all"], help="collect write read play | all | speed")
     p.add_argument("--out", type=Path, required=True, help="results folder (resumable)")
     p.add_argument("--task", default="7-1")
     p.add_argument("--variations", type=int, default=4, help="train variations of collect/read")
@@ -515,6 +766,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--redo", nargs="*", default=[], help="stages to recompute")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--tiny", action="store_true", help="smoke test: tiny env, random model")
+    p.add_argument("--baseline-src", default="", metavar="DIR",
+                   help="speed: also run with the empo2 package of this src folder (e.g. git archive HEAD src)")
+    p.add_argument("--current-src", default="", metavar="DIR",
+                   help="speed: run 'current' with the empo2 package of this src folder (default: this checkout's)")
+    p.add_argument("--speed-cases", nargs="+", default=["webshop"], choices=sorted(SPEED_CASES),
+                   help="speed: cases to time")
+    p.add_argument("--reps", type=int, default=1, help="speed, batches: runs per case and variant (alternating)")
+    p.add_argument("--shape", default="tiny", choices=["tiny", "qwen1.5b"], help="batches: the random model")
+    p.add_argument("--rows", type=int, default=64, help="batches: tips")
+    p.add_argument("--lengths", type=int, nargs=2, default=[2000, 4000], metavar=("LO", "HI"),
+                   help="batches: trajectory lengths (ids)")
     p.add_argument("overrides", nargs="*", default=[], help=argparse.SUPPRESS)
     args, extra = p.parse_known_args(argv)
     args.probe_forms = ["none"] + [f for f in args.probe_forms if f != "none"]
@@ -522,10 +784,16 @@ def main(argv: list[str] | None = None) -> int:
     args.overrides = [a for a in args.stages if "=" in a] + extra
     args.stages = [a for a in args.stages if "=" not in a] or ["all"]
     stages = {"collect", "write", "read", "play"} if "all" in args.stages else set(args.stages)
-    unknown = stages - {"collect", "write", "read", "play"}
+    unknown = stages - {"collect", "write", "read", "play", "speed", "batches"}
     if unknown:
-        p.error(f"unknown stages {sorted(unknown)}; use collect write read play or all")
+        p.error(f"unknown stages {sorted(unknown)}; use collect write read play, all, speed or batches")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if "speed" in stages:  # its own subprocesses; nothing is loaded here
+        stage_speed(args)
+        return 0
+    if "batches" in stages:
+        stage_batches(args)
+        return 0
     set_threads(args.threads)
     cfg = _config(args)
     setup = _setup(cfg, args.checkpoint)

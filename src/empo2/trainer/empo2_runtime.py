@@ -12,9 +12,10 @@ trainer after each rollout:
 * ``after_wave`` / ``after_rollout``: with ``intrinsic.count: similar_states``, r_int = 1/n of every
   step (n = similar states seen before + 1; states of the same turn never count each other,
   ``assign_intrinsic``); the current policy writes one tip per finished episode (batched, no
-  gradient; the tip tokens never enter the update) as soon as the episode's wave of the rollout has
-  ended (its kept KV cache is freed before the next wave's grow); after the rollout the tips are
-  cleaned to one sentence; the episode's entries (one per
+  gradient; the tip tokens never enter the update), all of a rollout's tips in one call while the
+  caches kept for them fit the engine's byte cap, else as soon as the wave whose caches would not fit
+  has ended (the kept KV caches are then freed before the next wave's grow; docs/performance.md "Tip
+  writing, batched"); after the rollout the tips are cleaned to one sentence; the episode's entries (one per
   step with the authors' wording, or one per episode) are added to the SQLite memory of the run.
   The tip prompt continues the trajectory with how the episode ended (final observation and score)
   and the tip instruction, so tip writing starts from the episode's KV cache kept by the rollout
@@ -60,10 +61,40 @@ KEY_TEXT_MAX_CHARS = 2000
 """Characters of an entry's key text kept in the memory file (the head: all-MiniLM-L6-v2 embeds only
 the first 256 word pieces, ≈ 1000 characters; recent-window keys are ≤ 900 characters anyway)."""
 TIP_BATCH_MAX_BYTES = 512 * 1024 ** 2
-"""Budget of the batch KV cache of one tip-sampling call (512 MiB ≈ 3 SmolLM2-135M fp32 rows of 3 600
-tokens); the tip prompts are sampled in chunks of rows that fit it (``sampling.chunk_rows``). Tips are
-64 tokens, so small chunks cost little decode time; the measured EMPO²/GRPO peak-RSS ratio is in
-docs/performance.md §7."""
+"""CPU budget of what one tip-sampling call adds to memory beyond the episode caches it continues (the
+batch cache takes their tensors over): left padding, uncached prompt ids (a whole prompt for a row without
+a cache: 512 MiB ≈ 3 SmolLM2-135M fp32 rows of 3 600 tokens) and the room for the tip ids. The tip prompts
+are sampled in chunks of rows that fit it (``sampling.chunk_rows``); on CUDA the budget is a share of the
+free device memory instead (``tip_batch_budget``). docs/performance.md "Tip writing, batched"."""
+TIP_DEVICE_MEMORY_SHARE = 0.5
+"""On CUDA, the share of the device's free memory (the driver's free bytes plus what PyTorch holds
+reserved but unallocated) one tip-sampling call may add (``tip_batch_budget``)."""
+
+
+def tip_batch_budget(model: Any) -> int:
+    """Bytes one tip-sampling call may add to memory (``sampling.chunk_rows``'s ``max_bytes``).
+
+    On a CUDA device, ``TIP_DEVICE_MEMORY_SHARE`` of its free memory now (``torch.cuda.mem_get_info`` plus
+    PyTorch's reserved-but-unallocated bytes), at least ``TIP_BATCH_MAX_BYTES``; elsewhere (CPU, or a model
+    without parameters) ``TIP_BATCH_MAX_BYTES``, read at call time.
+
+    Args:
+        model: the policy (a torch module; its first parameter's device is used).
+
+    Returns:
+        A byte count (int, > 0 unless ``TIP_BATCH_MAX_BYTES`` ≤ 0, which means no limit).
+    """
+    import torch
+
+    try:
+        device = next(model.parameters()).device
+    except (AttributeError, StopIteration, TypeError):
+        return TIP_BATCH_MAX_BYTES
+    if device.type != "cuda" or TIP_BATCH_MAX_BYTES <= 0:
+        return TIP_BATCH_MAX_BYTES
+    free, _total = torch.cuda.mem_get_info(device)
+    spare = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+    return max(int(TIP_DEVICE_MEMORY_SHARE * (free + max(spare, 0))), TIP_BATCH_MAX_BYTES)
 
 
 def rollout_state_text(messages: list[tuple[str, str]], task_description: str, observation: str, turn: int,
@@ -115,13 +146,19 @@ class Empo2Runtime(Method):
         self.embedder = embedder
         self.memory = memory
         self.read_only = read_only
-        self.tips_during_rollout = True
-        """Sample each wave's tips when the wave ends (``after_wave``), from the KV caches the engine
-        kept for it; False samples them all in ``write_tips`` (the engine then keeps every wave's caches
-        until the rollout ends, within its byte cap)."""
+        self.tips_during_rollout: bool | None = None
+        """When the tips are sampled. None (default): at the end of a wave (``after_wave``) only when keeping
+        the caches the engine kept for the waves so far until the rollout's end might not fit its byte cap
+        (``_defer_tips``), else later, so that the tips of several waves (of all, usually) are sampled in one
+        call; True: each wave's tips when the wave ends, from its kept caches; False: all in ``write_tips``
+        (the engine then keeps every wave's caches until the rollout ends, within its byte cap)."""
         self.oracle = oracle
         self._early_tips: dict[str, Generation] = {}
         """Tips ``after_wave`` sampled, by ``Trajectory.id``, until ``write_tips`` stores them."""
+        self._pending: list[Trajectory] = []
+        """Finished writers of this rollout whose tips ``after_wave`` has not sampled yet (their caches kept)."""
+        self._pending_bytes = 0
+        """Bytes of the kept caches after the last ``after_wave`` (``Generator.cache_stats().kept_bytes``)."""
         self._reset_counters()
 
     @property
@@ -140,6 +177,7 @@ class Empo2Runtime(Method):
     def step_hook(self) -> "Empo2Runtime":
         """This object as the engine's ``StepHook``."""
         self._reset_counters()
+        self._pending, self._pending_bytes = [], 0
         return self
 
     def _state_text(self, st: EpisodeState) -> str:
@@ -194,21 +232,46 @@ class Empo2Runtime(Method):
 
     def after_wave(self, trajs: list[Trajectory]) -> None:
         """``StepHook`` extension, called by the engine when a wave of episodes has ended: sample the
-        wave's tips now, continuing the caches the engine kept for them, so those caches are freed
-        before the next wave's grow (kept until the rollout's end they piled up to the engine's byte
-        cap, on top of the live ones; docs/performance.md). The tips enter the memory in ``write_tips`` after the
+        tips of this wave and of the waves that waited, continuing the caches the engine kept for them,
+        so those caches are freed before the next wave's grow (kept until the rollout's end they pile up
+        to the engine's byte cap, on top of the live ones; docs/performance.md) — unless they may wait
+        (``tips_during_rollout`` None and ``_defer_tips``): then they are sampled with a later wave's, or
+        in ``write_tips``, in one call (one decode batch where it fits instead of one per wave:
+        docs/performance.md "Tip writing, batched"). The tips enter the memory in ``write_tips`` after the
         rollout, as before: no episode of an iteration retrieves another's tip of the same iteration.
-        A tip's sampling seed comes from the trajectory's ids (its rollout's ``iteration``)."""
-        if not self.tips_during_rollout or self.read_only:
+        A tip's sampling seed comes from the trajectory's ids (its rollout's ``iteration``), so when it is
+        sampled does not change which random numbers it gets."""
+        if self.tips_during_rollout is False or self.read_only:
             return
-        todo = [t for t in trajs if self._writes(t)]
-        if todo:
-            for t, g in zip(todo, self.sample_tips(todo, todo[0].iteration)):
-                self._early_tips[t.id] = g
+        self._pending.extend(t for t in trajs if self._writes(t))
+        if not self._pending or (self.tips_during_rollout is None and self._defer_tips()):
+            return
+        todo, self._pending, self._pending_bytes = self._pending, [], 0
+        for t, g in zip(todo, self.sample_tips(todo, todo[0].iteration)):
+            self._early_tips[t.id] = g
+
+    def _defer_tips(self) -> bool:
+        """Whether the waiting tips may wait for the next wave: the summary prompts hold no cache
+        (``keep_episode_kv``), so always; the trajectory prompt while the kept caches, plus as much again as
+        the last wave added (the next wave's live caches, about), fit ``rollout.kv_cache_max_bytes`` (with
+        ``rollout.kv_cache: false`` nothing is kept: always; with no cap, 0: never)."""
+        if TipPromptMode(self.cfg.empo2.tips.prompt) is not TipPromptMode.TRAJECTORY:
+            return True
+        if not getattr(self.cfg.rollout, "kv_cache", True):
+            return True
+        cap = int(getattr(self.cfg.rollout, "kv_cache_max_bytes", 0) or 0)
+        if cap <= 0:
+            return False
+        kept = int(self.generator.cache_stats().kept_bytes)
+        wave = max(kept - self._pending_bytes, 0)
+        self._pending_bytes = kept
+        return kept + wave <= cap
 
     # ------------------------------------------------------------------ tips + memory
     def _writes_mode(self, mode: Mode) -> bool:
-        if self.cfg.empo2.p == 0:  # GRPO + novelty (empo2.methods): no rollout ever reads a tip
+        if self.cfg.empo2.p == 0 and not ROLLOUT_SHOWS_TIPS[mode]:
+            # GRPO + novelty (empo2.methods): no training rollout ever reads a tip. Rollouts that read the memory
+            # still write (``empo2 adapt`` of a p 0 checkpoint plays Mode.ON_TIPS into its adaptation memory)
             return False
         w = self.cfg.empo2.write_memory
         return w == "always" or (w == "memory_modes" and ROLLOUT_SHOWS_TIPS[mode])
@@ -286,10 +349,21 @@ class Empo2Runtime(Method):
         from the episode's KV cache the rollout engine kept under that key (its ids are a prefix of
         the tip prompt, so only the closing markup and the tip instruction are prefilled) or, without
         one, from an empty cache (the prompt is prefilled unpadded; rows share their common prefix);
-        only the decode is batched, in chunks of rows whose batch cache fits ``TIP_BATCH_MAX_BYTES``.
+        only the decode is batched (in the sampler's length buckets), all rows in one call unless what
+        the call adds to memory beyond the kept caches (padding, uncached prompt ids, room for the tip)
+        passes ``tip_batch_budget`` (a share of the free device memory on CUDA, ``TIP_BATCH_MAX_BYTES``
+        on CPU): then in chunks of rows that fit it (``sampling.chunk_rows``). Which rows share a call
+        changes a row's logits by float rounding only, never its random numbers.
         The ids equal those of ``sample`` on the same prompts and seeds (log-probs up to float
         rounding). Each row's cache is released as soon as its tip is sampled (``release_cache``).
         The seed of a row is ``row_seed(run.seed, iteration, task, rollout, 99991)``.
+
+        Args:
+            trajs: finished trajectories (each with a unique ``id``).
+            iteration: the rollout's iteration (part of each row's seed).
+
+        Returns:
+            one ``Generation`` per trajectory (ids ``[≤ empo2.tips.max_new_tokens]`` int, log-probs float), in order.
         """
         tcfg = self.cfg.empo2.tips
         prompts = self.tip_prompts(trajs)
@@ -297,10 +371,12 @@ class Empo2Runtime(Method):
                                 autocast=self.cfg.model.autocast)
         reqs = [GenerationRequest(p, seed=row_seed(self.cfg.run.seed, iteration, t.task_index, t.rollout, 99991),
                                   cache_key=t.id, release_cache=True) for t, p in zip(trajs, prompts)]
-        # chunks whose batch cache fits TIP_BATCH_MAX_BYTES: one batch of all B×N tip prompts (each
-        # padded to the longest) was the largest allocation of an EMPO² iteration (docs/performance.md)
-        chunks = chunk_rows([len(p) for p in prompts], tcfg.max_new_tokens,
-                            kv_bytes_per_token(self.setup.policy.model) or 0, TIP_BATCH_MAX_BYTES)
+        # chunks of what the call adds beyond the kept caches (their tensors move into the batch cache):
+        # a budget of the batch cache alone split a big model's tips into many sequential decodes
+        # (docs/performance.md "Tip writing, batched")
+        model = self.setup.policy.model
+        chunks = chunk_rows([len(p) for p in prompts], tcfg.max_new_tokens, kv_bytes_per_token(model) or 0,
+                            tip_batch_budget(model), cached=self._cached_tokens(trajs, prompts))
         out: list[Any] = [None] * len(trajs)
         try:
             for rows in chunks:
@@ -310,10 +386,23 @@ class Empo2Runtime(Method):
         finally:
             self.generator.release([t.id for t in trajs])
 
+    def _cached_tokens(self, trajs: list[Trajectory], prompts: list[list[int]]) -> list[int]:
+        """Per row, the prompt tokens the generator's kept cache of the trajectory already holds (0 when it
+        keeps none, or cannot say: only ``HFGenerator.kept_cache`` is asked)."""
+        kept_cache = getattr(self.generator, "kept_cache", None)
+        out = []
+        for t, p in zip(trajs, prompts):
+            e: Any = kept_cache(t.id) if callable(kept_cache) else None
+            n = int(getattr(e, "length", 0) or 0) if e is not None else 0
+            out.append(n if 0 < n < len(p) and list(p[:n]) == list(e.ids[:n]) else 0)
+        return out
+
     def _tips_of(self, todo: list[Trajectory], iteration: int) -> list[Generation]:
-        """The tips ``after_wave`` sampled for ``todo``; the missing ones are sampled now."""
+        """The tips ``after_wave`` sampled for ``todo``; the missing ones (waiting or never sampled) are
+        sampled now, in one call."""
         early = {t.id: self._early_tips.pop(t.id) for t in todo if t.id in self._early_tips}
         self._early_tips.clear()
+        self._pending, self._pending_bytes = [], 0
         missing = [t for t in todo if t.id not in early]
         if missing:
             early.update({t.id: g for t, g in zip(missing, self.sample_tips(missing, iteration))})
