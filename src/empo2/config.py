@@ -146,11 +146,12 @@ class HFGeneratorConfig:
     ``policy.generator.HFGenerator``). Neither option changes which random numbers a row draws; both
     change its logits only by float rounding (docs/performance.md, "Decode and prefill remedies")."""
 
-    decode_bucket_slots: int = doc(
+    decode_bucket_slots: int | None = doc(
         "decode a call's rows in batches of similar cache length: one more batch per call is worth this many"
-        " left-padded cache slots (measured on 2 CPU cores with SmolLM2-135M: a forward costs as much as 24k padded"
-        " slots, so only strongly uneven batches are split; policy.sampling.decode_buckets); 0 = every call"
-        " decodes its rows as one batch", default=24_000)
+        " left-padded cache slots (policy.sampling.decode_buckets); null = by the model's device"
+        " (policy.sampling.decode_slot_cost: 24k on CPU, measured on 2 cores with SmolLM2-135M, where a forward"
+        " costs as much as 24k padded slots; 500k on a GPU, whose decode steps are launch-bound); 0 = every call"
+        " decodes its rows as one batch", default=None)
     share_prompts: bool = doc(
         "new episodes sharing a prompt prefix beyond the all-rows one (a group's copies of one first prompt)"
         " prefill it once and share its KV cache; rows with the same cache and prompt are prefilled as one",

@@ -356,7 +356,11 @@ def test_config_reaches_the_hf_generator(tiny_policy, chat_format):
     assert opts["decode_bucket_slots"] == 0 and opts["share_prompts"] is False
     gen = HFGenerator(tiny_policy.model, chat_format, **opts)
     assert gen.decode_bucket_slots == 0 and not gen.share_prompts
-    assert HFGeneratorConfig().decode_bucket_slots == sampling.DECODE_BUCKET_SLOTS
+    # default: by the model's device (CPU here: the CPU constant reaches decode_buckets)
+    assert HFGeneratorConfig().decode_bucket_slots is None
+    assert sampling.decode_slot_cost(tiny_policy.model.device) == sampling.DECODE_BUCKET_SLOTS
+    assert sampling.decode_slot_cost("cuda:0") > sampling.DECODE_BUCKET_SLOTS
+    assert HFGenerator(tiny_policy.model, chat_format, **generator_options(load_config(None, []))).decode_bucket_slots is None
     cfg.rollout.generator = "vllm"
     assert "decode_bucket_slots" not in generator_options(cfg)
     with pytest.raises(ValueError, match="decode_bucket_slots"):

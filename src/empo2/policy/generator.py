@@ -36,7 +36,7 @@ from typing import Any, Hashable, Iterable, Protocol, Sequence, runtime_checkabl
 
 from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported, kv_bytes_per_token
 from empo2.policy.precision import autocast, model_device
-from empo2.policy.sampling import DECODE_BUCKET_SLOTS, Generation, sample, sample_with_cache, seeded_generator
+from empo2.policy.sampling import Generation, sample, sample_with_cache, seeded_generator
 from empo2.policy.scoring import advance_cache, continuation_logprobs
 from empo2.policy.trie import TokenTrie
 
@@ -263,7 +263,8 @@ class HFGenerator:
         fmt: its ``policy.chat.ChatFormat`` (EOS and newline ids, pad id).
         kv_cache_max_bytes: initial cap on all kept caches (``set_cache_budget``; 0 = no cap).
         decode_bucket_slots: keyed calls decode their rows in batches of similar cache length
-            (``sampling.decode_buckets``; ``rollout.hf.decode_bucket_slots``, 0 = one batch).
+            (``sampling.decode_buckets``; ``rollout.hf.decode_bucket_slots``, 0 = one batch, None = by the
+            model's device: ``sampling.decode_slot_cost``).
         share_prompts: keyed calls prefill the prompt prefixes new rows share, and rows with the same
             cache and prompt, once (``sample_with_cache``; ``rollout.hf.share_prompts``).
 
@@ -272,10 +273,10 @@ class HFGenerator:
     """
 
     def __init__(self, model: Any, fmt: Any, kv_cache_max_bytes: int = 2 * 1024 ** 3,
-                 decode_bucket_slots: int = DECODE_BUCKET_SLOTS, share_prompts: bool = True):
-        if decode_bucket_slots < 0:
+                 decode_bucket_slots: int | None = None, share_prompts: bool = True):
+        if decode_bucket_slots is not None and decode_bucket_slots < 0:
             raise ValueError(f"decode_bucket_slots must be ≥ 0 (0 = one decode batch), got {decode_bucket_slots}")
-        self.decode_bucket_slots = int(decode_bucket_slots)
+        self.decode_bucket_slots = None if decode_bucket_slots is None else int(decode_bucket_slots)
         self.share_prompts = bool(share_prompts)
         self.model = model
         self.fmt = fmt
