@@ -281,17 +281,72 @@ def test_learn_resumes_an_interrupted_run_from_its_checkpoint(tmp_path, monkeypa
 
 
 def test_gpu_check_runs_on_cpu_with_the_tiny_shape(tmp_path):
-    """``benchmarks/gpu_check`` (the first-GPU-machine script) end to end on the CPU: a random model written
-    and reloaded offline, one GRPO and one EMPO² iteration on WebShop, throughput and MFU reported."""
+    """``benchmarks/gpu_check`` (the GPU-machine script) end to end on the CPU: a random model written and
+    reloaded offline, GRPO with fp32 and with bf16 weights and EMPO² on WebShop, throughput, MFU and the warm
+    (second) update reported, the JSON written."""
     from benchmarks import gpu_check
 
-    res = gpu_check.main(["--shape", "tiny", "--device", "cpu", "--out", str(tmp_path / "gpu_check.json")])
-    assert json.loads((tmp_path / "gpu_check.json").read_text())["shape"] == "tiny"
-    assert [c["case"] for c in res["cases"]] == ["grpo", "empo2"]
+    out = tmp_path / "gpu_check.json"
+    res = gpu_check.main(["--shape", "tiny", "--device", "cpu", "--out", str(out), "--cases", "empo2,grpo_bf16,grpo"])
+    data = json.loads(out.read_text())
+    assert data["shape"] == "tiny" and data["status"] == "done" and not data["errors"]
+    assert [c["case"] for c in res["cases"]] == ["grpo", "empo2", "grpo_bf16"]  # always in CASE_NAMES order
     for c in res["cases"]:
         assert c["generated_tokens"] > 0 and c["generation_tok_s"] > 0
         assert c["update_tokens"] > 0 and not c["update_skipped"] and 0 < c["update_mfu"]
-    assert res["cases"][1]["tips_s"] > 0  # the EMPO² iteration wrote tips
+    grpo, empo2, bf16 = res["cases"]
+    assert bf16["dtype"] == "bfloat16" and grpo["dtype"] == "float32"
+    for c in (grpo, bf16):  # the update ran twice on the same batch: cold, then warm
+        assert len(c["update_calls"]) == 2 and c["update_warm_s"] > 0 and c["update_warm_mfu"] > 0
+        assert c["update_calls"][0]["tokens"] == c["update_calls"][1]["tokens"] == c["update_tokens"]
+    assert len(empo2["update_calls"]) == 1 and empo2["tips_s"] > 0  # the EMPO² iteration wrote tips
+
+
+def test_gpu_check_times_the_baseline_sampler_and_profiles_a_decode_step(tmp_path):
+    """The generation cases: the micro-benchmark in two subprocesses, one importing ``empo2`` from a baseline
+    ``src`` tree (here ``git archive HEAD src``), one from the working tree; batch 64 for both and 256 for the
+    current sampler, every row sampling the fixed number of tokens; one decode step profiled in each; a bad
+    case name or a missing baseline refused before any work; a deadline skips the cases past it."""
+    import shutil
+    import subprocess
+
+    from benchmarks import gpu_check
+    from benchmarks.common import REPO_ROOT
+
+    if shutil.which("git") is None or not (REPO_ROOT / ".git").exists():
+        pytest.skip("needs git and the repository's history for the baseline tree")
+    base = tmp_path / "base"
+    base.mkdir()
+    tar = subprocess.run(["git", "-C", str(REPO_ROOT), "archive", "HEAD", "src"], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(base)], input=tar, check=True)
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--shape", "tiny", "--device", "cpu", "--cases", "gen,nope"])
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--shape", "tiny", "--device", "cpu", "--cases", "gen_base"])
+    out = tmp_path / "gpu_check.json"
+    res = gpu_check.main(["--shape", "tiny", "--device", "cpu", "--out", str(out), "--cases", "gen_base,gen",
+                          "--baseline-src", str(base)])  # the folder above src/ is accepted too
+    data = json.loads(out.read_text())
+    assert data["status"] == "done" and not data["errors"], data["errors"]
+    by = {c["case"]: c for c in data["cases"]}
+    assert set(by) == {"gen_base", "gen"}
+    assert Path(by["gen_base"]["empo2_file"]).is_relative_to(base / "src")
+    assert Path(by["gen"]["empo2_file"]).is_relative_to(REPO_ROOT / "src")
+    g = gpu_check.GEN["tiny"]
+    assert [r["batch"] for r in by["gen_base"]["batches"]] == g["base_batches"] == [64]
+    assert [r["batch"] for r in by["gen"]["batches"]] == g["batches"] == [64, 256]
+    for c in by.values():
+        for r in c["batches"]:
+            assert 0.95 * r["batch"] * g["steps"] <= r["tokens"] <= r["batch"] * g["steps"] and r["tok_s"] > 0
+            assert r["decode_forwards"] == g["steps"] - 1 and r["step_ms"] > 0 and r["decode_tok_s"] > 0
+        p = c["profile"]
+        assert p["decode_step"] == g["profile_step"] and p["batch"] == 64 and p["wall_ms"] > 0
+        assert p["top_cpu"] and p["top_cpu"][0]["self_cpu_ms"] > 0
+        assert p["host_share"] == 1.0 and p["top_cuda"] == []  # no CUDA activity on a CPU
+    assert res["cases"] == data["cases"]
+    skipped = gpu_check.main(["--shape", "tiny", "--device", "cpu", "--out", str(tmp_path / "late.json"),
+                              "--cases", "gen", "--deadline-s", "1e-9"])
+    assert skipped["skipped"] == ["gen"] and skipped["cases"] == []
 
 
 def test_gpu_check_builds_its_model_from_a_tokenizer_folder(tmp_path):
