@@ -1,0 +1,110 @@
+"""``empo2 config keys`` and ``empo2 config registries``: every config key, and what each config string can
+name, plug-ins included (docs/architecture.md, "Extending"); wired into ``empo2.cli`` with ``add_cli``.
+Nothing imported at module level here may import torch (``empo2.cli``): both start in well under a second."""
+
+from __future__ import annotations
+
+import argparse
+import typing
+from typing import Any
+
+
+def add_cli(sub: Any) -> None:
+    """Register ``config {keys, registries} [--config CFG] [key=value ...]`` on ``sub`` (``parser.add_subparsers()``)."""
+    c = sub.add_parser("config", help="config helpers")
+    csub = c.add_subparsers(dest="config_command", required=True)
+    ck = csub.add_parser("keys", help="list every config key with its default and meaning (plug-ins' sections too)")
+    cr = csub.add_parser("registries", help="list what env.name, trainer.method, algo.advantage, algo.loss_terms and "
+                                            "rollout.generator can name (plug-ins included)")
+    for sp in (ck, cr):
+        sp.add_argument("--config", default=None, help="a config whose run.plugins to load first")
+        sp.add_argument("overrides", nargs="*", help="key=value overrides (e.g. run.plugins=[my_pkg.my_env])")
+    ck.set_defaults(fn=cmd_config_keys)
+    cr.set_defaults(fn=cmd_config_registries)
+
+
+def _load_plugins_of(args: argparse.Namespace) -> None:
+    """Import the plug-ins a ``--config`` file and ``key=value`` overrides name (``run.plugins``) and the
+    installed ``empo2.plugins`` entry points, so listings show what they register (their config sections,
+    environments, methods, …). Raises ConfigError for a bad file, key or plug-in, as ``empo2 train`` would."""
+    from empo2.config import load_config
+    from empo2.registry import load_entry_point_plugins
+
+    load_entry_point_plugins()
+    if getattr(args, "config", None) or getattr(args, "overrides", None):
+        load_config(args.config, list(args.overrides or []))
+
+
+def registry_rows() -> list[tuple[str, str, str, str]]:
+    """(config key, name, where it comes from, one-line doc) for every registered entry of every registry:
+    environments (``env.name``), training methods (``trainer.method``), advantage estimators
+    (``algo.advantage``), loss terms (``algo.loss_terms``) and generation backends (``rollout.generator``).
+    Lazy built-ins are listed without importing them (docs/architecture.md, "Extending")."""
+    from empo2.algo.registry import ADVANTAGES, LOSS_TERMS
+    from empo2.envs.registry import ENVS
+    from empo2.config import RolloutConfig
+    from empo2.methods import METHODS
+
+    rows = []
+    for reg in (ENVS, METHODS, ADVANTAGES, LOSS_TERMS):
+        for name in reg.names():
+            lazy = name in reg._lazy  # noqa: SLF001 (read-only: a lazy entry is a built-in not imported yet)
+            src = "built-in" if lazy else (reg.get(name).source or "?")
+            if src.startswith("empo2."):
+                src = "built-in"
+            rows.append((reg.config_key, name, src, " ".join(reg.doc(name).split())))
+    gen = {"hf": "transformers sampler on the policy's own weights (exact behaviour log-probs)",
+           "vllm": "vLLM engine fed the trainer's weights after each update (docs/scaling.md)"}
+    for name in typing.get_args(typing.get_type_hints(RolloutConfig)["generator"]):  # torch-free: no backend import
+        rows.append(("rollout.generator", name, "built-in", gen.get(name, "")))
+    return rows
+
+
+def cmd_config_registries(args: argparse.Namespace) -> int:
+    """``empo2 config registries [--config F] [key=value …]``: what each config string can name — the registered
+    environments, methods, advantage estimators, loss terms and generators, plug-ins included.
+
+    Returns:
+        0.
+
+    Raises:
+        ConfigError: a bad config file, key or plug-in (``_load_plugins_of``).
+    """
+    from empo2.console import make_console
+
+    _load_plugins_of(args)
+    console = make_console()
+    last = None
+    for key, name, src, doc in registry_rows():
+        if key != last:
+            console.print(f"{key}:", markup=False, highlight=False)
+            last = key
+        where = "" if src == "built-in" else f"  [{src}]"
+        console.print(f"  {name}{where}  {doc}".rstrip(), markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+def cmd_config_keys(args: argparse.Namespace) -> int:
+    """``empo2 config keys [--config F] [key=value …]``: every config key with its default, valid range and
+    meaning, as plain lines; the config sections of plug-ins named by ``run.plugins`` (in the file or the
+    overrides) or installed as entry points are listed too.
+
+    Printed through the rich console (unstyled, never wrapped), which ends quietly when its reader
+    stops reading (``empo2 config keys | head``) instead of reporting a broken pipe as an error.
+
+    Returns:
+        0.
+
+    Raises:
+        ConfigError: a bad config file, key or plug-in (``_load_plugins_of``).
+    """
+    from empo2.config import RANGES, Config
+    from empo2.configschema import help_table
+    from empo2.console import make_console
+
+    _load_plugins_of(args)
+    console = make_console()
+    for key, default, help_text in help_table(Config):
+        valid = f"  (valid: {RANGES[key]})" if key in RANGES else ""
+        console.print(f"{key} = {default}{valid}\n    {help_text}", markup=False, highlight=False, soft_wrap=True)
+    return 0
