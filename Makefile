@@ -9,7 +9,7 @@ TORCH_SPEC ?= torch==2.13.0
 TORCH_INDEX ?=
 CONFIG ?= configs/quickstart.yaml
 
-.PHONY: setup run lint test bench learn faults clean-venv vllm
+.PHONY: setup run lint test bench learn faults clean-venv vllm docs
 
 $(VENV)/.installed: pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,10 @@ lint: setup
 
 test: lint
 	$(VENV)/bin/pytest -q
+
+# docs/configuration.md from the config schema (tests/test_config_reference.py fails when it is out of date)
+docs: setup
+	$(PY) -c "from empo2.cli.config import config_reference_markdown as m; open('docs/configuration.md', 'w').write(m(builtin_only=True))"
 
 bench: setup
 	$(PY) -m benchmarks.run_all

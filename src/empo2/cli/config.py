@@ -19,6 +19,9 @@ def add_cli(sub: Any) -> None:
     for sp in (ck, cr):
         sp.add_argument("--config", default=None, help="a config whose run.plugins to load first")
         sp.add_argument("overrides", nargs="*", help="key=value overrides (e.g. run.plugins=[my_pkg.my_env])")
+    ck.add_argument("--markdown", action="store_true",
+                    help="print the reference as Markdown tables, one per section (docs/configuration.md is this "
+                         "output for the built-in keys: make docs)")
     ck.set_defaults(fn=cmd_config_keys)
     cr.set_defaults(fn=cmd_config_registries)
 
@@ -104,7 +107,57 @@ def cmd_config_keys(args: argparse.Namespace) -> int:
 
     _load_plugins_of(args)
     console = make_console()
+    if getattr(args, "markdown", False):
+        console.print(config_reference_markdown(builtin_only=False), markup=False, highlight=False, soft_wrap=True, end="")
+        return 0
     for key, default, help_text in help_table(Config):
         valid = f"  (valid: {RANGES[key]})" if key in RANGES else ""
         console.print(f"{key} = {default}{valid}\n    {help_text}", markup=False, highlight=False, soft_wrap=True)
     return 0
+
+
+REFERENCE_HEADER = """# Configuration reference
+
+Every key of the training config, generated from the schema (`src/empo2/config.py` and the environments' own
+sections) by `empo2 config keys --markdown` — do not edit by hand: `make docs` rewrites this file and a test fails
+when it is out of date. Keys are set in a YAML file (`--config`) or on the command line (`key=value`); a plug-in's
+own section appears in `empo2 config keys run.plugins=[my_module]`. How the pieces fit: [architecture.md](architecture.md);
+what the algorithm keys mean: [algorithms.md](algorithms.md).
+"""
+
+
+def _plugin_env(name: str) -> bool:
+    """Whether ``env.<name>`` is the section of a plug-in's environment (not one of the package's own sections)."""
+    from empo2.envs.registry import ENVS
+
+    if name not in ENVS or name in ENVS._lazy:  # noqa: SLF001 (read-only: lazy entries are the built-ins)
+        return False
+    return not (ENVS.get(name).source or "").startswith("empo2.")
+
+
+def config_reference_markdown(builtin_only: bool = False) -> str:
+    """The configuration reference as Markdown: ``REFERENCE_HEADER``, then one table (key, default, valid range,
+    meaning) per section — the first part of the dotted key, or the first two for an environment's own section
+    (``env.textworld``). Deterministic (schema order), so a test can compare it with docs/configuration.md. The
+    keys are those ``help_table(Config)`` lists with the plug-ins loaded at the time of the call; ``builtin_only``
+    leaves out the sections of plug-in environments (docs/configuration.md holds the package's own keys only)."""
+    from empo2.config import RANGES, Config
+    from empo2.configschema import help_table
+
+    def cell(text: str) -> str:
+        return " ".join(str(text).split()).replace("|", "\\|")
+
+    sections: dict[str, list[tuple[str, str, str]]] = {}
+    for key, default, help_text in help_table(Config):
+        parts = key.split(".")
+        sec = ".".join(parts[:2]) if parts[0] == "env" and len(parts) > 2 else parts[0]
+        if builtin_only and sec.startswith("env.") and _plugin_env(parts[1]):
+            continue
+        sections.setdefault(sec, []).append((key, default, help_text))
+    out = [REFERENCE_HEADER.rstrip("\n")]
+    for sec, rows in sections.items():
+        out.append(f"\n## `{sec}`\n\n| key | default | valid | meaning |\n|---|---|---|---|")
+        for key, default, help_text in rows:
+            valid = cell(RANGES[key]) if key in RANGES else ""
+            out.append(f"| `{key}` | `{cell(default)}` | {valid} | {cell(help_text)} |")
+    return "\n".join(out) + "\n"
