@@ -241,6 +241,23 @@ def test_resume_with_other_evaluation_settings_is_refused_with_the_fix(tmp_path,
     assert "≤ 4 turns per episode" in out and "not over the same episodes" not in out
 
 
+def test_resume_with_another_model_is_refused_not_recorded(tmp_path):
+    """``--resume model.name_or_path=OTHER`` trained on the checkpoint's weights but wrote OTHER into the run's
+    config.yaml (and so into its report and model card). It is refused, naming the override that fixes it."""
+    from empo2.configschema import ConfigError
+    from empo2.trainer.resume import check_model_matches
+
+    saved = {"model": {"name_or_path": "tiny-random", "lora": {"enabled": False, "r": 16}}}
+    check_model_matches(saved, saved, tmp_path)
+    other = {"model": {"name_or_path": "smollm2-135m-instruct", "lora": {"enabled": False, "r": 16}}}
+    with pytest.raises(ConfigError, match=r"model.name_or_path: 'tiny-random' -> 'smollm2-135m-instruct'.*"
+                                          r"add model.name_or_path=tiny-random"):
+        check_model_matches(saved, other, tmp_path)
+    lora = {"model": {"name_or_path": "tiny-random", "lora": {"enabled": True, "r": 16}}}
+    with pytest.raises(ConfigError, match="model.lora.enabled: False -> True"):
+        check_model_matches(saved, lora, tmp_path)
+
+
 def test_the_evaluation_check_compares_what_decides_the_episodes(tmp_path):
     from empo2.configschema import ConfigError
     from empo2.trainer.resume import check_evaluation_matches

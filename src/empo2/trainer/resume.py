@@ -156,6 +156,29 @@ def _config_changes(old: dict[str, Any], new: dict[str, Any], ignore: set[str] =
     return out
 
 
+def check_model_matches(saved: dict[str, Any], now: dict[str, Any], run_dir: Path) -> None:
+    """``--resume`` continues the checkpoint's weights, so a different ``model.name_or_path`` or LoRA setting in
+    the resumed config would be ignored by the training yet written into the run's config.yaml (and so into its
+    report and exported model card). Refuse it instead.
+
+    Args:
+        saved, now: the checkpoint's and the resumed run's resolved config dicts.
+        run_dir: the run folder (named in the message).
+
+    Raises:
+        ConfigError: ``model.name_or_path`` or a ``model.lora.*`` key differs; the message names the keys and the
+            overrides that restore the run's values.
+    """
+    keys = ["model.name_or_path", *[f"model.lora.{k}" for k in sorted((saved.get("model") or {}).get("lora") or {})]]
+    differ = [k for k in keys if _dotted(saved, k) is not None and _dotted(saved, k) != _dotted(now, k)]
+    if differ:
+        shown = ", ".join(f"{k}: {_dotted(saved, k)!r} -> {_dotted(now, k)!r}" for k in differ)
+        fix = " ".join(_override(k, _dotted(saved, k)) for k in differ)
+        raise ConfigError(f"--resume: the model settings differ from the run's ({shown}); a resumed run continues "
+                          f"the checkpoint's weights in {run_dir}, so add {fix} (or leave the override out), or "
+                          "start a new run (another run.name) to train the other model")
+
+
 EVAL_KEYS = ("eval.episodes", "eval.temperature", "env.name", "env.tasks", "env.eval_split", "env.max_turns")
 """The settings that decide which evaluation episodes a run plays and how their actions are sampled
 (``trainer.evaluate``: the episodes spread round-robin over ``env.tasks`` and their ``env.eval_split``
@@ -319,6 +342,7 @@ def resume_point(cfg: Any, family: Any) -> tuple[Path | None, dict[str, Any]]:
     for n in cfg.env.tasks:
         family.resolve_task(n)
     now = config_to_dict(cfg)
+    check_model_matches(saved, now, run_dir)
     check_evaluation_matches(saved, now, run_dir, int(state["iteration"]), family.resolve_task)
     changed = _config_changes(saved, now, ignore={"trainer.iterations"})
     if changed:
