@@ -271,3 +271,24 @@ def test_py4j_records_are_dropped_but_ours_kept(caplog):
         logging.getLogger("empo2.rollout.engine").warning("environment crashed")
     msgs = [r.getMessage() for r in caplog.records]
     assert msgs == ["environment crashed"]
+
+
+def test_a_missing_checkpoint_path_or_a_run_folder_gets_its_own_message(tmp_path):
+    """`empo2 eval --checkpoint runs/quickstart/checkpoints/last` before the run had written one said "not a
+    checkpoint folder (no state.json); pass e.g. runs/<name>/checkpoints/last" — the form just passed."""
+    import pytest
+
+    from empo2.trainer.checkpoint import CheckpointError, load_state
+
+    run = tmp_path / "runs" / "quickstart"
+    run.mkdir(parents=True)
+    with pytest.raises(CheckpointError, match=r"does not exist \(the run .*quickstart has no checkpoint yet"):
+        load_state(run / "checkpoints" / "last")
+    with pytest.raises(CheckpointError, match=r"nowhere does not exist; pass a run's checkpoints/last"):
+        load_state(tmp_path / "nowhere")
+    last = run / "checkpoints" / "last"
+    last.mkdir(parents=True)
+    (last / "state.json").write_text('{"iteration": 1}')
+    with pytest.raises(CheckpointError, match=r"is a run folder, not a checkpoint; pass .*checkpoints/last"):
+        load_state(run)
+    assert load_state(last)["iteration"] == 1

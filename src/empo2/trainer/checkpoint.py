@@ -255,6 +255,15 @@ def load_state(ckpt: Path) -> dict[str, Any]:
     """
     f = Path(ckpt) / STATE_FILE
     if not f.is_file():
+        ckpt = Path(ckpt)
+        if not ckpt.exists():
+            run = next((p for p in (ckpt, *ckpt.parents) if p.name == "checkpoints"), None)
+            where = f" (the run {run.parent} has no checkpoint yet: is it still training, or did it stop before one?)" \
+                if run is not None and run.parent.is_dir() else ""
+            raise CheckpointError(f"{ckpt} does not exist{where}; pass a run's checkpoints/last, e.g. "
+                                  "runs/<name>/checkpoints/last")
+        if (ckpt / "checkpoints" / "last" / STATE_FILE).is_file():
+            raise CheckpointError(f"{ckpt} is a run folder, not a checkpoint; pass {ckpt / 'checkpoints' / 'last'}")
         raise CheckpointError(f"{ckpt} is not a checkpoint folder (no {STATE_FILE}); "
                               "pass e.g. runs/<name>/checkpoints/last")
     try:
