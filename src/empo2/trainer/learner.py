@@ -140,6 +140,16 @@ def _collate_tree(batch: list[PackedSample], device: torch.device) -> dict[str, 
     }
 
 
+def _split_targets(mb: MicroBatch, lp: torch.Tensor) -> dict[int, torch.Tensor]:
+    """A micro-batch's ``[N]`` per-target values cut per sample (``id(sample)`` → ``[num_targets]``), in the
+    order ``_collate`` lays the targets out (the order of ``mb.samples``)."""
+    out, off = {}, 0
+    for s in mb.samples:
+        out[id(s)] = lp[off:off + s.num_targets]
+        off += s.num_targets
+    return out
+
+
 def _shape_kw(b: dict[str, Any]) -> dict[str, Any]:
     """The ``target_logprobs`` keywords a packed tree adds (layout, positions and predicting columns)."""
     return {"position_ids": b["pos"], "pred_cols": b["pred"], "tree": b["tree"]} if "pred" in b else {}
@@ -426,7 +436,8 @@ class Learner:
                                shuffle=c.shuffle, seed=self.seed, iteration=iteration)
 
     def update(self, samples: list[PackedSample], iteration: int = 0,
-               on_step: Callable[[int, int], None] | None = None) -> dict[str, float]:
+               on_step: Callable[[int, int], None] | None = None,
+               fresh_logprobs: dict[int, torch.Tensor] | None = None) -> dict[str, float]:
         """One update (``trainer.epochs`` passes of shuffled mini-batches) on the iteration's samples.
 
         Args:
@@ -435,6 +446,15 @@ class Learner:
             on_step: progress callback ``on_step(done, total)`` called after every micro-batch
                 forward/backward (and every micro-batch of the post-update KL pass); ``total`` is
                 known from the start.
+            fresh_logprobs: when given (a dict, normally empty), filled with ``id(sample)`` → ``[N_i]`` float32
+                CPU log-probs of that sample's action tokens for every sample this rank forwarded before the
+                first optimiser step, i.e. with the weights the update started from: the trainer's log-probs
+                of those samples at no extra cost (``trainer.mismatch.sample_mismatch``, the rollout–trainer
+                mismatch measured on a sample of the batch). They come from the training forward (``train()``
+                mode, autocast, gradient checkpointing), equal to a no-grad forward when the model has no
+                dropout (``trainer.mismatch.train_forward_is_deterministic``). Which samples: those of the first
+                mini-batch that runs (without ``trainer.skip_zero_advantage``'s skipped ones); none when the
+                update takes no step.
 
         Returns:
             Metrics namespaced ``train/…``: the ``policy_loss`` metrics averaged over every micro-batch
@@ -486,6 +506,8 @@ class Learner:
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
         self.train_model.train()
         sft_nll: list[float] = []
+        fresh: list[tuple[MicroBatch, torch.Tensor]] = []  # (micro-batch, its detached log-probs) before any step
+        stepped = False
         for step_index, (normaliser, mbs, n_run) in enumerate(steps_plan):  # one optimiser step per mini-batch
             if n_run == 0 and not sft_on:
                 skipped_minibatches += 1
@@ -498,18 +520,24 @@ class Learner:
                         P.zero_pass(self._score, self.pad_id, self.device, grad=True)
                         continue
                     with self._attention(mbs[i]):  # forward and backward: checkpointing recomputes the attention
-                        loss, m = self._micro_batch_loss(mbs[i], masks, normaliser, agg, checkpoint_head)
+                        loss, m, lp = self._micro_batch_loss(mbs[i], masks, normaliser, agg, checkpoint_head)
                         P.scale_loss(loss).backward()
+                    if fresh_logprobs is not None and not stepped:
+                        fresh.append((mbs[i], lp))
                 step_metrics.append(m)
                 progress.advance()
             if sft_on:
                 sft_nll.append(self._sft_backward(iteration, step_index, checkpoint_head))
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
             self.optimizer.step()
+            stepped = True
             # one host sync for the step's metrics (none: a step of the demonstrations' term alone)
             meter.add_step(metric_floats(step_metrics), later)
         self.train_model.eval()
         P.after_update()
+        if fresh_logprobs is not None:  # one device-to-host copy per micro-batch, after the steps
+            for mb, lp in fresh:
+                fresh_logprobs.update(_split_targets(mb, lp.float().cpu()))
         out = {f"train/{k}": v for k, v in meter.result().items()}
         if "clip_frac" in later.sums:
             out["train/clip_frac_later"] = later.sums["clip_frac"] / later.counts["clip_frac"]
@@ -558,8 +586,9 @@ class Learner:
         return masks, masked_frac
 
     def _micro_batch_loss(self, mb: MicroBatch, masks: dict[int, torch.Tensor], normaliser: float, agg: Aggregation,
-                          checkpoint_head: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """``policy_loss`` of one micro-batch (the loss with its graph, the metric tensors detached)."""
+                          checkpoint_head: bool) -> tuple[torch.Tensor, dict[str, torch.Tensor], torch.Tensor]:
+        """``policy_loss`` of one micro-batch (the loss with its graph, the metric tensors detached) and the
+        micro-batch's ``[N]`` current log-probs of its targets, detached (in the order of ``mb.samples``)."""
         algo = self.algo
         b = _collate(mb, self.pad_id, self.device)
         mask = torch.cat([masks[id(s)] for s in mb.samples]).to(self.device)
@@ -567,11 +596,12 @@ class Learner:
         # that needs its gradient, otherwise it is computed without grad (same values, no [chunk, V] buffers kept)
         lp, ent = self._score(b, with_entropy=True, entropy_grad=self.entropy_grad, checkpoint_head=checkpoint_head)
         ref = self._ref_logprobs(b) if self.needs_ref else None
-        return policy_loss(
+        loss, m = policy_loss(
             lp, b["logp_behavior"], b["adv"], mask, b["seq"], clip_low=algo.clip_low, clip_high=algo.clip_high,
             dual_clip=algo.dual_clip, aggregation=agg, normaliser=normaliser, logp_ref=ref, kl_coef=algo.kl_coef,
             entropy=ent, entropy_coef=algo.entropy_coef, metrics_by=b["off"], metrics_by_names={0: "on", 1: "off"},
             terms=self.terms)
+        return loss, m, lp.detach()
 
     def _steps_plan(self, samples: list[PackedSample], masks: dict[int, torch.Tensor], signal: dict[int, bool],
                     skip: bool, agg: Aggregation, iteration: int) -> tuple[list[list[PackedSample]], list[Any]]:

@@ -56,7 +56,7 @@ from empo2.trainer.trackers import check_trackers
 from empo2.trainer.progress import (
     Progress, checkpoint_note, eval_note, tips_note, trajectories_note, update_note)
 
-from empo2.trainer.mismatch import apply_mismatch, mismatch_wanted
+from empo2.trainer.mismatch import apply_mismatch, mismatch_mode, sample_mismatch, train_forward_is_deterministic
 from empo2.trainer.sft import rl_demo_samples, rl_demos
 from empo2.trainer.setup import Setup, build_setup, resolve_tasks  # noqa: F401  (re-exported: the composition root)
 
@@ -335,16 +335,23 @@ class Trainer:
             samples.append(build_sample(t, a, i, seq_off, c.model.max_context))
             offsets.append(seq_off)
             seq_off += t.num_steps
-        if self.method.updates_policy and mismatch_wanted(c.algo.mismatch, c.rollout.generator):
-            t0 = time.perf_counter()  # rollout-trainer mismatch: measure, recompute, TIS (docs/algorithms.md)
+        # rollout-trainer mismatch (docs/algorithms.md): a full no-grad pass before the update (measure: on,
+        # recompute, TIS), or measured on what the update's first step forwards anyway (the default with vLLM)
+        mm = (mismatch_mode(c.algo.mismatch, c.rollout.generator, train_forward_is_deterministic(self.learner.train_model))
+              if self.method.updates_policy else None)
+        if mm == "full":
+            t0 = time.perf_counter()
             metrics.update(apply_mismatch(self.learner, samples, offsets, c.algo.mismatch,
                                           measure=c.algo.mismatch.measure != "off"))
             timings["time/mismatch"] = time.perf_counter() - t0
+        fresh: dict[int, torch.Tensor] | None = {} if mm == "sample" else None
         t0 = time.perf_counter()
         if self.method.updates_policy:  # Learner.update skips the step when every advantage is 0
             with self.progress.phase(f"{label} update", unit="micro-batches") as ph:
-                train = self.learner.update(samples, iteration=it, on_step=ph.step)
+                train = self.learner.update(samples, iteration=it, on_step=ph.step, fresh_logprobs=fresh)
                 ph.note(update_note(train, ph.done))
+            if fresh is not None:
+                metrics.update(sample_mismatch(samples, offsets, fresh))
             self.setup.generator.sync_weights(policy_weights(self.setup.policy.model))  # HF: drops stale caches
         else:  # memory-only baseline: weights stay frozen
             train = {"train/skipped": 1.0}
