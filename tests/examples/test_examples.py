@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -191,3 +192,116 @@ def test_method_names_fail_before_work(tmp_path, capsys):
     assert main(["train", "--config", str(cfg), "trainer.method=gigpo"]) == 2
     assert "algo.advantage=gigpo" in capsys.readouterr().err
     assert not (tmp_path / "runs" / "bad").exists()
+
+
+# ---- retriever_recent -------------------------------------------------------------------------------------
+def test_recent_retriever_orders_by_insertion_not_score(examples_path):
+    from retriever_recent import recent  # noqa: F401 - registers "recent"
+
+    from empo2.memory import MemoryEntry, MemoryStore
+
+    def e(text, score, cos):
+        return MemoryEntry("b", np.array([cos, np.sqrt(1 - cos * cos), 0, 0], dtype=np.float32), text, text, text,
+                           score, 0, 0)
+
+    with MemoryStore(None, dim=4) as s:
+        s.add([e("best", 100, 0.9), e("far", 0, 0.1), e("mid", 50, 0.8), e("newest", 0, 0.7)])
+        q = np.array([1, 0, 0, 0], dtype=np.float32)
+        assert [r.text for r in s.query("b", q, 0.5, 2)] == ["best", "mid"]  # built-in: by score
+        assert [r.text for r in s.query("b", q, 0.5, 2, retriever="recent")] == ["newest", "mid"]
+        assert [r.text for r in s.query("b", q, 0.5, 9, retriever="recent")] == ["newest", "mid", "best"]
+
+
+def test_recent_retriever_is_used_by_training(tmp_path, examples_path, monkeypatch):
+    """Two iterations with every rollout memory-augmented: the second retrieves the first's tips through the
+    plug-in, whose choice differs from the built-in's (equal scores, ``ties=older_first``: oldest first)."""
+    import dataclasses
+
+    from retriever_recent import recent  # noqa: F401 - registers "recent"
+
+    from empo2.memory.retrieval import RETRIEVERS
+    from empo2.memory.retrieval import similarity
+
+    calls = []
+
+    def spy(bucket, query):
+        rows = recent(bucket, query)
+        calls.append((np.asarray(rows).tolist(), similarity(bucket, query).tolist()))
+        return rows
+
+    monkeypatch.setitem(RETRIEVERS._entries, "recent", dataclasses.replace(RETRIEVERS.get("recent"), obj=spy))
+    run = _train(tmp_path, "recent", ["run.plugins=[retriever_recent]", "empo2.memory.retriever=recent"],
+                 trainer={"iterations": 2}, env={"variations": [4]},
+                 empo2={"p": 1.0, "memory": {"embedder": "hashing", "threshold": -1.0, "top_k": 2,
+                                             "ties": "older_first"}, "tips": {"max_new_tokens": 4}})
+    hits = [c for c in calls if c[0]]
+    assert hits, "the plug-in retriever was never called on a non-empty bucket"
+    assert any(mine != builtin for mine, builtin in hits)  # it changed what was retrieved
+    row = _rows(run)[-1]
+    assert row["memory/retrieval_hit_rate"] > 0
+    assert "retriever: recent" in (run / "config.yaml").read_text()
+
+
+def test_retriever_names_fail_before_work(tmp_path, capsys, examples_path):
+    cfg = write_config(tmp_path, BASE, "bad")
+    assert main(["train", "--config", str(cfg), "empo2.p=0.5", "empo2.memory.retriever=recnt"]) == 2
+    err = capsys.readouterr().err
+    assert "empo2.memory.retriever: unknown retriever 'recnt'; choose one of" in err and "run.plugins" in err
+    assert not (tmp_path / "runs" / "bad").exists()
+    assert main(["config", "registries", "run.plugins=[retriever_recent]"]) == 0
+    out = capsys.readouterr().out
+    assert "empo2.memory.retriever:\n  recent  [retriever_recent]  the k newest" in out
+    assert "\n  similarity  cosine" in out
+
+
+# ---- correction_nearest -----------------------------------------------------------------------------------
+def test_nearest_correction_picks_the_closest_admissible_text(examples_path):
+    from correction_nearest import nearest
+
+    from empo2.corrections import correct
+
+    admissible = ["open door", "close door", "take key"]
+    assert nearest("opne dor", admissible) == "open door"
+    assert nearest("tkae the key", admissible) == "take key"
+    assert nearest("xyz", []) == "xyz"  # nothing to correct to: the refusal stands
+    assert correct("nearest", "clos door", admissible) == "close door"
+    assert correct("safe", "clos door", admissible) == "clos door"  # the built-in never changes a verb
+    assert correct("safe", "OPEN  door", admissible) == "open door" and correct("none", "OPEN door", admissible) == "OPEN door"
+
+
+def test_nearest_correction_is_used_by_training(tmp_path, examples_path, monkeypatch):
+    """Free mode on the tiny-random model: nearly every text is refused, so the plug-in is asked, and each
+    step it changed is executed as its answer and recorded as corrected (the built-in ``none`` corrects none)."""
+    import dataclasses
+
+    from correction_nearest import nearest
+
+    from empo2.corrections import CORRECTIONS
+
+    calls = []
+
+    def spy(action, admissible):
+        fixed = nearest(action, admissible)
+        calls.append((action, fixed))
+        return fixed
+
+    monkeypatch.setitem(CORRECTIONS._entries, "nearest", dataclasses.replace(CORRECTIONS.get("nearest"), obj=spy))
+    free = {"action": {"mode": "free", "max_new_tokens": 6}}
+    run = _train(tmp_path, "nearest", ["run.plugins=[correction_nearest]", "action.correction=nearest"], **free)
+    changed = [c for c in calls if c[1] != c[0]]
+    assert changed, "the plug-in correction was never asked, or never changed a refused text"
+    row = _rows(run)[-1]
+    assert row["rollout/corrected_frac"] > 0
+    base = _train(tmp_path, "none", ["action.correction=none"], **free)
+    assert _rows(base)[-1]["rollout/corrected_frac"] == 0.0
+    assert "correction: nearest" in (run / "config.yaml").read_text()
+
+
+def test_correction_names_fail_before_work(tmp_path, capsys, examples_path):
+    cfg = write_config(tmp_path, BASE, "bad")
+    assert main(["train", "--config", str(cfg), "action.mode=free", "action.correction=nearst"]) == 2
+    err = capsys.readouterr().err
+    assert "action.correction: unknown action correction 'nearst'; choose one of exact, " in err and "run.plugins" in err
+    assert not (tmp_path / "runs" / "bad").exists()
+    assert main(["config", "registries", "run.plugins=[correction_nearest]"]) == 0
+    assert "action.correction:\n  exact" in capsys.readouterr().out

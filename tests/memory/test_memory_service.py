@@ -146,3 +146,28 @@ def test_runtime_retrieves_the_same_tips_with_either_backend(ray_cluster, tmp_pa
     assert any(tips for traj in local[1][0] for tips in traj[1])  # the second iteration did retrieve tips
     assert local[1][1]["memory/entries_added"] == remote[1][1]["memory/entries_added"]
     assert s_local["novelty"]["buckets"].keys() == s_remote["novelty"]["buckets"].keys()
+
+
+def test_a_plugin_retriever_runs_in_the_memory_actor(ray_cluster, tmp_path):
+    """The actor imports the module that registered the run's retriever before its first query
+    (``retrieval.retriever_plugin``), so a plug-in rule answers there as it does in process."""
+    from empo2.memory.retrieval import retriever_plugin
+    from empo2.registry import load_plugins
+
+    plugin = "tests.memory.retriever_plugin"
+    load_plugins([plugin])
+    assert retriever_plugin("worst_first") == [plugin] and retriever_plugin("similarity") == []
+    local = open_memory("local", tmp_path / "a", dim=4, embedder="hashing:4")
+    remote = open_memory("ray", tmp_path / "b", dim=4, embedder="hashing:4")
+    try:
+        b, q = _queries()
+        answers = []
+        for mem in (local, remote):
+            mem.add(_entries())
+            answers.append([[h.text for h in hits] for hits in mem.query(b, q, 0.6, 3, retriever="worst_first")])
+        assert answers[0] == answers[1]
+        assert answers[0][0] == ["e0", "e4", "e8"]  # score 0, oldest first (the built-in: highest score first)
+        assert [h.text for h in local.query(b, q, 0.6, 3)[0]] != answers[0][0]
+    finally:
+        local.close()
+        remote.close()

@@ -309,13 +309,13 @@ def test_retrieval_products_run_on_one_blas_thread(monkeypatch):
     if not outside:
         pytest.skip("no BLAS library visible to threadpoolctl")
     seen: list[list[int]] = []
-    real_search = store_mod.search
+    real_choose = store_mod.choose  # the retriever call (memory.retrieval), which computes the products
 
     def spy(*a, **kw):
         seen.append(_blas_threads())
-        return real_search(*a, **kw)
+        return real_choose(*a, **kw)
 
-    monkeypatch.setattr(store_mod, "search", spy)
+    monkeypatch.setattr(store_mod, "choose", spy)
     dim, n = 64, 400  # 25,600 elements: above the size where OpenBLAS would thread
     keys = _random_keys(n, dim, seed=1)
     with MemoryStore(None, dim=dim) as s:

@@ -204,3 +204,25 @@ def test_a_plugin_environment_runs_in_ray_actors(ray_cluster, monkeypatch):
             pool.out = [pool.reset_many([0, 1], tasks), pool.step_many([0, 1], ["up", "stop"])]
         assert remote.out == local.out
         assert remote.out[1][1].done and not remote.out[1][1].success
+
+
+def test_a_plugin_correction_runs_in_ray_actors(ray_cluster):
+    """A correction registered by a plug-in is imported by each environment actor from ``RolloutSettings.plugins``
+    (``corrections.correction_plugin``), so a refused text is corrected there as in the thread pool."""
+    import dataclasses
+
+    from empo2.corrections import correction_plugin
+    from empo2.registry import load_plugins
+
+    plugin = "tests.rollout.correction_plugin"
+    load_plugins([plugin])
+    assert correction_plugin("last_admissible") == [plugin] and correction_plugin("safe") == []
+    s = dataclasses.replace(FREE, correction="last_admissible", plugins=(plugin,))
+    cfg = _env_cfg("tiny", per_actor=1)
+    tasks = [TaskSpec("tiny", "fetch-key", v) for v in range(2)]
+    with EnvPool(make_family(cfg), 2) as local, RayEnvPool(cfg, 2, None) as remote:
+        for pool in (local, remote):
+            pool.reset_many([0, 1], tasks)
+            pool.out = pool.act_many([0, 1], ["dance wildly", "go east"], s)
+        assert [(o.action, o.corrected) for o in remote.out] == [(o.action, o.corrected) for o in local.out]
+        assert remote.out[0].corrected and remote.out[0].refused_first and not remote.out[1].corrected

@@ -226,6 +226,16 @@ def correct_action(action: str, admissible: Sequence[str], mode: Correction | st
     return _STRATEGIES[mode](action, admissible, threshold, verb_aliases)
 
 
+def correct_exact(action: str, admissible: Sequence[str]) -> str:
+    """The built-in action correction ``exact`` (``corrections``): ``correct_action(..., "exact")``'s text."""
+    return correct_action(action, admissible, Correction.EXACT)[0]
+
+
+def correct_safe(action: str, admissible: Sequence[str]) -> str:
+    """The built-in action correction ``safe`` (``corrections``): ``correct_action(..., "safe")``'s text."""
+    return correct_action(action, admissible, Correction.SAFE)[0]
+
+
 def _exact(action: str, admissible: Sequence[str], _t: float, _v: Mapping[str, str]) -> tuple[str, bool]:
     key = _norm(action)
     for cand in admissible:

@@ -41,15 +41,20 @@ def _load_plugins_of(args: argparse.Namespace) -> None:
 def registry_rows() -> list[tuple[str, str, str, str]]:
     """(config key, name, where it comes from, one-line doc) for every registered entry of every registry:
     environments (``env.name``), training methods (``trainer.method``), advantage estimators
-    (``algo.advantage``), loss terms (``algo.loss_terms``) and generation backends (``rollout.generator``).
+    (``algo.advantage``), loss terms (``algo.loss_terms``), retrievers (``empo2.memory.retriever``), action
+    corrections (``action.correction``) and generation backends (``rollout.generator``).
     Lazy built-ins are listed without importing them (docs/architecture.md, "Extending")."""
     from empo2.algo.registry import ADVANTAGES, LOSS_TERMS
     from empo2.envs.registry import ENVS
     from empo2.config import RolloutConfig
+    from empo2.corrections import CORRECTIONS
+    from empo2.memory.retrieval import RETRIEVERS
     from empo2.methods import METHODS
 
     rows = []
-    for reg in (ENVS, METHODS, ADVANTAGES, LOSS_TERMS):
+    for reg in (ENVS, METHODS, ADVANTAGES, LOSS_TERMS, RETRIEVERS, CORRECTIONS):
+        if not reg.names():  # listed, so a user sees the key exists and that nothing is registered under it
+            rows.append((reg.config_key, "(none registered)", "built-in", ""))
         for name in reg.names():
             lazy = name in reg._lazy  # noqa: SLF001 (read-only: a lazy entry is a built-in not imported yet)
             src = "built-in" if lazy else (reg.get(name).source or "?")
@@ -65,7 +70,8 @@ def registry_rows() -> list[tuple[str, str, str, str]]:
 
 def cmd_config_registries(args: argparse.Namespace) -> int:
     """``empo2 config registries [--config F] [key=value …]``: what each config string can name — the registered
-    environments, methods, advantage estimators, loss terms and generators, plug-ins included.
+    environments, methods, advantage estimators, loss terms, retrievers, action corrections and generators, plug-ins
+    included.
 
     Returns:
         0.

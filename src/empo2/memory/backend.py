@@ -28,6 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from empo2.memory.novelty import NoveltyCounter
+from empo2.memory.retrieval import DEFAULT_RETRIEVER
 from empo2.memory.retriever import Compare, Ties
 from empo2.memory.store import MEMORY_FILENAME, DEFAULT_CAPACITY, MemoryEntry, MemoryStore, Retrieved
 
@@ -38,9 +39,11 @@ class MemoryBackend(Protocol):
     whole batch; ``S`` is the number of states, ``D`` the embedding size."""
 
     def query(self, buckets: Sequence[str], embeddings: np.ndarray, threshold: float, top_k: int, *,
-              compare: Compare | str = Compare.GE, ties: Ties | str = Ties.NEWER_FIRST) -> list[list[Retrieved]]:
+              compare: Compare | str = Compare.GE, ties: Ties | str = Ties.NEWER_FIRST,
+              retriever: str = DEFAULT_RETRIEVER) -> list[list[Retrieved]]:
         """Retr(s; M) of each state: ``embeddings`` float32 ``[S, D]`` (unit rows), ``buckets`` ``S`` names;
-        per state at most ``top_k`` entries of its bucket with cosine ≥ τ, best score first."""
+        per state at most ``top_k`` entries of its bucket chosen by the named retriever
+        (``memory.retrieval``; ``similarity``: cosine ≥ τ, best score first)."""
         ...
 
     def count_similar(self, buckets: Sequence[str], embeddings: np.ndarray, threshold: float, *,
@@ -115,9 +118,11 @@ class LocalMemory:
         self.read_only = read_only
 
     def query(self, buckets: Sequence[str], embeddings: np.ndarray, threshold: float, top_k: int, *,
-              compare: Compare | str = Compare.GE, ties: Ties | str = Ties.NEWER_FIRST) -> list[list[Retrieved]]:
+              compare: Compare | str = Compare.GE, ties: Ties | str = Ties.NEWER_FIRST,
+              retriever: str = DEFAULT_RETRIEVER) -> list[list[Retrieved]]:
         embs = _rows(buckets, embeddings)
-        return [self.store.query(b, e, threshold, top_k, compare=compare, ties=ties) for b, e in zip(buckets, embs)]
+        return [self.store.query(b, e, threshold, top_k, compare=compare, ties=ties, retriever=retriever)
+                for b, e in zip(buckets, embs)]
 
     def count_similar(self, buckets: Sequence[str], embeddings: np.ndarray, threshold: float, *,
                       compare: Compare | str = Compare.GE) -> list[int]:

@@ -9,6 +9,11 @@ time, in arrival order. The actor is pinned to the node of the process that crea
 writes ``<run>/memory.sqlite`` in the same run folder as an in-process memory would; the last
 client to ``close`` persists and ends it. A remote error is re-raised here as the original
 exception (``MemoryStoreError``, ``FileNotFoundError``, ``ValueError``), not as a Ray wrapper.
+
+A plug-in retriever (``empo2.memory.retriever``, ``memory.retrieval``) runs in the actor: before the first
+query that names it, the module that registered it is imported there (``MemoryServer.load_plugins``), so it
+must be importable on the driver's node (``PYTHONPATH`` that Ray's workers inherit, or an installed package);
+if it is not, the query raises the ``ConfigError`` of ``registry.load_plugins``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import numpy as np
 
 from empo2 import raycluster
 from empo2.memory.backend import LocalMemory, open_local_memory
+from empo2.memory.retrieval import DEFAULT_RETRIEVER, retriever_plugin
 from empo2.memory.retriever import Compare, Ties
 from empo2.memory.store import DEFAULT_CAPACITY, MemoryEntry, Retrieved
 
@@ -63,6 +69,14 @@ class MemoryServer:
             self.memory = None
         return self.clients
 
+    def load_plugins(self, modules: list[str]) -> None:
+        """Import plug-in modules in the actor (``registry.load_plugins``), e.g. the one that registered the
+        run's retriever (``retrieval.retriever_plugin``); it must be importable there (``PYTHONPATH`` or an
+        installed package)."""
+        from empo2.registry import load_plugins
+
+        load_plugins(list(modules))
+
     def call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """``getattr(memory, method)(*args, **kwargs)`` on the served ``LocalMemory``."""
         if self.memory is None:
@@ -88,6 +102,7 @@ class RayMemory:
                  ray_cfg: Any = None):
         self.ray = raycluster.acquire(ray_cfg)
         self._closed = False
+        self._retrievers: set[str] = set()
         try:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -117,9 +132,13 @@ class RayMemory:
         return self._get(self.actor.call.remote(method, *args, **kwargs))
 
     def query(self, buckets: Sequence[str], embeddings: np.ndarray, threshold: float, top_k: int, *,
-              compare: Compare | str = Compare.GE, ties: Ties | str = Ties.NEWER_FIRST) -> list[list[Retrieved]]:
+              compare: Compare | str = Compare.GE, ties: Ties | str = Ties.NEWER_FIRST,
+              retriever: str = DEFAULT_RETRIEVER) -> list[list[Retrieved]]:
+        if retriever not in self._retrievers:  # a plug-in's module is imported in the actor before its first use
+            self._get(self.actor.load_plugins.remote(retriever_plugin(retriever)))
+            self._retrievers.add(retriever)
         return self._call("query", list(buckets), np.asarray(embeddings, dtype=np.float32), threshold, top_k,
-                          compare=str(Compare(compare).value), ties=str(Ties(ties).value))
+                          compare=str(Compare(compare).value), ties=str(Ties(ties).value), retriever=retriever)
 
     def count_similar(self, buckets: Sequence[str], embeddings: np.ndarray, threshold: float, *,
                       compare: Compare | str = Compare.GE) -> list[int]:

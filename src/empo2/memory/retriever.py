@@ -13,12 +13,18 @@ the bucket changes), ``select`` (the rule, given all similarities) and ``search`
 but it first scores only the few hundred best-ranked keys and stops if k of them pass τ). A query
 over 10^5 keys therefore costs at most one ``[M, D] @ [D]`` product plus an ``O(M)`` gather, and
 far less when most keys pass τ (as with full-history keys, docs/algorithms.md, EMPO² memory at run time).
+
+This rule is the built-in retriever ``similarity`` of ``empo2.memory.retrieval.RETRIEVERS``
+(``empo2.memory.retriever: similarity``, the default); other rules are registered there by plug-ins.
 """
 
 from __future__ import annotations
 
 from enum import Enum
 import numpy as np
+
+HEAD = 256
+"""Rows ``search`` and ``similarity`` score first (at least 4k)."""
 
 class Compare(str, Enum):
     """How the similarity threshold τ is applied."""
@@ -94,7 +100,7 @@ def search(
     threshold: float,
     top_k: int,
     compare: Compare | str = Compare.GE,
-    head: int = 256,
+    head: int = HEAD,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``select(keys @ query, order, ...)`` without scoring every key when the best-ranked pass.
 
@@ -131,3 +137,4 @@ def search(
     sims = keys @ query
     chosen = select(sims, order, threshold, top_k, compare)
     return chosen, sims[chosen]
+

@@ -45,7 +45,8 @@ from urllib.parse import quote
 
 import numpy as np
 
-from empo2.memory.retriever import Compare, Ties, rank_order, search
+from empo2.memory.retrieval import DEFAULT_RETRIEVER, Candidates, RetrievalQuery, choose
+from empo2.memory.retriever import Compare, Ties, rank_order
 from empo2.memory.text import EntryTextMode, episode_entry_text, step_entry_text
 
 logger = logging.getLogger(__name__)
@@ -155,8 +156,10 @@ class EntryStore(Protocol):
         ...
 
     def query(self, bucket: str, embedding: np.ndarray, threshold: float, top_k: int, *,
-              compare: Compare | str = Compare.GE, ties: Ties | str = Ties.NEWER_FIRST) -> list[Retrieved]:
-        """Retr(s_t; M): entries with cosine ≥ τ, best score first, at most k (``retriever``)."""
+              compare: Compare | str = Compare.GE, ties: Ties | str = Ties.NEWER_FIRST,
+              retriever: str = DEFAULT_RETRIEVER) -> list[Retrieved]:
+        """Retr(s_t; M) by the named retriever (``memory.retrieval``; ``similarity``: entries with cosine ≥ τ,
+        best score first, at most k)."""
         ...
 
     def count_similar(self, bucket: str, embedding: np.ndarray, threshold: float, *,
@@ -185,6 +188,7 @@ def retrieve(
     top_k: int,
     compare: Compare | str = Compare.GE,
     ties: Ties | str = Ties.NEWER_FIRST,
+    retriever: str = DEFAULT_RETRIEVER,
 ) -> list[Retrieved]:
     """Retr(s_t; M) (docs/algorithms.md, EMPO² memory at run time) on any ``EntryStore``.
 
@@ -196,6 +200,7 @@ def retrieve(
         top_k: k (authors: 10).
         compare: ``"ge"`` (default) or ``"gt"`` (authors).
         ties: ``"newer_first"`` (default) or ``"older_first"`` (authors).
+        retriever: the rule's name in ``memory.retrieval.RETRIEVERS`` (``empo2.memory.retriever``).
 
     Returns:
         At most k ``Retrieved`` (entry + cosine), best first; ``[]`` for an unknown bucket.
@@ -203,7 +208,7 @@ def retrieve(
     Raises:
         ValueError: the embedding's shape does not match the store's D.
     """
-    return store.query(bucket, state_embedding, threshold, top_k, compare=compare, ties=ties)
+    return store.query(bucket, state_embedding, threshold, top_k, compare=compare, ties=ties, retriever=retriever)
 
 
 def shown_hits(hits: Sequence[Retrieved], min_score: float | None) -> list[Retrieved]:
@@ -212,7 +217,8 @@ def shown_hits(hits: Sequence[Retrieved], min_score: float | None) -> list[Retri
 
     Retr(s_t; M) sorts by episode score (descending), so the entries that pass ``score >= min_score``
     are a prefix of its result: keeping them after the top-k cut gives exactly the top-k of the
-    passing entries, whatever backend ran the query.
+    passing entries, whatever backend ran the query. (A plug-in retriever that does not sort by score
+    is filtered the same way; its shown tips are then the passing ones of its k.)
 
     Args:
         hits: one state's ``Retrieved`` list, best score first (as every backend's ``query`` returns it).
@@ -285,6 +291,16 @@ class _BucketIndex:
     def keys(self) -> np.ndarray:
         """float32 ``[M, D]`` view of the live keys (oldest first)."""
         return self._keys[self._start:self._stop]
+
+    @property
+    def scores(self) -> np.ndarray:
+        """float64 ``[M]`` view of the live scores (oldest first)."""
+        return self._scores[self._start:self._stop]
+
+    @property
+    def seqs(self) -> np.ndarray:
+        """int64 ``[M]`` view of the live insertion seqs (oldest first)."""
+        return self._seqs[self._start:self._stop]
 
     def order(self, ties: Ties) -> np.ndarray:
         """Cached ``rank_order`` of the live rows."""
@@ -755,8 +771,10 @@ class MemoryStore:
     # ---- reading -------------------------------------------------------------------------------
 
     def query(self, bucket: str, embedding: np.ndarray, threshold: float, top_k: int, *,
-              compare: Compare | str = Compare.GE, ties: Ties | str = Ties.NEWER_FIRST) -> list[Retrieved]:
-        """Retr(s_t; M) (docs/algorithms.md, EMPO² memory at run time): see ``empo2.memory.retriever`` for the rule.
+              compare: Compare | str = Compare.GE, ties: Ties | str = Ties.NEWER_FIRST,
+              retriever: str = DEFAULT_RETRIEVER) -> list[Retrieved]:
+        """Retr(s_t; M) (docs/algorithms.md, EMPO² memory at run time): the rule of retriever ``retriever``
+        (``empo2.memory.retrieval``; the default ``similarity`` is ``empo2.memory.retriever``'s rule).
 
         Args:
             bucket: task + variation.
@@ -765,12 +783,16 @@ class MemoryStore:
             top_k: k.
             compare: ``"ge"`` (cosine ≥ τ) or ``"gt"`` (> τ, authors).
             ties: ``"newer_first"`` or ``"older_first"`` (authors) among equal scores.
+            retriever: a name registered in ``memory.retrieval.RETRIEVERS``.
 
         Returns:
-            At most k ``Retrieved``, highest episode score first; ``[]`` for an unknown bucket.
+            At most k ``Retrieved`` in the retriever's order (``similarity``: highest episode score first);
+            ``[]`` for an unknown bucket.
 
         Raises:
-            ValueError: embedding shape is not ``[D]`` or not unit-norm; ``top_k < 0``.
+            ValueError: embedding shape is not ``[D]`` or not unit-norm; ``top_k < 0``; the retriever broke
+                its contract (``retrieval.choose``).
+            ConfigError: ``retriever`` is not registered.
             MemoryStoreError: the store is closed.
         """
         if top_k < 0:
@@ -781,9 +803,11 @@ class MemoryStore:
             idx = self._buckets.get(bucket)
             if idx is None or not len(idx):
                 return []
-            order = idx.order(Ties(ties))
+            rq = RetrievalQuery(bucket, q, float(threshold), top_k, Compare(compare), Ties(ties))
+            view = Candidates(idx.entries, idx.keys, idx.scores, idx.seqs, rq, order=idx.order)
             with _single_blas_thread(idx.keys.size):
-                chosen, sims = search(idx.keys, q, order, threshold, top_k, compare)
+                chosen = choose(retriever, view, rq)
+                sims = view.similarities(chosen)
             return [Retrieved(idx.entries[i], float(c)) for i, c in zip(chosen, sims)]
 
     def count_similar(self, bucket: str, embedding: np.ndarray, threshold: float, *,

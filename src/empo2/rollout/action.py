@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from empo2.agent.parse import correct_action, parse_action
+from empo2.corrections import correct
+from empo2.agent.parse import parse_action
 from empo2.envs.base import StepResult, TextEnv, TrialStepEnv
 
 
@@ -40,7 +41,8 @@ def take_action(env: TextEnv, raw_text: str, s: Any) -> ActionOutcome:
     1. ``parse_action(raw_text)`` (lower-cased when ``s.lowercase_actions``);
     2. ``env.step(action)``: the text as written, so an accepted action is never rewritten;
     3. only if the env *refused* it (``StepResult.refused``: nothing happened), in free mode with
-       ``s.correction != "none"``: ``correct_action(action, env.admissible_actions(), …)``; a
+       ``s.correction != "none"``: the correction ``s.correction`` (``corrections.correct``: a built-in,
+       ``agent.parse.correct_action``, or a plug-in's, imported first from ``s.plugins``); a
        changed text is executed with ``env.try_step`` where the env has it (``TrialStepEnv``;
        a step that would end or fail the episode is undone and the refusal stands), else with
        ``env.step``.
@@ -48,19 +50,22 @@ def take_action(env: TextEnv, raw_text: str, s: Any) -> ActionOutcome:
     Args:
         env: the episode's environment (after ``reset``).
         raw_text: the decoded model output of this turn.
-        s: the rollout settings (``RolloutSettings``: ``lowercase_actions``, ``action_mode``, ``correction``).
+        s: the rollout settings (``RolloutSettings``: ``lowercase_actions``, ``action_mode``, ``correction``,
+            ``plugins``).
 
     Returns:
         The ``ActionOutcome``; its ``result`` is the step that counts for this turn.
 
     Raises:
         EnvError: the environment failed.
+        ConfigError: ``s.correction`` is not registered here.
     """
     action, ok = parse_action(raw_text, lowercase=s.lowercase_actions)
     result = env.step(action)
     if not (result.refused and ok and s.action_mode != "constrained" and s.correction != "none"):
         return ActionOutcome(action, ok, False, result, refused_first=bool(result.refused))
-    fixed, changed = correct_action(action, env.admissible_actions(), s.correction)
+    fixed = correct(s.correction, action, env.admissible_actions(), getattr(s, "plugins", ()))
+    changed = fixed != action
     if not changed or " ".join(fixed.lower().split()) == " ".join(action.lower().split()):
         return ActionOutcome(action, ok, False, result, refused_first=True)
     second = env.try_step(fixed) if isinstance(env, TrialStepEnv) else env.step(fixed)

@@ -147,7 +147,7 @@ class RolloutSettings:
     max_new_tokens: int
     max_turns: int
     action_mode: str = "free"  # "free" | "constrained"
-    correction: str = "safe"  # "none" | "exact" | "safe"
+    correction: str = "safe"  # an ``empo2.corrections`` name: "none" | "exact" | "safe" | a plug-in's
     max_context: int = 4096
     max_tip_tokens: int = 512
     generation_batch_size: int = 0
@@ -169,6 +169,9 @@ class RolloutSettings:
     64 × 4 B), so 2 GiB ≈ 45k tokens. Before each generation call the caches kept for finished
     episodes are trimmed so that they, the live caches and the call's growth fit the cap; the batch
     cache of one call holds the live caches (moved, not copied) plus padding."""
+    plugins: tuple[str, ...] = ()
+    """Plug-in modules ``take_action`` imports first where it runs (a Ray environment actor): the one that
+    registered ``correction`` (``corrections.correction_plugin``)."""
 
 
 class RolloutEngine:

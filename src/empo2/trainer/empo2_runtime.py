@@ -205,7 +205,8 @@ class Empo2Runtime(Method):
             n_found = [len(f) for f in found]
         else:
             hits = self.memory.query([st.spec.task.bucket for st in states], embs, self.mcfg.threshold,
-                                     self.mcfg.top_k, compare=self.mcfg.compare, ties=self.mcfg.ties)
+                                     self.mcfg.top_k, compare=self.mcfg.compare, ties=self.mcfg.ties,
+                                     retriever=self.mcfg.retriever)
             n_found = [len(h) for h in hits]
             found = [[h.text for h in shown_hits(hs, self.mcfg.min_score)] for hs in hits]
         for i, (st, e) in enumerate(zip(states, embs)):

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import torch
 
+from empo2.corrections import correction_plugin
 from empo2.algo.registry import advantage_spec
 from empo2.config import Config
 from empo2.envs.base import EnvError, EnvFamily
@@ -89,7 +90,8 @@ class Setup:
             max_tip_tokens=c.empo2.memory.max_tip_tokens, generation_batch_size=c.rollout.generation_batch_size,
             top_k=c.rollout.top_k, seed=c.run.seed, few_shot=c.action.few_shot,
             need_anchor=advantage_spec(c.algo.advantage).needs_anchor, lowercase_actions=self.family.lowercase_actions,
-            kv_cache=c.rollout.kv_cache, kv_cache_max_bytes=c.rollout.kv_cache_max_bytes, autocast=c.model.autocast)
+            kv_cache=c.rollout.kv_cache, kv_cache_max_bytes=c.rollout.kv_cache_max_bytes, autocast=c.model.autocast,
+            plugins=tuple(correction_plugin(c.action.correction)))
 
     def close(self) -> None:
         self.pool.close()
