@@ -118,9 +118,10 @@ class ActionConfig:
     mode: Literal["free", "constrained"] = doc(
         "'free': sample any text (paper); 'constrained': sample only admissible actions through a"
         " token-prefix trie, with exact behaviour log-probs of the constrained distribution", default="free")
-    correction: Literal["none", "exact", "safe"] = doc(
-        "map free text to an admissible action: 'exact' (case/space-insensitive match only), 'safe'"
-        " (closest admissible action that never introduces a verb such as 'focus on'), 'none'", default="safe")
+    correction: str = doc(
+        "map refused free text to an admissible action: 'exact' (case/space-insensitive match only), 'safe'"
+        " (closest admissible action that never introduces a verb such as 'focus on'), 'none', or the name of one a"
+        " plug-in registers (run.plugins; docs/architecture.md, 'Action corrections')", default="safe")
     max_new_tokens: int = doc("generation cap per turn (tokens)", default=32)
     few_shot: bool = doc("put the environment's short example turns at the start of the chat", default=True)
 
@@ -198,16 +199,18 @@ class MismatchConfig:
     """Rollout–trainer mismatch: the sampler's behaviour log-probs vs the trainer's (``algo.mismatch``,
     docs/algorithms.md "Rollout–trainer mismatch")."""
 
-    measure: Literal["auto", "on", "off"] = doc(
-        "score the rollout's action tokens with the trainer before the update and log rollout/mismatch_* (mean"
-        " |Δ log-prob|, KL, per turn); 'auto' = on when rollout.generator is not 'hf' (one extra no-grad forward)",
-        default="auto")
+    measure: Literal["auto", "sample", "on", "off"] = doc(
+        "log rollout/mismatch_* (mean |Δ log-prob| between the engine's and the trainer's log-probs, KL, per turn,"
+        " and the tokens measured): 'sample' = on the samples the update's first optimiser step forwards with the"
+        " rollout's weights (no extra forward); 'on' = every on-policy sample, one extra no-grad forward over the"
+        " batch before the update; 'auto' = 'sample' when rollout.generator is not 'hf', else off (HF: 0 by"
+        " construction). recompute or tis_cap > 0 run the full pass whatever this says", default="auto")
     recompute: bool = doc(
         "use the trainer's log-probs as the behaviour log-probs of the ratio (verl's recompute of old log-probs);"
-        " the sampler's stay for TIS", default=False)
+        " the sampler's stay for TIS. Needs every sample's trainer log-probs, so it implies the full pass", default=False)
     tis_cap: float = doc(
         "truncated importance sampling: weight each token's loss by min(π_trainer/π_sampler, cap), detached"
-        " (0 = off; 2 is the usual cap). Needs the trainer's log-probs, so it implies measuring", default=0.0)
+        " (0 = off; 2 is the usual cap). Needs every sample's trainer log-probs, so it implies the full pass", default=0.0)
 
 
 @dataclass
@@ -318,6 +321,9 @@ class MemoryConfig:
     ties: Literal["newer_first", "older_first"] = doc(
         "order of equal-score tips: newer first (ours) or insertion order (authors' stable sort)", default="newer_first")
     top_k: int = doc("k: at most this many tips per step", default=10)
+    retriever: str = doc(
+        "the retrieval rule Retr(s; M): 'similarity' (cosine passes τ, highest episode score first, top_k; the paper) or "
+        "the name of one a plug-in registers (run.plugins; docs/architecture.md, 'Retrievers')", default="similarity")
     min_score: float | None = doc(
         "show only retrieved tips whose episode scored at least this (-100..100, the scores' scale; e.g. 1 keeps "
         "only episodes that scored); null = every retrieved tip (paper). Applied after Retr's top-k, which is "
