@@ -612,7 +612,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return res
     t_start = time.perf_counter()
     cases_wanted = parse_cases(args.cases, args.generator_ab, args.baseline_src)
+    if not cases_wanted:
+        raise SystemExit("--cases: no case named; choose from " + ", ".join(CASE_NAMES))
+    if args.deadline_s < 0:
+        raise SystemExit(f"--deadline-s must be ≥ 0 (0 = none), got {args.deadline_s:g}")
+    if args.baseline_src and "gen_base" not in cases_wanted:
+        raise SystemExit("--baseline-src is used only by the gen_base case; add it to --cases or drop --baseline-src")
     baseline = src_root(args.baseline_src) if "gen_base" in cases_wanted else None
+    if args.overrides:  # a bad key fails now, not after the model is built (minutes on a GPU)
+        from empo2.config import load_config
+
+        load_config(REPO_ROOT / "configs" / "webshop_grpo_cpu.yaml", list(args.overrides))
     amp = args.autocast or ("bfloat16" if args.device.startswith("cuda") else "none")
     out = Path(args.out)
 
@@ -721,4 +731,14 @@ def _print_summary(result: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        res = main()
+    except Exception as e:  # a bad override: one line, exit 2 (as the CLI)
+        from empo2.configschema import ConfigError
+
+        if not isinstance(e, ConfigError):
+            raise
+        print(f"gpu_check: {e}", file=sys.stderr)
+        sys.exit(2)
+    # exit 1 when a case failed or none ran (deadline), so a script can tell; the JSON holds what finished
+    sys.exit(1 if res.get("errors") or (res.get("cases_wanted") and not res.get("cases")) else 0)

@@ -45,12 +45,12 @@ METHODS: Registry[MethodFactory] = Registry("training method", "trainer.method")
 """``trainer.method`` → factory of the run's ``Method``."""
 
 METHODS.register_lazy("grpo", "empo2.trainer.method:make_grpo", builtin=True,
-                      when="empo2.p=0 and algo.advantage other than gigpo",
+                      when="empo2.p=0, no novelty reward in the advantage, and algo.advantage other than gigpo",
                       doc="multi-step GRPO: group-relative advantages, no memory (any algo.advantage but gigpo)")
 METHODS.register_lazy("gigpo", "empo2.trainer.method:make_gigpo", builtin=True,
-                      when="empo2.p=0 and algo.advantage=gigpo", doc="GiGPO: GRPO with anchor-state step advantages")
+                      when="empo2.p=0, no novelty reward in the advantage, and algo.advantage=gigpo", doc="GiGPO: GRPO with anchor-state step advantages")
 METHODS.register_lazy("empo2", "empo2.trainer.empo2_hooks:make_training_runtime", builtin=True,
-                      when="empo2.p>0 and trainer.update=true",
+                      when="empo2.p>0 (or the novelty reward in the advantage) and trainer.update=true",
                       doc="EMPO²: memory-augmented rollouts, tips, hybrid on/off-policy updates")
 METHODS.register_lazy("memory_only", "empo2.trainer.empo2_hooks:make_training_runtime", builtin=True,
                       when="empo2.p>0 and trainer.update=false",
@@ -78,11 +78,20 @@ def register_method(name: str, factory: MethodFactory, *, check: Callable[[Any],
 
 
 def auto_method(cfg: Any) -> str:
-    """The built-in method ``trainer.method: auto`` picks (the table in this module's docstring)."""
+    """The built-in method ``trainer.method: auto`` picks (the table in this module's docstring).
+
+    Raises:
+        ConfigError: GRPO + the novelty reward (``empo2.p: 0``) with ``empo2.intrinsic.count: retrieved``, which
+            counts shown tips: none is ever shown at p 0, so the reward would be 0 everywhere.
+    """
     if cfg.empo2.p > 0:
         return "empo2" if cfg.trainer.update else "memory_only"
     icfg = cfg.empo2.intrinsic
     if icfg.enabled and icfg.in_advantage and cfg.trainer.update:  # GRPO + novelty: the runtime counts states
+        if icfg.count == "retrieved":
+            raise ConfigError("empo2.intrinsic.count=retrieved counts the tips a step is shown, and with empo2.p=0 "
+                              "no step is shown any: the novelty reward would be 0 everywhere; use "
+                              "empo2.intrinsic.count=similar_states for GRPO + novelty, or set empo2.p > 0")
         return "empo2"
     return "gigpo" if cfg.algo.advantage == "gigpo" else "grpo"
 
@@ -94,13 +103,22 @@ def method_name(cfg: Any) -> str:
 
 
 def check_method(cfg: Any) -> None:
-    """``trainer.method`` names a registered method the rest of the config agrees with (plug-ins loaded).
+    """``trainer.method`` names a registered method the rest of the config agrees with (plug-ins loaded); so does
+    ``empo2.memory.retriever`` (``memory.retrieval.check_retriever``) and ``action.correction``
+    (``corrections.check_correction``).
 
     Raises:
         ConfigError: an unregistered name (lists the registered ones and how a plug-in registers one), a
             built-in that ``auto`` would not pick (names the keys that choose it), or the method's own
             ``check`` refusing the config.
     """
+    from empo2.corrections import check_correction
+    from empo2.memory.retrieval import check_retriever
+
+    # empo2.memory.retriever and action.correction: here because config.validate calls this after the plug-ins load
+    check_retriever(cfg)
+    check_correction(cfg)
+    auto_method(cfg)  # refuses GRPO + novelty with a novelty count that is always 0
     name = str(cfg.trainer.method)
     if name == "auto":
         return
@@ -111,7 +129,9 @@ def check_method(cfg: Any) -> None:
     if meta.get("builtin") and name != auto:
         raise ConfigError(f"trainer.method={name} is the method of configs with {meta['when']}, but this config "
                           f"(empo2.p={cfg.empo2.p}, trainer.update={str(cfg.trainer.update).lower()}, "
-                          f"algo.advantage={cfg.algo.advantage}) is {auto!r}; change those keys or set "
+                          f"algo.advantage={cfg.algo.advantage}, empo2.intrinsic.enabled="
+                          f"{str(cfg.empo2.intrinsic.enabled).lower()}, empo2.intrinsic.in_advantage="
+                          f"{str(cfg.empo2.intrinsic.in_advantage).lower()}) is {auto!r}; change those keys or set "
                           "trainer.method=auto")
     check = meta.get("check")
     if callable(check):

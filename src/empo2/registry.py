@@ -3,7 +3,8 @@
 Every kind of thing a config string chooses lives in a ``Registry``: environment families
 (``envs.registry.ENVS``, ``env.name``), advantage estimators and loss terms (``algo.registry.ADVANTAGES``,
 ``algo.advantage``; ``algo.registry.LOSS_TERMS``, ``algo.loss_terms``) and training methods
-(``methods.METHODS``, ``trainer.method``); retrievers and the like as they move onto it. The
+(``methods.METHODS``, ``trainer.method``), retrievers (``memory.retrieval.RETRIEVERS``,
+``empo2.memory.retriever``) and action corrections (``corrections.CORRECTIONS``, ``action.correction``). The
 package registers its own entries when their module is imported; a *plug-in* is any importable
 module that registers entries when it is imported, named either
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import logging
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Generic, Iterator, TypeVar
@@ -56,6 +58,14 @@ class Entry(Generic[T]):
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+_REGISTRIES: list["Registry[Any]"] = []
+"""Every registry made in this process (``load_plugins`` tells a plug-in that registered nothing)."""
+
+
+def _registered_count() -> int:
+    return sum(len(r._entries) + len(r._lazy) for r in _REGISTRIES)  # noqa: SLF001
+
+
 class Registry(Generic[T]):
     """Names → ``Entry`` for one kind of thing (``kind`` is used in messages: "environment").
 
@@ -71,6 +81,7 @@ class Registry(Generic[T]):
         """
         self.kind = kind
         self.config_key = config_key
+        _REGISTRIES.append(self)
         self._entries: dict[str, Entry[T]] = {}
         self._lazy: dict[str, tuple[str, str | None, str, dict[str, Any]]] = {}
         self._lock = threading.Lock()
@@ -209,12 +220,13 @@ def load_plugins(modules: list[str]) -> None:
     """
     load_entry_point_plugins()
     for mod in modules:
-        if not isinstance(mod, str) or not mod.strip():
+        if not isinstance(mod, str) or not mod.strip() or not all(p.isidentifier() for p in mod.split(".")):
             raise ConfigError(f"run.plugins: {mod!r} is not a module name; list dotted module names, e.g. "
                               "run.plugins=[my_pkg.my_env]")
         with _plugin_lock:
             if mod in _loaded_modules:
                 continue
+            before = -1 if mod in sys.modules else _registered_count()  # imported already: it registered then
             try:
                 importlib.import_module(mod)
             except ModuleNotFoundError as e:
@@ -226,6 +238,11 @@ def load_plugins(modules: list[str]) -> None:
                 raise ConfigError(f"run.plugins: importing {mod!r} raised {type(e).__name__}: {e}; fix the plug-in "
                                   "module (it must import without side effects beyond registering)") from e
             _loaded_modules.add(mod)
+            if _registered_count() == before:  # (-1 never equals a count)
+                log.warning("run.plugins: importing %r registered nothing (no environment, method, advantage "
+                            "estimator, loss term, retriever or correction); a plug-in registers when its module is "
+                            "imported: name the module that calls register_* (a folder or package whose __init__ "
+                            "does not import it registers nothing)", mod)
 
 
 def load_entry_point_plugins() -> None:

@@ -115,6 +115,22 @@ def test_config_keys_and_registries_load_the_plugins_an_override_names(capsys):
     assert "PYTHONPATH" in capsys.readouterr().err
 
 
+def test_a_plugin_that_registers_nothing_is_reported_and_a_bad_name_is_refused(tmp_path, monkeypatch, caplog):
+    """Naming a package folder whose __init__ does not import the registering module used to pass silently, and
+    the later "unknown environment" error then said to add it to run.plugins — where it already was."""
+    (tmp_path / "registers_nothing_mod.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with caplog.at_level("WARNING", logger="empo2.registry"):
+        load_plugins(["registers_nothing_mod"])
+    assert "'registers_nothing_mod' registered nothing" in caplog.text
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="empo2.registry"):
+        load_plugins([PLUGIN])  # registers (or registered already): no warning
+    assert "registered nothing" not in caplog.text
+    with pytest.raises(ConfigError, match="'.' is not a module name"):
+        load_plugins(["."])
+
+
 def test_entry_point_plugins_are_imported_without_run_plugins(tmp_path):
     """A package declaring an ``empo2.plugins`` entry point registers its environment in a fresh process."""
     mod = tmp_path / "ep_demo_env.py"

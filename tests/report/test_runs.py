@@ -22,6 +22,7 @@ from empo2.report.runs import (Algorithm, ReportError, algorithm_of, cumulative_
     ({"empo2": {"p": 0.0}, "trainer": {"iterations": 3, "update": False}}, Algorithm.BASE),
     ({"empo2": {"intrinsic": {"in_advantage": True}}}, Algorithm.GRPO_NOVELTY),
     ({"empo2": {"intrinsic": {"in_advantage": True, "enabled": False}}}, Algorithm.GRPO),
+    ({"empo2": {"intrinsic": {"in_advantage": True}}, "algo": {"advantage": "gigpo"}}, Algorithm.GIGPO_NOVELTY),
     ({"empo2": {"p": 0.25, "intrinsic": {"in_advantage": True}}}, Algorithm.EMPO2),
 ])
 def test_algorithm_labels(cfg, label):

@@ -55,6 +55,15 @@ def test_auto_picks_the_method_the_keys_always_meant(overrides, name):
     assert method_name(_cfg(*overrides, f"trainer.method={name}")) == name  # naming it explicitly agrees
 
 
+def test_grpo_novelty_refuses_a_count_that_is_always_zero_and_names_the_deciding_keys():
+    from empo2.configschema import ConfigError
+
+    with pytest.raises(ConfigError, match="count=similar_states for GRPO \\+ novelty"):
+        _cfg("empo2.intrinsic.in_advantage=true", "empo2.intrinsic.count=retrieved")
+    with pytest.raises(ConfigError, match="empo2.intrinsic.in_advantage=true\\) is 'empo2'"):
+        _cfg("empo2.intrinsic.in_advantage=true", "trainer.method=grpo")
+
+
 def test_the_builtin_methods_are_registered_and_grpo_gigpo_have_no_hooks(tmp_path):
     assert {"grpo", "gigpo", "empo2", "memory_only"} <= set(METHODS.names())
     for overrides, name in (([], "grpo"), (["algo.advantage=gigpo"], "gigpo")):
@@ -64,7 +73,7 @@ def test_the_builtin_methods_are_registered_and_grpo_gigpo_have_no_hooks(tmp_pat
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["trainer.method=empo2"], "empo2.p>0 and trainer.update=true"),
+    (["trainer.method=empo2"], "empo2.p>0 \\(or the novelty reward in the advantage\\) and trainer.update=true"),
     (["trainer.method=memory_only", "empo2.p=0.5"], "trainer.update=false"),
     (["trainer.method=grpo", "algo.advantage=gigpo"], "algo.advantage other than gigpo"),
     (["trainer.method=grpoo"], "Did you mean 'grpo'"),

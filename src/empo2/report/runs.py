@@ -44,6 +44,7 @@ class Algorithm(str, Enum):
 
     GRPO = "GRPO"
     GRPO_NOVELTY = "GRPO + novelty"  # p 0, the novelty reward in the advantage (empo2.methods)
+    GIGPO_NOVELTY = "GiGPO + novelty"  # the same with algo.advantage gigpo
     GIGPO = "GiGPO"
     EMPO2 = "EMPO²"
     BASE = "base"  # no update: the initial policy
@@ -69,12 +70,11 @@ def algorithm_of(config: dict[str, Any]) -> Algorithm:
         return Algorithm.MEMORY_ONLY if p > 0 else Algorithm.BASE
     if p > 0:
         return Algorithm.EMPO2
-    if (config.get("algo") or {}).get("advantage", "grpo") == "gigpo":
-        return Algorithm.GIGPO
     intr = (config.get("empo2") or {}).get("intrinsic") or {}
-    if intr.get("enabled", True) is not False and intr.get("in_advantage", False) is True:
-        return Algorithm.GRPO_NOVELTY
-    return Algorithm.GRPO
+    novelty = intr.get("enabled", True) is not False and intr.get("in_advantage", False) is True
+    if (config.get("algo") or {}).get("advantage", "grpo") == "gigpo":
+        return Algorithm.GIGPO_NOVELTY if novelty else Algorithm.GIGPO
+    return Algorithm.GRPO_NOVELTY if novelty else Algorithm.GRPO
 
 
 _ITER_FILE = re.compile(r"^iter-(\d+)\.jsonl$")
