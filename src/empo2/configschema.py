@@ -46,6 +46,11 @@ def _coerce(path: str, tp: Any, value: Any) -> Any:
         return value
     if origin is Literal:
         choices = get_args(tp)
+        if isinstance(value, bool) and not any(isinstance(c, bool) for c in choices):
+            # YAML 1.1 reads a bare on/off/yes/no as a boolean: `measure: off` means the choice 'off'
+            for word in (("on", "yes", "true") if value else ("off", "no", "false")):
+                if word in choices:
+                    return word
         if value not in choices:
             raise ConfigError(f"{path}: {value!r} is not a valid choice; choose one of {list(choices)}")
         return value

@@ -295,3 +295,19 @@ def test_the_evaluation_check_compares_what_decides_the_episodes(tmp_path):
     resumed["eval"]["episodes"] = 28
     with pytest.raises(ConfigError, match=re.escape("(eval.episodes: 4 -> 28)")):
         check_evaluation_matches(resumed, resumed, tmp_path, 2)
+
+
+def test_a_bare_yaml_on_off_is_the_choice_of_that_name(tmp_path):
+    """`algo.mismatch.measure: off` in YAML (or `=off` on the command line) is read as the boolean False by YAML 1.1
+    and was refused ("False is not a valid choice"); it now means the choice 'off' where the key has one."""
+    import yaml
+
+    from empo2.config import load_config
+    from empo2.configschema import ConfigError
+
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump({"algo": {"mismatch": {"measure": False}}}))
+    assert load_config(f, []).algo.mismatch.measure == "off"
+    assert load_config(None, ["algo.mismatch.measure=on"]).algo.mismatch.measure == "on"
+    with pytest.raises(ConfigError, match="not a valid choice"):
+        load_config(None, ["rollout.generator=off"])  # no 'off' among its choices: still refused
