@@ -359,3 +359,8 @@ def test_envs_check_catches_hidden_randomness_behind_the_same_first_observation(
     verdicts = {v.rule: v for v in check_family(GameFamily("hidden", _HiddenRandom), ["t"])}
     assert verdicts["reset"].status == "fail"
     assert "the same actions from the same reset gave different replies" in verdicts["reset"].detail
+
+
+def test_envs_listing_suggests_the_name_meant(capsys):
+    assert main(["envs", "textwrold"]) == 2
+    assert "Did you mean 'textworld'" in capsys.readouterr().err

@@ -57,8 +57,12 @@ def cmd_envs(args: argparse.Namespace) -> int:
               "`empo2 envs check NAME [key=value ...]` checks an environment", file=sys.stderr)
         return 2
     if args.env and args.env not in FAMILIES:
+        import difflib
+
+        close = difflib.get_close_matches(args.env, sorted(FAMILIES), n=2, cutoff=0.6)
+        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         print(f"error: unknown environment {args.env!r}; use one of {', '.join(sorted(FAMILIES))} "
-              "(or no name to list them all)", file=sys.stderr)
+              f"(or no name to list them all).{hint}", file=sys.stderr)
         return 2
     for name in [args.env] if args.env else sorted(FAMILIES):
         _print_tasks(name, console)
