@@ -777,19 +777,19 @@ def _check_algo_names(cfg: Config) -> None:
     check_method(cfg)
 
 
-def validate(cfg: Config) -> None:
-    """Range and cross-field checks. Raises ConfigError naming the keys and the fix."""
-    import re
-
-    _check_ranges(cfg)
-    _check_sciworld(cfg)
-    _check_env_name(cfg)
-    _check_algo_names(cfg)
+def _check_token_budgets(cfg: Config) -> None:
+    """Each generation budget must leave room for the prompt in ``model.max_context``."""
     for k, v in {"empo2.tips.max_new_tokens": cfg.empo2.tips.max_new_tokens,
                  "action.max_new_tokens": cfg.action.max_new_tokens}.items():
         if v >= cfg.model.max_context:
             raise ConfigError(f"{k} ({v}) leaves no room for the prompt in model.max_context "
                               f"({cfg.model.max_context}); lower it or raise model.max_context")
+
+
+def _check_device_and_run(cfg: Config) -> None:
+    """``model.device`` must name a device; ``run.name``, ``run.trackers`` and ``run.dir`` must be usable."""
+    import re
+
     if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", cfg.model.device):
         raise ConfigError(f"model.device {cfg.model.device!r} is not a device; use 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
     if not cfg.run.name or "/" in cfg.run.name or "\\" in cfg.run.name or cfg.run.name in (".", ".."):
@@ -798,6 +798,10 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"run.trackers lists a tracker twice: {cfg.run.trackers}; name each once")
     if not cfg.run.dir.strip():
         raise ConfigError("run.dir is empty; give the parent folder of run folders, e.g. run.dir=runs")
+
+
+def _check_clip_ray_and_strategy(cfg: Config) -> None:
+    """``algo.dual_clip``, the Ray resources, and what ``trainer.strategy`` can be combined with."""
     if cfg.algo.dual_clip and cfg.algo.dual_clip <= 1:
         raise ConfigError("algo.dual_clip must be > 1 (or 0 to turn it off)")
     if cfg.env.ray.envs_per_actor < 1 or cfg.env.ray.actor_cpus < 0:
@@ -810,6 +814,10 @@ def validate(cfg: Config) -> None:
     if cfg.trainer.strategy != "single" and cfg.empo2.p > 0 and (cfg.empo2.memory.backend != "ray" or not cfg.ray.address):
         raise ConfigError(f"EMPO² under trainer.strategy={cfg.trainer.strategy} needs one memory shared by every rank: "
                           "set empo2.memory.backend=ray and ray.address (e.g. 'auto' after `ray start --head`)")
+
+
+def _check_sft(cfg: Config) -> None:
+    """The demonstration (SFT) term: ``algo.sft_coef`` and ``algo.sft_data`` must go together and be usable."""
     if cfg.algo.sft_coef > 0 and not cfg.algo.sft_data:
         raise ConfigError("algo.sft_coef > 0 needs demonstrations: set algo.sft_data (e.g. "
                           "'algo.sft_data=[runs/<warm-up>/sft_demos.jsonl]' or [gold_tips])")
@@ -823,6 +831,10 @@ def validate(cfg: Config) -> None:
     if cfg.algo.sft_coef > 0 and not cfg.trainer.update:
         raise ConfigError(f"algo.sft_coef = {cfg.algo.sft_coef} has no effect in a memory-only run "
                           "(trainer.update=false takes no gradient steps); set algo.sft_coef=0 or trainer.update=true")
+
+
+def _check_oracle_memory(cfg: Config) -> None:
+    """``empo2.memory.source=oracle`` takes no ``min_score`` and needs ``env.variations``."""
     if cfg.empo2.memory.source == "oracle" and cfg.empo2.memory.min_score is not None:
         raise ConfigError("empo2.memory.min_score filters retrieved tips by their episode score, but "
                           "empo2.memory.source=oracle shows oracle tips, which have no score; unset min_score "
@@ -830,17 +842,29 @@ def validate(cfg: Config) -> None:
     if cfg.empo2.memory.source == "oracle" and not cfg.env.variations:
         raise ConfigError("empo2.memory.source=oracle plays the gold path of every training variation at the start; "
                           "restrict them with env.variations (e.g. env.variations=[0,1,2,3])")
+
+
+def _check_name_lists(cfg: Config) -> None:
+    """``env.tasks`` and ``model.lora.target_modules`` must be non-empty lists of non-empty names."""
     if not cfg.env.tasks or not all(t.strip() for t in cfg.env.tasks):
         raise ConfigError("env.tasks is empty or holds an empty name; list at least one task (see `empo2 envs`)")
     if not cfg.model.lora.target_modules or not all(m.strip() for m in cfg.model.lora.target_modules):
         raise ConfigError("model.lora.target_modules is empty or holds an empty name; list module names such as "
                           "q_proj, v_proj")
+
+
+def _check_eval_every_and_tis_cap(cfg: Config) -> None:
+    """``eval.every`` must fit in the run, and ``algo.mismatch.tis_cap`` must be 0 or >= 1."""
     if cfg.eval.every > cfg.trainer.iterations > 0:
         raise ConfigError(f"eval.every ({cfg.eval.every}) is above trainer.iterations ({cfg.trainer.iterations}), so "
                           "no evaluation would run during training; lower eval.every, or set 0 (before/after only)")
     if cfg.algo.mismatch.tis_cap and cfg.algo.mismatch.tis_cap < 1:
         raise ConfigError(f"algo.mismatch.tis_cap = {cfg.algo.mismatch.tis_cap} would shrink every on-policy token's "
                           "weight; use a cap >= 1 (2 is usual) or 0 to turn TIS off")
+
+
+def _check_vllm(cfg: Config) -> None:
+    """``rollout.generator=vllm`` needs vLLM installed, a single-process strategy and a model folder."""
     if cfg.rollout.generator == "vllm":
         import importlib.util
 
@@ -853,11 +877,32 @@ def validate(cfg: Config) -> None:
         if cfg.model.name_or_path == "tiny-random":
             raise ConfigError("rollout.generator=vllm needs a model folder to start from; model.name_or_path="
                               "tiny-random has none (and a head size vLLM lacks); use rollout.generator=hf")
+
+
+def _check_memory_only_coefs(cfg: Config) -> None:
+    """A memory-only run (``trainer.update=false``) must not set a KL or entropy coefficient."""
     if not cfg.trainer.update:
         for key in ("algo.kl_coef", "algo.entropy_coef"):
             if _get(cfg, key) > 0:
                 raise ConfigError(f"{key} = {_get(cfg, key)} has no effect in a memory-only run (trainer.update=false "
                                   f"takes no gradient steps); set {key}=0 or trainer.update=true")
+
+
+def validate(cfg: Config) -> None:
+    """Range and cross-field checks. Raises ConfigError naming the keys and the fix."""
+    _check_ranges(cfg)
+    _check_sciworld(cfg)
+    _check_env_name(cfg)
+    _check_algo_names(cfg)
+    _check_token_budgets(cfg)
+    _check_device_and_run(cfg)
+    _check_clip_ray_and_strategy(cfg)
+    _check_sft(cfg)
+    _check_oracle_memory(cfg)
+    _check_name_lists(cfg)
+    _check_eval_every_and_tis_cap(cfg)
+    _check_vllm(cfg)
+    _check_memory_only_coefs(cfg)
 
 
 def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:

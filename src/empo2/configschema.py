@@ -39,52 +39,48 @@ def _suggest(key: str, valid: list[str]) -> str:
     return f"valid keys: {', '.join(sorted(valid))}.{hint}"
 
 
-def _coerce(path: str, tp: Any, value: Any) -> Any:
-    """Check/convert ``value`` to the annotated type ``tp``; raise ConfigError naming ``path``."""
-    origin = get_origin(tp)
-    if tp is Any:
-        return value
-    if origin is Literal:
-        choices = get_args(tp)
-        if isinstance(value, bool) and not any(isinstance(c, bool) for c in choices):
-            # YAML 1.1 reads a bare on/off/yes/no as a boolean: `measure: off` means the choice 'off'
-            for word in (("on", "yes", "true") if value else ("off", "no", "false")):
-                if word in choices:
-                    return word
-        if value not in choices:
-            raise ConfigError(f"{path}: {value!r} is not a valid choice; choose one of {list(choices)}")
-        return value
-    if origin in (typing.Union, types.UnionType):
-        args = get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _coerce(path, a, value)
-            except ConfigError as e:
-                errors.append(str(e))
-        raise ConfigError(errors[0] if errors else f"{path}: bad value {value!r}")
-    if origin in (list, tuple):
-        if not isinstance(value, (list, tuple)):
-            if isinstance(value, (str, int, float)) and not isinstance(value, bool):
-                value = [value]
-            else:
-                raise ConfigError(f"{path}: expected a list, got {value!r}")
-        (inner,) = get_args(tp)[:1] or (Any,)
-        return [_coerce(f"{path}[{i}]", inner, v) for i, v in enumerate(value)]
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
-        return dict(value)
-    if dataclasses.is_dataclass(tp):
-        if isinstance(value, tp):
-            return value
-        if not isinstance(value, dict):
-            raise ConfigError(f"{path}: expected a mapping (section), got {value!r}")
-        return from_dict(tp, value, path)
+def _coerce_literal(path: str, tp: Any, value: Any) -> Any:
+    """A ``Literal`` choice; a YAML boolean maps back to an on/off/yes/no choice word."""
+    choices = get_args(tp)
+    if isinstance(value, bool) and not any(isinstance(c, bool) for c in choices):
+        # YAML 1.1 reads a bare on/off/yes/no as a boolean: `measure: off` means the choice 'off'
+        for word in (("on", "yes", "true") if value else ("off", "no", "false")):
+            if word in choices:
+                return word
+    if value not in choices:
+        raise ConfigError(f"{path}: {value!r} is not a valid choice; choose one of {list(choices)}")
+    return value
+
+
+def _coerce_union(path: str, tp: Any, value: Any) -> Any:
+    """The first member of a ``Union``/``X | None`` that accepts ``value`` (``None`` where allowed)."""
+    args = get_args(tp)
+    if value is None and type(None) in args:
+        return None
+    errors = []
+    for a in args:
+        if a is type(None):
+            continue
+        try:
+            return _coerce(path, a, value)
+        except ConfigError as e:
+            errors.append(str(e))
+    raise ConfigError(errors[0] if errors else f"{path}: bad value {value!r}")
+
+
+def _coerce_list(path: str, tp: Any, value: Any) -> Any:
+    """A list (or tuple) of the inner type; a lone scalar becomes a one-item list."""
+    if not isinstance(value, (list, tuple)):
+        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+            value = [value]
+        else:
+            raise ConfigError(f"{path}: expected a list, got {value!r}")
+    (inner,) = get_args(tp)[:1] or (Any,)
+    return [_coerce(f"{path}[{i}]", inner, v) for i, v in enumerate(value)]
+
+
+def _coerce_scalar(path: str, tp: Any, value: Any) -> Any:
+    """A bool, int, float or str field (with the lossless conversions); any other type passes through."""
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -111,6 +107,30 @@ def _coerce(path: str, tp: Any, value: Any) -> Any:
             raise ConfigError(f"{path}: expected a string, got {value!r}")
         return value
     return value
+
+
+def _coerce(path: str, tp: Any, value: Any) -> Any:
+    """Check/convert ``value`` to the annotated type ``tp``; raise ConfigError naming ``path``."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin is Literal:
+        return _coerce_literal(path, tp, value)
+    if origin in (typing.Union, types.UnionType):
+        return _coerce_union(path, tp, value)
+    if origin in (list, tuple):
+        return _coerce_list(path, tp, value)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping, got {value!r}")
+        return dict(value)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{path}: expected a mapping (section), got {value!r}")
+        return from_dict(tp, value, path)
+    return _coerce_scalar(path, tp, value)
 
 
 def from_dict(cls: type, data: dict[str, Any], path: str = "") -> Any:

@@ -390,6 +390,22 @@ def _single_blas_thread(elements: int) -> Iterator[None]:
             yield
 
 
+def _checked_entries(batch: list[MemoryEntry], dim: int) -> list[MemoryEntry]:
+    """``batch`` with each key checked and made float32 ``[dim]``.
+
+    Raises:
+        ValueError: an empty bucket, a non-finite score, or a key of the wrong shape or not unit-norm.
+    """
+    checked = []
+    for e in batch:
+        if not e.bucket:
+            raise ValueError("memory entry has an empty bucket")
+        if not math.isfinite(e.score):
+            raise ValueError(f"memory entry score must be finite, got {e.score}")
+        checked.append(replace(e, key=_checked_key(e.key, dim, "memory entry key")))
+    return checked
+
+
 def _blob(key: np.ndarray) -> bytes:
     return np.ascontiguousarray(key, dtype="<f4").tobytes()
 
@@ -623,6 +639,36 @@ class MemoryStore:
                              "FROM entries WHERE bucket = ? AND seq <= ?", (evicted_in, bucket, seqs[-1]))
             conn.execute("DELETE FROM entries WHERE bucket = ? AND seq <= ?", (bucket, seqs[-1]))
 
+    def _insert_entries(self, conn: sqlite3.Connection, checked: list[MemoryEntry],
+                        dim: int) -> tuple[list[MemoryEntry], dict[str, int]]:
+        """Within ``add``'s transaction: insert the entries whose text is new to their bucket and evict the
+        oldest rows beyond capacity. Returns ``(stored entries with their seq, evicted count per bucket)``."""
+        if self.dim is None:
+            self._set_meta(dim=dim)
+        stored: list[MemoryEntry] = []
+        for e in checked:
+            cur = conn.execute(
+                "INSERT OR IGNORE INTO entries (bucket, key, key_text, tip, text, score, iteration, step) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (e.bucket, _blob(e.key), e.key_text, e.tip, e.text, float(e.score), int(e.iteration), int(e.step)))
+            if cur.rowcount == 1:
+                stored.append(replace(e, seq=int(cur.lastrowid)))
+        new: dict[str, list[int]] = {}
+        for e in stored:
+            new.setdefault(e.bucket, []).append(e.seq)
+        over = {b: len(self._buckets.get(b, ())) + len(s) - self.capacity for b, s in new.items()}
+        over = {b: k for b, k in over.items() if k > 0}
+        self._delete_oldest(conn, over, new, evicted_in=max(e.iteration for e in checked))
+        return stored, over
+
+    def _index_stored(self, stored: list[MemoryEntry], over: dict[str, int], dim: int) -> None:
+        """Mirror a committed ``add`` in the in-memory bucket indexes: append the stored entries, drop the evicted."""
+        for bucket in dict.fromkeys(e.bucket for e in stored):
+            idx = self._buckets.setdefault(bucket, _BucketIndex(dim))
+            idx.append([e for e in stored if e.bucket == bucket])
+        for bucket, k in over.items():
+            self._buckets[bucket].drop_oldest(k)
+
     def add(self, entries: Iterable[MemoryEntry]) -> int:
         """Store entries, skipping texts already in their bucket; evict the oldest beyond capacity.
 
@@ -645,40 +691,10 @@ class MemoryStore:
         with self._lock:
             self._live()
             dim = self.dim if self.dim is not None else int(np.asarray(batch[0].key).shape[-1])
-            checked = []
-            for e in batch:
-                if not e.bucket:
-                    raise ValueError("memory entry has an empty bucket")
-                if not math.isfinite(e.score):
-                    raise ValueError(f"memory entry score must be finite, got {e.score}")
-                checked.append(replace(e, key=_checked_key(e.key, dim, "memory entry key")))
-
-            def body(conn: sqlite3.Connection) -> tuple[list[MemoryEntry], dict[str, int]]:
-                if self.dim is None:
-                    self._set_meta(dim=dim)
-                stored: list[MemoryEntry] = []
-                for e in checked:
-                    cur = conn.execute(
-                        "INSERT OR IGNORE INTO entries (bucket, key, key_text, tip, text, score, iteration, step) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                        (e.bucket, _blob(e.key), e.key_text, e.tip, e.text, float(e.score), int(e.iteration), int(e.step)))
-                    if cur.rowcount == 1:
-                        stored.append(replace(e, seq=int(cur.lastrowid)))
-                new: dict[str, list[int]] = {}
-                for e in stored:
-                    new.setdefault(e.bucket, []).append(e.seq)
-                over = {b: len(self._buckets.get(b, ())) + len(s) - self.capacity for b, s in new.items()}
-                over = {b: k for b, k in over.items() if k > 0}
-                self._delete_oldest(conn, over, new, evicted_in=max(e.iteration for e in checked))
-                return stored, over
-
-            stored, over = self._write(body)
+            checked = _checked_entries(batch, dim)
+            stored, over = self._write(lambda conn: self._insert_entries(conn, checked, dim))
             self.dim = dim
-            for bucket in dict.fromkeys(e.bucket for e in stored):
-                idx = self._buckets.setdefault(bucket, _BucketIndex(dim))
-                idx.append([e for e in stored if e.bucket == bucket])
-            for bucket, k in over.items():
-                self._buckets[bucket].drop_oldest(k)
+            self._index_stored(stored, over, dim)
             n_evicted = sum(over.values())
             self._counters["added"] += len(stored)
             self._counters["duplicates"] += len(checked) - len(stored)

@@ -334,16 +334,10 @@ FIGURE_TITLES = {"learning_curves": "Learning curves", "diagnostics": "Training 
                  "seed_curves": "Learning curves over seeds"}
 
 
-def markdown_report(runs: list[RunData], figures: list[Path], viewer: Path | None, out: Path) -> str:
-    """The whole ``report.md``: comparison table, figures (relative links), per-task evaluation.
-
-    Args:
-        runs: the runs, in table order.
-        figures: PNG paths (inside ``out``) to embed.
-        viewer: the trajectory viewer's path (inside ``out``), or ``None``.
-        out: the report folder (links are made relative to it).
-    """
-    from empo2.report.seeds import config_diff_markdown, group_methods, seeds_markdown
+def _comparison_parts(runs: list[RunData]) -> list[str]:
+    """The report's opening lines: title, the runs, the config differences of their groups, the comparison table
+    and how to read it."""
+    from empo2.report.seeds import config_diff_markdown, group_methods
 
     methods = group_methods(runs)
     marks = {r.name: m.letter for m in methods for r in m.runs} if len(methods) > 1 else {}
@@ -370,12 +364,21 @@ def markdown_report(runs: list[RunData], figures: list[Path], viewer: Path | Non
              "Train time sums `time/iteration` (evaluation excluded)."
              + (" **[A]**, **[B]**, …: the run's config group (runs of one group differ only in seed)." if marks
                 else ""), ""]
-    seeds = seeds_markdown(runs, with_diff=False)
-    if seeds is not None:
-        parts += [seeds, ""]
+    return parts
+
+
+def _figure_parts(figures: list[Path], out: Path) -> list[str]:
+    """One titled section per figure, linked relative to the report folder ``out``."""
+    parts: list[str] = []
     for f in figures:
         title = FIGURE_TITLES.get(f.stem, f.stem.replace("_", " ").capitalize())
         parts += [f"## {title}", "", f"![{f.stem}]({f.relative_to(out).as_posix()})", ""]
+    return parts
+
+
+def _evaluation_parts(runs: list[RunData]) -> list[str]:
+    """The per-task, other-evaluation and tip-following sections, each only where a run has the data."""
+    parts: list[str] = []
     tasks = per_task_table(runs)
     if tasks is not None:
         parts += ["## Final evaluation per task", "", tasks, ""]
@@ -391,6 +394,26 @@ def markdown_report(runs: list[RunData], figures: list[Path], viewer: Path | Non
                   "Share of memory-mode steps whose action a shown tip names, next to the share of plain steps "
                   "whose action the tips retrieved for their state (not shown) name; the difference is the effect "
                   "of showing tips (docs/learning.md).", "", follow, ""]
+    return parts
+
+
+def markdown_report(runs: list[RunData], figures: list[Path], viewer: Path | None, out: Path) -> str:
+    """The whole ``report.md``: comparison table, figures (relative links), per-task evaluation.
+
+    Args:
+        runs: the runs, in table order.
+        figures: PNG paths (inside ``out``) to embed.
+        viewer: the trajectory viewer's path (inside ``out``), or ``None``.
+        out: the report folder (links are made relative to it).
+    """
+    from empo2.report.seeds import seeds_markdown
+
+    parts = _comparison_parts(runs)
+    seeds = seeds_markdown(runs, with_diff=False)
+    if seeds is not None:
+        parts += [seeds, ""]
+    parts += _figure_parts(figures, out)
+    parts += _evaluation_parts(runs)
     if viewer is not None:
         parts += ["## Trajectories", "",
                   f"Open [{viewer.name}]({viewer.relative_to(out).as_posix()}) in a browser (a static page, no "

@@ -342,6 +342,90 @@ def _featurizer(cfg: CriticConfig, texts: Sequence[str], embedder: Any = None) -
     return EmbeddingFeaturizer(embedder, cfg.embedder)
 
 
+def _featurize_texts(transitions: Sequence[Transition], states: list[dict[str, str]], nexts: list[dict[str, str]],
+                     fields: Sequence[str], cfg: CriticConfig, embedder: Any) -> tuple[Any, Any, dict[str, int]]:
+    """Featurise each distinct text once (the state and next-state fields, then the actions).
+
+    Returns ``(featurizer, table of features, text -> row of the table)``.
+    """
+    texts: list[str] = []
+    for f in fields:
+        texts += [s[f] for s in states] + [s[f] for s in nexts]
+    texts += [t.action for t in transitions]
+    uniq = list(dict.fromkeys(texts))
+    t0 = time.perf_counter()
+    featurizer = _featurizer(cfg, uniq, embedder)
+    table = featurizer.table(uniq)
+    pos = {t: i for i, t in enumerate(uniq)}
+    log.info("critic: %d transitions, %d distinct texts featurised (%s) in %.1f s", len(transitions), len(uniq),
+             cfg.encoder, time.perf_counter() - t0)
+    return featurizer, table, pos
+
+
+def _index_transitions(transitions: Sequence[Transition], states: list[dict[str, str]], nexts: list[dict[str, str]],
+                       fields: Sequence[str], pos: dict[str, int]) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The transitions as table rows and targets: ``(states [T, F], next states [T, F], actions [T]`` (long),
+    ``rewards [T], done [T])`` (float32), for T transitions and F fields."""
+    idx_s = torch.tensor([[pos[s[f]] for f in fields] for s in states], dtype=torch.long)
+    idx_n = torch.tensor([[pos[s[f]] for f in fields] for s in nexts], dtype=torch.long)
+    idx_a = torch.tensor([pos[t.action] for t in transitions], dtype=torch.long)
+    reward = torch.tensor([t.reward for t in transitions], dtype=torch.float32)
+    done = torch.tensor([t.terminal for t in transitions], dtype=torch.float32)
+    return idx_s, idx_n, idx_a, reward, done
+
+
+def _critic_meta(cfg: CriticConfig, fields: Sequence[str], env: str, twin: bool, featurizer: Any,
+                 n_transitions: int) -> dict[str, Any]:
+    """The critic's ``critic.yaml`` record: encoder and network sizes (what ``_make_nets`` builds) and the config."""
+    meta: dict[str, Any] = {
+        "encoder": cfg.encoder, "fields": list(fields), "env": env, "twin_q": twin, "hidden": cfg.hidden,
+        "embedding_dim": cfg.embedding_dim, "max_tokens": cfg.max_tokens,
+        "vocab": getattr(featurizer, "vocab_size", 0), "dim": getattr(featurizer, "dim", 0),
+        "embedder": cfg.embedder, "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
+        "transitions": n_transitions}
+    return meta
+
+
+def _train_iql(q: nn.Module, q_target: nn.Module, v: nn.Module, featurizer: Any, table: Any,
+               data: tuple[Tensor, Tensor, Tensor, Tensor, Tensor], n_fields: int, cfg: CriticConfig,
+               on_epoch: Callable[[int, dict[str, float]], None] | None) -> tuple[list[dict[str, float]], int]:
+    """``cfg.epochs`` IQL passes over the shuffled transitions (at most ``cfg.max_updates`` updates in all).
+
+    Returns ``(per-epoch metrics, updates)``; ``on_epoch(epoch, metrics)`` is called after each pass.
+    """
+    idx_s, idx_n, idx_a, reward, done = data
+    opt_q = torch.optim.Adam(q.parameters(), lr=cfg.lr)
+    opt_v = torch.optim.Adam(v.parameters(), lr=cfg.lr)
+    order = torch.from_numpy(np.random.default_rng(cfg.seed).permutation(len(reward)))
+    history: list[dict[str, float]] = []
+    updates = 0
+    for epoch in range(cfg.epochs):
+        t_ep = time.perf_counter()
+        sums: dict[str, float] = {}
+        n_b = 0
+        for start in range(0, len(order), cfg.batch):
+            if cfg.max_updates and updates >= cfg.max_updates:
+                break
+            b = order[start:start + cfg.batch]
+            s = [featurizer.batch(table, idx_s[b, i]) for i in range(n_fields)]
+            sn = [featurizer.batch(table, idx_n[b, i]) for i in range(n_fields)]
+            a = featurizer.batch(table, idx_a[b])
+            m = iql_update(q, q_target, v, opt_q, opt_v, s=s, a=a, s_next=sn, reward=reward[b], done=done[b],
+                           tau=cfg.tau, gamma=cfg.gamma, alpha=cfg.polyak_alpha, twin_loss=TwinLoss(cfg.twin_loss))
+            for k, val in m.items():
+                sums[k] = sums.get(k, 0.0) + val
+            n_b += 1
+            updates += 1
+        if n_b == 0:
+            break
+        row = {f"critic/{k}": val / n_b for k, val in sums.items()}
+        row.update({"critic/updates": float(updates), "time/epoch": time.perf_counter() - t_ep})
+        history.append(row)
+        if on_epoch is not None:
+            on_epoch(epoch + 1, row)
+    return history, updates
+
+
 def train_critic(transitions: Sequence[Transition], cfg: CriticConfig, env: str, embedder: Any = None,
                  on_epoch: Callable[[int, dict[str, float]], None] | None = None
                  ) -> tuple[Critic, list[dict[str, float]]]:
@@ -369,61 +453,14 @@ def train_critic(transitions: Sequence[Transition], cfg: CriticConfig, env: str,
     torch.manual_seed(cfg.seed)
     states = [t.state() for t in transitions]
     nexts = [t.next_state() for t in transitions]
-    texts: list[str] = []
-    for f in fields:
-        texts += [s[f] for s in states] + [s[f] for s in nexts]
-    texts += [t.action for t in transitions]
-    uniq = list(dict.fromkeys(texts))
-    t0 = time.perf_counter()
-    featurizer = _featurizer(cfg, uniq, embedder)
-    table = featurizer.table(uniq)
-    pos = {t: i for i, t in enumerate(uniq)}
-    log.info("critic: %d transitions, %d distinct texts featurised (%s) in %.1f s", len(transitions), len(uniq),
-             cfg.encoder, time.perf_counter() - t0)
-    idx_s = torch.tensor([[pos[s[f]] for f in fields] for s in states], dtype=torch.long)
-    idx_n = torch.tensor([[pos[s[f]] for f in fields] for s in nexts], dtype=torch.long)
-    idx_a = torch.tensor([pos[t.action] for t in transitions], dtype=torch.long)
-    reward = torch.tensor([t.reward for t in transitions], dtype=torch.float32)
-    done = torch.tensor([t.terminal for t in transitions], dtype=torch.float32)
-    meta: dict[str, Any] = {
-        "encoder": cfg.encoder, "fields": list(fields), "env": env, "twin_q": twin, "hidden": cfg.hidden,
-        "embedding_dim": cfg.embedding_dim, "max_tokens": cfg.max_tokens,
-        "vocab": getattr(featurizer, "vocab_size", 0), "dim": getattr(featurizer, "dim", 0),
-        "embedder": cfg.embedder, "config": {k: getattr(cfg, k) for k in cfg.__dataclass_fields__},
-        "transitions": len(transitions)}
+    featurizer, table, pos = _featurize_texts(transitions, states, nexts, fields, cfg, embedder)
+    data = _index_transitions(transitions, states, nexts, fields, pos)
+    meta = _critic_meta(cfg, fields, env, twin, featurizer, len(transitions))
     q, v = _make_nets(meta)
     q_target = copy.deepcopy(q)
     for p in q_target.parameters():
         p.requires_grad_(False)
-    opt_q = torch.optim.Adam(q.parameters(), lr=cfg.lr)
-    opt_v = torch.optim.Adam(v.parameters(), lr=cfg.lr)
-    order = torch.from_numpy(np.random.default_rng(cfg.seed).permutation(len(transitions)))
-    history: list[dict[str, float]] = []
-    updates = 0
-    for epoch in range(cfg.epochs):
-        t_ep = time.perf_counter()
-        sums: dict[str, float] = {}
-        n_b = 0
-        for start in range(0, len(order), cfg.batch):
-            if cfg.max_updates and updates >= cfg.max_updates:
-                break
-            b = order[start:start + cfg.batch]
-            s = [featurizer.batch(table, idx_s[b, i]) for i in range(len(fields))]
-            sn = [featurizer.batch(table, idx_n[b, i]) for i in range(len(fields))]
-            a = featurizer.batch(table, idx_a[b])
-            m = iql_update(q, q_target, v, opt_q, opt_v, s=s, a=a, s_next=sn, reward=reward[b], done=done[b],
-                           tau=cfg.tau, gamma=cfg.gamma, alpha=cfg.polyak_alpha, twin_loss=TwinLoss(cfg.twin_loss))
-            for k, val in m.items():
-                sums[k] = sums.get(k, 0.0) + val
-            n_b += 1
-            updates += 1
-        if n_b == 0:
-            break
-        row = {f"critic/{k}": val / n_b for k, val in sums.items()}
-        row.update({"critic/updates": float(updates), "time/epoch": time.perf_counter() - t_ep})
-        history.append(row)
-        if on_epoch is not None:
-            on_epoch(epoch + 1, row)
+    history, updates = _train_iql(q, q_target, v, featurizer, table, data, len(fields), cfg, on_epoch)
     meta["updates"] = updates
     meta["final"] = history[-1] if history else {}
     q.eval()

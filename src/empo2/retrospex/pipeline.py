@@ -19,6 +19,7 @@ import dataclasses
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +98,71 @@ def _conventions(res: Any) -> dict[str, Any]:
             "task_mean_authors": sum(p["authors"] for p in tasks) / max(len(tasks), 1), "per_task": per}
 
 
+def _sft_stage(cfg: Config, ckpt: Path, say: Callable[[str], Any]) -> None:
+    """Stage 1: the SFT warm-up (``run_sft``), skipped when the run already holds its checkpoint."""
+    from empo2.trainer.sft import run_sft
+
+    if ckpt.exists():
+        say(f"1/4 SFT: reusing {ckpt}")
+    else:
+        say("1/4 SFT warm-up")
+        res = run_sft(cfg, progress=say)
+        say(f"    {res.demos} demonstrations, {res.steps} steps, loss {res.history[-1]['sft/loss']:.4f}")
+
+
+def _collect_stage(ecfg: Config, setup: Any, data_dir: Path, say: Callable[[str], Any]) -> None:
+    """Stage 2: the critic's data (rollouts of the SFT policy on train variations), unless already collected."""
+    from empo2.retrospex.collect import TRANSITIONS, collect_critic_data
+
+    if (data_dir / TRANSITIONS).is_file():
+        say(f"2/4 critic data: reusing {data_dir}")
+    else:
+        say("2/4 critic data: rollouts of the SFT policy on train variations")
+        summ = collect_critic_data(ecfg, setup, data_dir)
+        say(f"    {summ['episodes']} episodes, {summ['transitions']} transitions, success "
+            f"{summ['success_rate']:.2f}, failure {summ['failure_rate']:.2f}")
+
+
+def _critic_stage(cfg: Config, setup: Any, data_dir: Path, critic_dir: Path, say: Callable[[str], Any]) -> None:
+    """Stage 3: train the IQL critic on the collected transitions, unless the critic folder holds one."""
+    from empo2.retrospex.collect import TRANSITIONS
+
+    if (critic_dir / "critic.yaml").is_file():
+        say(f"3/4 critic: reusing {critic_dir}")
+    else:
+        say(f"3/4 critic: IQL ({cfg.retrospex.critic.encoder} encoder)")
+        info = train_critic_folder(cfg, data_dir / TRANSITIONS, critic_dir, setup.family.name,
+                                   on_epoch=lambda ep, row: say(
+                                       f"    critic epoch {ep}: loss_q {row['critic/loss_q']:.4f} "
+                                       f"loss_v {row['critic/loss_v']:.4f} ({row['time/epoch']:.0f} s)"))
+        say(f"    {info['transitions']} transitions, {info['updates']} updates, {info['seconds']:.0f} s")
+
+
+def _eval_stage(cfg: Config, ecfg: Config, setup: Any, critic_dir: Path, times: dict[str, float],
+                say: Callable[[str], Any]) -> tuple[Any, Any]:
+    """Stage 4: evaluate the SFT policy alone, then with Retrospex rescoring, writing ``eval_before.json`` and
+    ``eval_after.json`` and timing each in ``times``; returns ``(plain, rescored)`` evaluation results."""
+    from empo2.retrospex.selector import build_selector
+    from empo2.trainer.evaluate import evaluate, write_eval
+
+    run = cfg.run_dir
+    episodes = ecfg.eval.episodes
+    settings = setup.settings(ecfg.eval.temperature)
+    t0 = time.perf_counter()
+    say(f"4/4 evaluation on {episodes} {ecfg.env.eval_split} episodes: SFT policy alone")
+    plain, _ = evaluate(setup.engine, setup.family, setup.tasks, ecfg.env.eval_split, episodes, settings)
+    write_eval(plain, run / "eval_before.json")
+    times["eval_plain"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    say("    with Retrospex rescoring")
+    selector = build_selector(setup, critic_dir, cfg.retrospex)
+    rescored, _ = evaluate(setup.engine, setup.family, setup.tasks, ecfg.env.eval_split, episodes, settings,
+                           selector=selector)
+    write_eval(rescored, run / "eval_after.json")
+    times["eval_rescored"] = time.perf_counter() - t0
+    return plain, rescored
+
+
 def run_pipeline(cfg: Config, progress: Any = None) -> dict[str, Any]:
     """Run (or continue) the whole Retrospex sequence for ``cfg`` in ``cfg.run_dir`` (module docstring).
 
@@ -107,62 +173,26 @@ def run_pipeline(cfg: Config, progress: Any = None) -> dict[str, Any]:
     Returns:
         the summary also written to ``<run>/retrospex_summary.json``.
     """
-    from empo2.retrospex.collect import TRANSITIONS, collect_critic_data
-    from empo2.retrospex.selector import build_selector
-    from empo2.trainer.evaluate import evaluate, write_eval
     from empo2.trainer.loop import build_setup
-    from empo2.trainer.sft import run_sft
 
     say = progress or (lambda text: log.info("%s", text))
     run = cfg.run_dir
     times: dict[str, float] = {}
     ckpt = run / "checkpoints" / "last"
     t0 = time.perf_counter()
-    if ckpt.exists():
-        say(f"1/4 SFT: reusing {ckpt}")
-    else:
-        say("1/4 SFT warm-up")
-        res = run_sft(cfg, progress=say)
-        say(f"    {res.demos} demonstrations, {res.steps} steps, loss {res.history[-1]['sft/loss']:.4f}")
+    _sft_stage(cfg, ckpt, say)
     times["sft"] = time.perf_counter() - t0
     ecfg = _eval_config(cfg, ckpt)
     data_dir, critic_dir = run / "critic_data", run / "critic"
-    episodes = ecfg.eval.episodes
     setup = build_setup(ecfg, weights_dir=ckpt.resolve(), pool_size=ecfg.env.num_workers)
     try:
         t0 = time.perf_counter()
-        if (data_dir / TRANSITIONS).is_file():
-            say(f"2/4 critic data: reusing {data_dir}")
-        else:
-            say("2/4 critic data: rollouts of the SFT policy on train variations")
-            summ = collect_critic_data(ecfg, setup, data_dir)
-            say(f"    {summ['episodes']} episodes, {summ['transitions']} transitions, success "
-                f"{summ['success_rate']:.2f}, failure {summ['failure_rate']:.2f}")
+        _collect_stage(ecfg, setup, data_dir, say)
         times["collect"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        if (critic_dir / "critic.yaml").is_file():
-            say(f"3/4 critic: reusing {critic_dir}")
-        else:
-            say(f"3/4 critic: IQL ({cfg.retrospex.critic.encoder} encoder)")
-            info = train_critic_folder(cfg, data_dir / TRANSITIONS, critic_dir, setup.family.name,
-                                       on_epoch=lambda ep, row: say(
-                                           f"    critic epoch {ep}: loss_q {row['critic/loss_q']:.4f} "
-                                           f"loss_v {row['critic/loss_v']:.4f} ({row['time/epoch']:.0f} s)"))
-            say(f"    {info['transitions']} transitions, {info['updates']} updates, {info['seconds']:.0f} s")
+        _critic_stage(cfg, setup, data_dir, critic_dir, say)
         times["critic"] = time.perf_counter() - t0
-        settings = setup.settings(ecfg.eval.temperature)
-        t0 = time.perf_counter()
-        say(f"4/4 evaluation on {episodes} {ecfg.env.eval_split} episodes: SFT policy alone")
-        plain, _ = evaluate(setup.engine, setup.family, setup.tasks, ecfg.env.eval_split, episodes, settings)
-        write_eval(plain, run / "eval_before.json")
-        times["eval_plain"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        say("    with Retrospex rescoring")
-        selector = build_selector(setup, critic_dir, cfg.retrospex)
-        rescored, _ = evaluate(setup.engine, setup.family, setup.tasks, ecfg.env.eval_split, episodes, settings,
-                               selector=selector)
-        write_eval(rescored, run / "eval_after.json")
-        times["eval_rescored"] = time.perf_counter() - t0
+        plain, rescored = _eval_stage(cfg, ecfg, setup, critic_dir, times, say)
     finally:
         setup.close()
     summary = {"run": str(run), "split": ecfg.env.eval_split, "temperature": ecfg.eval.temperature,

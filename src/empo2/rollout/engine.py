@@ -244,6 +244,37 @@ class RolloutEngine:
     def _run_wave(self, wave: list[EpisodeSpec], s: RolloutSettings, iteration: int,
                   hook: StepHook, on_turn: Callable[[int], None] | None,
                   selector: ActionSelector | None = None) -> list[Trajectory]:
+        """Play one wave (at most ``pool.size`` episodes, one env slot each) to its end, turn by turn in a batch;
+        returns its trajectories in wave order and retires the wave's caches."""
+        states = self._reset_wave(wave, s)
+        for _turn in range(s.max_turns):
+            live = [st for st in states if not st.finished]
+            if not live:
+                break
+            t0 = time.perf_counter()
+            hook.before_turn(live)
+            self.timings["hook"] += time.perf_counter() - t0
+            anchors = self._turn_anchors(live, s)
+            self._add_user_turns(live, s)
+            live = [st for st in live if self._fits(st, s)]
+            if not live:
+                break
+            live, admissible = self._admissible_actions(live, s, selector)
+            if not live:
+                break
+            if selector is not None:
+                t0 = time.perf_counter()
+                gens = selector.select(self, live, admissible, s, iteration)
+                self.timings["generation"] += time.perf_counter() - t0
+            else:
+                gens = self._generate(live, admissible, s, iteration)
+            self._act_and_record(live, gens, s, anchors)
+            if on_turn is not None:
+                on_turn(len(live))
+        return self._finish_wave(states, iteration)
+
+    def _reset_wave(self, wave: list[EpisodeSpec], s: RolloutSettings) -> list[EpisodeState]:
+        """Reset one env slot per episode of ``wave`` and start each episode's chat; a failed reset is a crash."""
         few = self.family.few_shot() if s.few_shot else []
         system = self.family.system_prompt()
         t0 = time.perf_counter()
@@ -258,74 +289,72 @@ class RolloutEngine:
             else:
                 st = EpisodeState(spec, chat, obs.text, obs.task_description, slot, obs.score, obs.score)
             states.append(st)
+        return states
 
-        for _turn in range(s.max_turns):
-            live = [st for st in states if not st.finished]
-            if not live:
-                break
+    def _turn_anchors(self, live: list[EpisodeState], s: RolloutSettings) -> dict[int, str]:
+        """The anchor state key of each live episode (keyed by ``id(state)``) when the estimator needs one, else {}."""
+        anchors: dict[int, str] = {}
+        if s.need_anchor:
+            res = self.pool.anchor_many([st.slot for st in live])
+            anchors = {id(st): a if isinstance(a, str) else "" for st, a in zip(live, res)}
+        return anchors
+
+    def _add_user_turns(self, live: list[EpisodeState], s: RolloutSettings) -> None:
+        """Add each live episode's user turn: the observation and (in a tip-showing mode) the tips that fit."""
+        for st in live:
+            text = (first_user_text(st.task_description, st.observation) if st.turn == 0
+                    else later_user_text(st.observation))
+            tips = st.tips if ROLLOUT_SHOWS_TIPS[st.spec.mode] else []
+            tip_ids, kept = self._budget_tips(tips, len(st.chat), s)
+            st.info.setdefault("shown_tips", []).append(kept)
+            st.info.setdefault("tips_truncated", []).append(len(kept) < len(tips))
+            st.chat.add_user(text, st.turn, tip_ids=tip_ids)
+
+    def _admissible_actions(self, live: list[EpisodeState], s: RolloutSettings, selector: ActionSelector | None
+                            ) -> tuple[list[EpisodeState], list[list[str] | None]]:
+        """The admissible actions of each live episode (queried for constrained actions or a selector, else None);
+        returns the episodes still live after a failed query crashed some, with their admissible actions."""
+        admissible: list[list[str] | None] = [None] * len(live)
+        if s.action_mode == "constrained" or selector is not None:
             t0 = time.perf_counter()
-            hook.before_turn(live)
-            self.timings["hook"] += time.perf_counter() - t0
-            anchors: dict[int, str] = {}
-            if s.need_anchor:
-                res = self.pool.anchor_many([st.slot for st in live])
-                anchors = {id(st): a if isinstance(a, str) else "" for st, a in zip(live, res)}
-            for st in live:
-                text = (first_user_text(st.task_description, st.observation) if st.turn == 0
-                        else later_user_text(st.observation))
-                tips = st.tips if ROLLOUT_SHOWS_TIPS[st.spec.mode] else []
-                tip_ids, kept = self._budget_tips(tips, len(st.chat), s)
-                st.info.setdefault("shown_tips", []).append(kept)
-                st.info.setdefault("tips_truncated", []).append(len(kept) < len(tips))
-                st.chat.add_user(text, st.turn, tip_ids=tip_ids)
-            live = [st for st in live if self._fits(st, s)]
-            if not live:
-                break
-            admissible: list[list[str] | None] = [None] * len(live)
-            if s.action_mode == "constrained" or selector is not None:
-                t0 = time.perf_counter()
-                res = self.pool.admissible_many([st.slot for st in live])
-                self.timings["env"] += time.perf_counter() - t0
-                for i, (st, r) in enumerate(zip(live, res)):
-                    if isinstance(r, Exception):
-                        self._crash(st, r)
-                    else:
-                        admissible[i] = r
-            idx = [i for i, st in enumerate(live) if not st.finished]
-            live = [live[i] for i in idx]
-            admissible = [admissible[i] for i in idx]
-            if not live:
-                break
-            if selector is not None:
-                t0 = time.perf_counter()
-                gens = selector.select(self, live, admissible, s, iteration)
-                self.timings["generation"] += time.perf_counter() - t0
-            else:
-                gens = self._generate(live, admissible, s, iteration)
-            raws: list[str] = []
-            for st, g in zip(live, gens):
-                raw = self.fmt.decode(g.ids)
-                st.chat.add_action(g, raw.strip(), st.turn)
-                raws.append(raw)
-            t0 = time.perf_counter()
-            outcomes = self.pool.act_many([st.slot for st in live], raws, s)
+            res = self.pool.admissible_many([st.slot for st in live])
             self.timings["env"] += time.perf_counter() - t0
-            for st, raw, out in zip(live, raws, outcomes):
-                if isinstance(out, Exception):
-                    self._crash(st, out)
-                    continue
-                r = out.result
-                st.steps.append(StepRecord(
-                    index=st.turn, observation=st.observation, raw_text=raw, action=out.action,
-                    parsed_ok=out.parsed_ok, corrected=out.corrected, env_valid=r.valid, reward=r.reward,
-                    score=r.score, tips=list(st.info["shown_tips"][-1]), intrinsic=st.intrinsic,
-                    anchor=anchors.get(id(st), ""), truncated_tips=st.info["tips_truncated"][-1]))
-                st.observation, st.score = r.observation, r.score
-                if r.done:
-                    st.done = st.finished = True
-                    st.success = r.success
-            if on_turn is not None:
-                on_turn(len(live))
+            for i, (st, r) in enumerate(zip(live, res)):
+                if isinstance(r, Exception):
+                    self._crash(st, r)
+                else:
+                    admissible[i] = r
+        idx = [i for i, st in enumerate(live) if not st.finished]
+        return [live[i] for i in idx], [admissible[i] for i in idx]
+
+    def _act_and_record(self, live: list[EpisodeState], gens: list[Generation], s: RolloutSettings,
+                        anchors: dict[int, str]) -> None:
+        """Add each generation to its chat, act in the envs, and record a ``StepRecord`` per episode (or a crash)."""
+        raws: list[str] = []
+        for st, g in zip(live, gens):
+            raw = self.fmt.decode(g.ids)
+            st.chat.add_action(g, raw.strip(), st.turn)
+            raws.append(raw)
+        t0 = time.perf_counter()
+        outcomes = self.pool.act_many([st.slot for st in live], raws, s)
+        self.timings["env"] += time.perf_counter() - t0
+        for st, raw, out in zip(live, raws, outcomes):
+            if isinstance(out, Exception):
+                self._crash(st, out)
+                continue
+            r = out.result
+            st.steps.append(StepRecord(
+                index=st.turn, observation=st.observation, raw_text=raw, action=out.action,
+                parsed_ok=out.parsed_ok, corrected=out.corrected, env_valid=r.valid, reward=r.reward,
+                score=r.score, tips=list(st.info["shown_tips"][-1]), intrinsic=st.intrinsic,
+                anchor=anchors.get(id(st), ""), truncated_tips=st.info["tips_truncated"][-1]))
+            st.observation, st.score = r.observation, r.score
+            if r.done:
+                st.done = st.finished = True
+                st.success = r.success
+
+    def _finish_wave(self, states: list[EpisodeState], iteration: int) -> list[Trajectory]:
+        """The wave's trajectories; its caches are kept for a hand-over (``keep_episode_kv``) or freed."""
         trajs = [self._trajectory(st, iteration) for st in states]
         # the wave's caches, in episode order: kept for a hand-over under ``Trajectory.id``, or freed
         keys = [episode_id(iteration, st.spec.task_index, st.spec.rollout) for st in states]

@@ -41,7 +41,7 @@ from empo2.records import Trajectory
 from empo2.rollout.engine import EpisodeSpec
 from empo2.sysmem import release_free_memory
 from empo2.threads import thread_info
-from empo2.trainer.batch import build_sample
+from empo2.trainer.batch import PackedSample, build_sample
 from empo2.memory.store import MEMORY_FILENAME
 from empo2.trainer.checkpoint import (
     CheckpointWriteError, check_disk_space, check_run_dir, checkpoint_bytes,
@@ -165,15 +165,7 @@ class Trainer:
         if self.dist.is_main:
             check_trackers(run_trackers(cfg))  # a missing tracker package fails before the model loads
         self._family = make_family(cfg.env)
-        ckpt: Path | None = None
-        state: dict[str, Any] = {}
-        if resume:
-            ckpt, state = resume_point(cfg, self._family)
-            self.start_iteration = int(state.get("iteration", 0))
-        else:
-            # validate tasks before loading anything heavy
-            resolve_tasks(self._family, cfg.env.tasks)
-            check_new_run(cfg)
+        ckpt, state = self._resume_point_or_check_new_run(resume)
         self.train_variations = train_variations(cfg, self._family)
         check_model_source(cfg.model, ckpt)
         resumed = resume and ckpt is not None
@@ -191,47 +183,81 @@ class Trainer:
                                  weights_dir=weights, progress=self.progress, family=self._family)
         self.method: Method = Method()  # until the run's own is built (no-op hooks: nothing to close)
         try:
-            self._check_disk()
-            self.dist.barrier()  # every rank checked the run folder before rank 0 writes into it
-            # the run folder is written only once every check passed
-            if self.dist.is_main:
-                self.run_dir.mkdir(parents=True, exist_ok=True)
-                if resume:
-                    remove_partial_writes(self.ckpt_root)
-                (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
-            ref_model = None
-            if resumed and needs_reference(cfg.algo) and not cfg.model.lora.enabled:
-                # the KL reference is the initial policy, not the resumed checkpoint (docs/algorithms.md, Policy loss)
-                with self.progress.phase("model (KL reference: the initial policy)"):
-                    ref_model = load_policy(cfg.model).model
-            self.learner = Learner(self.setup.policy.model, cfg.algo, cfg.trainer, cfg.rollout.temperature,
-                                   int(self.setup.policy.tokenizer.pad_token_id or 0), seed=cfg.run.seed,
-                                   ref_model=ref_model, amp=cfg.model.autocast, dist=self.dist,
-                                   sft_samples=rl_demo_samples(cfg, demos, self._family, self.setup.fmt))
-            self.iterations_without_step = 0
-            self.modes = ModeSampler(cfg.empo2.p, cfg.empo2.q, cfg.empo2.mode_granularity, cfg.run.seed)
-            rewind = (self.start_iteration or -1) if resume else None  # rows after the checkpoint go
-            self.logger: MetricsSink = (RunLogger(self.run_dir, run_trackers(cfg), resume_after=rewind,
-                                                  config=config_to_dict(cfg), run_name=cfg.run.name)
-                           if self.dist.is_main else NullSink())
-            self.thread_info = thread_info()
-            log.info("torch threads %d, OMP_WAIT_POLICY=%s", int(self.thread_info["sys/torch_threads"]),
-                     os.environ.get("OMP_WAIT_POLICY", "unset"))
-            self.method = self._make_method()
-            if resumed:
-                self.iterations_without_step = restore_training_state(
-                    self.learner, self.method, opt_state, extra, weights, cfg.trainer.strategy)
-            if resume:
-                dropped = self.method.resume(self.start_iteration - 1)
-                if dropped:
-                    log.warning("resume: rolled the memory back to the checkpoint (%d entries written after it dropped)",
-                                dropped)
+            self._write_run_folder(resume)
+            self._build_learner(resumed, demos)
+            self._start_run_state(resume)
+            self._make_and_restore_method(resume, resumed, opt_state, extra, weights)
         except BaseException as e:  # the JVMs and the memory file are not left open by a refused resume
             self.dist.fail(e)
             self.method.close()
             self.setup.close()
             self.dist.close()
             raise
+
+    def _resume_point_or_check_new_run(self, resume: bool) -> tuple[Path | None, dict[str, Any]]:
+        """``--resume``: the checkpoint and its state (sets ``start_iteration``); else check the tasks and that
+        the run is new, before loading anything heavy. Returns ``(checkpoint or None, state)``."""
+        ckpt: Path | None = None
+        state: dict[str, Any] = {}
+        if resume:
+            ckpt, state = resume_point(self.cfg, self._family)
+            self.start_iteration = int(state.get("iteration", 0))
+        else:
+            # validate tasks before loading anything heavy
+            resolve_tasks(self._family, self.cfg.env.tasks)
+            check_new_run(self.cfg)
+        return ckpt, state
+
+    def _write_run_folder(self, resume: bool) -> None:
+        """Check the disk space, wait for every rank, then (rank 0) create the run folder and write config.yaml."""
+        cfg = self.cfg
+        self._check_disk()
+        self.dist.barrier()  # every rank checked the run folder before rank 0 writes into it
+        # the run folder is written only once every check passed
+        if self.dist.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            if resume:
+                remove_partial_writes(self.ckpt_root)
+            (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
+
+    def _build_learner(self, resumed: bool, demos: list[dict[str, Any]]) -> None:
+        """``self.learner``, with the initial policy as KL reference when a resumed full-weight run needs one."""
+        cfg = self.cfg
+        ref_model = None
+        if resumed and needs_reference(cfg.algo) and not cfg.model.lora.enabled:
+            # the KL reference is the initial policy, not the resumed checkpoint (docs/algorithms.md, Policy loss)
+            with self.progress.phase("model (KL reference: the initial policy)"):
+                ref_model = load_policy(cfg.model).model
+        self.learner = Learner(self.setup.policy.model, cfg.algo, cfg.trainer, cfg.rollout.temperature,
+                               int(self.setup.policy.tokenizer.pad_token_id or 0), seed=cfg.run.seed,
+                               ref_model=ref_model, amp=cfg.model.autocast, dist=self.dist,
+                               sft_samples=rl_demo_samples(cfg, demos, self._family, self.setup.fmt))
+
+    def _start_run_state(self, resume: bool) -> None:
+        """The step counter, the mode sampler, the metrics logger (rank 0) and the thread info (logged)."""
+        cfg = self.cfg
+        self.iterations_without_step = 0
+        self.modes = ModeSampler(cfg.empo2.p, cfg.empo2.q, cfg.empo2.mode_granularity, cfg.run.seed)
+        rewind = (self.start_iteration or -1) if resume else None  # rows after the checkpoint go
+        self.logger: MetricsSink = (RunLogger(self.run_dir, run_trackers(cfg), resume_after=rewind,
+                                              config=config_to_dict(cfg), run_name=cfg.run.name)
+                       if self.dist.is_main else NullSink())
+        self.thread_info = thread_info()
+        log.info("torch threads %d, OMP_WAIT_POLICY=%s", int(self.thread_info["sys/torch_threads"]),
+                 os.environ.get("OMP_WAIT_POLICY", "unset"))
+
+    def _make_and_restore_method(self, resume: bool, resumed: bool, opt_state: dict[str, Any] | None,
+                                 extra: dict[str, Any], weights: Path | None) -> None:
+        """Build ``self.method``; on resume restore the training state and roll the memory back to the checkpoint."""
+        self.method = self._make_method()
+        if resumed:
+            self.iterations_without_step = restore_training_state(
+                self.learner, self.method, opt_state, extra, weights, self.cfg.trainer.strategy)
+        if resume:
+            dropped = self.method.resume(self.start_iteration - 1)
+            if dropped:
+                log.warning("resume: rolled the memory back to the checkpoint (%d entries written after it dropped)",
+                            dropped)
 
     def _check_disk(self) -> None:
         """Refuse (too little space for one checkpoint) or warn (for the kept ones) before training."""
@@ -292,6 +318,39 @@ class Trainer:
     def iteration(self, it: int) -> dict[str, float]:
         c = self.cfg
         t_start = time.perf_counter()
+        label = f"iter {it + 1}/{c.trainer.iterations}"
+        trajs, env_restarts = self._roll_out(it, label)
+        timings = {f"time/{k}": v for k, v in self.setup.engine.timings.items()}
+        metrics = self._after_rollout(trajs, it, label, timings)
+        step_adv, adv_stats = compute_step_advantages(trajs, c, self.setup.family.score_scale,
+                                                      family_failure(self.setup.family))
+        samples, offsets = self._pack_samples(trajs, step_adv)
+        train = self._update_policy(samples, offsets, it, label, metrics, timings)
+        train["train/cut_steps"] = float(sum(s.cut_steps for s in samples))
+        metrics.update(rollout_metrics(trajs, self.setup.family.two_word_verbs))
+        metrics.update(adv_stats)
+        metrics.update(train)
+        metrics["rollout/env_restarts"] = float(env_restarts)
+        timings["time/iteration"] = time.perf_counter() - t_start
+        metrics.update(timings)
+        metrics.update(self.thread_info)
+        if self.dist.distributed:  # one row for the whole batch; rank 0 writes every rank's episodes
+            metrics = combine_metrics(self.dist.gather_objects(metrics))
+            trajs = sorted((t for part in self.dist.gather_objects(trajs) for t in part),
+                           key=lambda t: (t.task_index, t.rollout))
+        if self.dist.is_main:
+            self._save_trajectories(trajs, it)
+        return metrics
+
+    def _roll_out(self, it: int, label: str) -> tuple[list[Trajectory], int]:
+        """Sample the iteration's tasks and modes and roll out this rank's episodes.
+
+        Returns ``(trajectories, environment restarts during the rollout)``.
+
+        Raises:
+            EnvironmentFailedError: every episode crashed, on this rank or on another.
+        """
+        c = self.cfg
         tasks = self.sample_tasks(it)
         N = c.rollout.group_size
         modes = self.modes.sample(it, len(tasks) * N)
@@ -300,7 +359,6 @@ class Trainer:
         episodes = [EpisodeSpec(tasks[ti], ti, r, group=ti, mode=modes[ti * N + r])
                     for ti in self.dist.shard(len(tasks)) for r in range(N)]
         hook = self.method.step_hook()
-        label = f"iter {it + 1}/{c.trainer.iterations}"
         restarts_before = self.setup.pool.restarts
         with self.progress.phase(f"{label} rollout", total=len(episodes) * c.env.max_turns, bound=True) as ph:
             trajs = self.setup.engine.run(episodes, self.setup.settings(c.rollout.temperature), it, hook, ph.advance)
@@ -314,7 +372,12 @@ class Trainer:
                 f"every episode of another rank crashed in iteration {it + 1}, so its environment is not working; "
                 "fix it (see that rank's warnings), then continue with --resume")
         release_free_memory()
-        timings = {f"time/{k}": v for k, v in self.setup.engine.timings.items()}
+        return trajs, env_restarts
+
+    def _after_rollout(self, trajs: list[Trajectory], it: int, label: str,
+                       timings: dict[str, float]) -> dict[str, float]:
+        """The method's ``after_rollout`` (a writing method in its own phase, its time added to ``time/tips``);
+        returns its metrics."""
         metrics: dict[str, float] = {}
         if not self.method.read_only:  # the method writes (EMPO²'s tips and memory): its own phase
             t0 = time.perf_counter()
@@ -325,16 +388,29 @@ class Trainer:
             release_free_memory()
         else:
             metrics.update(self.method.after_rollout(trajs, it))
-        step_adv, adv_stats = compute_step_advantages(trajs, c, self.setup.family.score_scale,
-                                                      family_failure(self.setup.family))
+        return metrics
+
+    def _pack_samples(self, trajs: list[Trajectory],
+                      step_adv: list[list[float]]) -> tuple[list[PackedSample], list[int]]:
+        """Pack each trajectory that has advantages; returns the samples and their first global step index."""
         seq_off = 0
         samples, offsets = [], []
         for i, (t, a) in enumerate(zip(trajs, step_adv)):
             if t.crashed or not a:
                 continue
-            samples.append(build_sample(t, a, i, seq_off, c.model.max_context))
+            samples.append(build_sample(t, a, i, seq_off, self.cfg.model.max_context))
             offsets.append(seq_off)
             seq_off += t.num_steps
+        return samples, offsets
+
+    def _update_policy(self, samples: list[PackedSample], offsets: list[int], it: int, label: str,
+                       metrics: dict[str, float], timings: dict[str, float]) -> dict[str, float]:
+        """The rollout-trainer mismatch pass and the policy update (or a skip for a memory-only method).
+
+        Adds mismatch metrics to ``metrics`` and ``time/mismatch``/``time/update`` to ``timings``; returns the
+        update's ``train/`` metrics.
+        """
+        c = self.cfg
         # rollout-trainer mismatch (docs/algorithms.md): a full no-grad pass before the update (measure: on,
         # recompute, TIS), or measured on what the update's first step forwards anyway (the default with vLLM)
         mm = (mismatch_mode(c.algo.mismatch, c.rollout.generator, train_forward_is_deterministic(self.learner.train_model))
@@ -361,21 +437,7 @@ class Trainer:
             self.iterations_without_step = 0 if took else self.iterations_without_step + 1
             train["train/iterations_without_step"] = float(self.iterations_without_step)
         release_free_memory()
-        train["train/cut_steps"] = float(sum(s.cut_steps for s in samples))
-        metrics.update(rollout_metrics(trajs, self.setup.family.two_word_verbs))
-        metrics.update(adv_stats)
-        metrics.update(train)
-        metrics["rollout/env_restarts"] = float(env_restarts)
-        timings["time/iteration"] = time.perf_counter() - t_start
-        metrics.update(timings)
-        metrics.update(self.thread_info)
-        if self.dist.distributed:  # one row for the whole batch; rank 0 writes every rank's episodes
-            metrics = combine_metrics(self.dist.gather_objects(metrics))
-            trajs = sorted((t for part in self.dist.gather_objects(trajs) for t in part),
-                           key=lambda t: (t.task_index, t.rollout))
-        if self.dist.is_main:
-            self._save_trajectories(trajs, it)
-        return metrics
+        return train
 
     def _save_trajectories(self, trajs: list[Trajectory], it: int) -> None:
         """Human-readable episodes of this iteration (``<run>/trajectories/iter-K.jsonl``, K = ``it + 1``:

@@ -229,6 +229,49 @@ def _override(key: str, value: Any) -> str:
     return f"{key}={yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix('...').strip()}"
 
 
+def _run_eval_settings(saved: dict[str, Any], rec: dict[str, Any]) -> dict[str, Any]:
+    """The run's ``EVAL_KEYS`` values: its saved config's, overridden by what its first evaluation file ``rec``
+    records (split, temperature, ``max_turns``, episode count)."""
+    want = {k: _dotted(saved, k) for k in EVAL_KEYS}
+    recorded = {"env.eval_split": rec.get("split"), "eval.temperature": rec.get("temperature"),
+                "env.max_turns": rec.get("max_turns"),
+                "eval.episodes": len(rec["episodes"]) if isinstance(rec.get("episodes"), list) else None}
+    want.update({k: v for k, v in recorded.items() if v is not None})
+    return want
+
+
+def _same_eval_setting(k: str, want: dict[str, Any], got: dict[str, Any],
+                       resolve: Callable[[str], str] | None) -> bool:
+    """Whether setting ``k`` is the run's; ``env.tasks`` compares as the tasks they name where ``resolve`` can."""
+    if k == "env.tasks" and resolve is not None and isinstance(want[k], list) and isinstance(got[k], list):
+        try:
+            return [resolve(str(t)) for t in want[k]] == [resolve(str(t)) for t in got[k]]
+        except ValueError:  # UnknownTaskError: a task the family no longer knows, compare as written
+            pass
+    return bool(got[k] == want[k])
+
+
+def _eval_differences(saved: dict[str, Any], now: dict[str, Any], want: dict[str, Any], got: dict[str, Any],
+                      resolve: Callable[[str], str] | None) -> tuple[list[str], list[str]]:
+    """What differs (``key: run's -> resumed``, the evaluated variations included) and the overrides that
+    restore the run's evaluation; both empty when the evaluations would be alike."""
+    differ = [k for k in EVAL_KEYS if want[k] is not None and not _same_eval_setting(k, want, got, resolve)]
+    fixed = {**got, **{k: want[k] for k in differ}}
+    sv, nv = _dotted(saved, "env.variations"), _dotted(now, "env.variations")
+    s_train, n_train = _dotted(saved, "env.train_split"), _dotted(now, "env.train_split")
+    shown = [f"{k}: {want[k]!r} -> {got[k]!r}" for k in differ]
+    fix = [_override(k, want[k]) for k in differ]
+    if sv is not None and s_train is not None and (
+            _evaluated_variations(want["env.eval_split"], s_train, sv)
+            != _evaluated_variations(fixed["env.eval_split"], n_train, nv)):
+        shown.append(f"evaluated variations: {_evaluated_variations(want['env.eval_split'], s_train, sv)!r} -> "
+                     f"{_evaluated_variations(got['env.eval_split'], n_train, nv)!r}")
+        fix.append(_override("env.variations", sv))
+        if n_train != s_train:
+            fix.append(_override("env.train_split", s_train))
+    return shown, fix
+
+
 def check_evaluation_matches(saved: dict[str, Any], now: dict[str, Any], run_dir: Path, iteration: int,
                              resolve: Callable[[str], str] | None = None) -> None:
     """Refuse a resume whose evaluations would be over other episodes than the run's earlier ones.
@@ -266,35 +309,9 @@ def check_evaluation_matches(saved: dict[str, Any], now: dict[str, Any], run_dir
     if first is None:
         return
     path, rec = first
-    want = {k: _dotted(saved, k) for k in EVAL_KEYS}
-    recorded = {"env.eval_split": rec.get("split"), "eval.temperature": rec.get("temperature"),
-                "env.max_turns": rec.get("max_turns"),
-                "eval.episodes": len(rec["episodes"]) if isinstance(rec.get("episodes"), list) else None}
-    want.update({k: v for k, v in recorded.items() if v is not None})
+    want = _run_eval_settings(saved, rec)
     got = {k: _dotted(now, k) for k in EVAL_KEYS}
-
-    def same(k: str) -> bool:
-        if k == "env.tasks" and resolve is not None and isinstance(want[k], list) and isinstance(got[k], list):
-            try:
-                return [resolve(str(t)) for t in want[k]] == [resolve(str(t)) for t in got[k]]
-            except ValueError:  # UnknownTaskError: a task the family no longer knows, compare as written
-                pass
-        return bool(got[k] == want[k])
-
-    differ = [k for k in EVAL_KEYS if want[k] is not None and not same(k)]
-    fixed = {**got, **{k: want[k] for k in differ}}
-    sv, nv = _dotted(saved, "env.variations"), _dotted(now, "env.variations")
-    s_train, n_train = _dotted(saved, "env.train_split"), _dotted(now, "env.train_split")
-    shown = [f"{k}: {want[k]!r} -> {got[k]!r}" for k in differ]
-    fix = [_override(k, want[k]) for k in differ]
-    if sv is not None and s_train is not None and (
-            _evaluated_variations(want["env.eval_split"], s_train, sv)
-            != _evaluated_variations(fixed["env.eval_split"], n_train, nv)):
-        shown.append(f"evaluated variations: {_evaluated_variations(want['env.eval_split'], s_train, sv)!r} -> "
-                     f"{_evaluated_variations(got['env.eval_split'], n_train, nv)!r}")
-        fix.append(_override("env.variations", sv))
-        if n_train != s_train:
-            fix.append(_override("env.train_split", s_train))
+    shown, fix = _eval_differences(saved, now, want, got, resolve)
     if not fix:
         return
     n, split, temp = want["eval.episodes"], want["env.eval_split"], want["eval.temperature"]

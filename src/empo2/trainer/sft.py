@@ -203,6 +203,60 @@ def demo_nll_backward(model: Any, batch: list[PackedSample], *, pad_id: int, mic
     return total
 
 
+def _load_sft_demos(cfg: Config) -> tuple[Any, list[dict[str, Any]]]:
+    """The environment family and the demonstrations of ``cfg.sft.data`` for ``env.tasks`` (and
+    ``env.variations``, ``sft.variations_per_task``, ``sft.min_score``, the tip plan)."""
+    family = make_family(cfg.env)
+    tasks = [family.resolve_task(t) for t in cfg.env.tasks]
+    pairs = variation_pairs(family, tasks, cfg.env.variations, cfg.sft.variations_per_task)
+    demos = load_demos(cfg.sft.data, family, tasks, pairs, cfg.sft.min_score, cfg.env.num_workers,
+                       tip_plan=(cfg.run.seed, cfg.sft.tip_right, cfg.sft.tip_wrong))
+    return family, demos
+
+
+def _train_epochs(cfg: Config, model: Any, opt: torch.optim.Optimizer, samples: list[PackedSample], tokens: int,
+                  pad: int, rng: np.random.Generator, logger: RunLogger, progress: Any) -> list[dict[str, float]]:
+    """``sft.epochs`` passes over the shuffled demonstrations, one optimiser step per ``sft.batch_episodes``;
+    logs and returns one metrics row per epoch (the model is left in eval mode)."""
+    history: list[dict[str, float]] = []
+    steps_taken = 0
+    model.train()
+    for epoch in range(cfg.sft.epochs):
+        t0 = time.perf_counter()
+        order = rng.permutation(len(samples))
+        loss_sum = 0.0
+        for b in range(0, len(order), cfg.sft.batch_episodes):
+            batch = [samples[i] for i in order[b:b + cfg.sft.batch_episodes]]
+            norm = float(sum(s.num_targets for s in batch))
+            opt.zero_grad(set_to_none=True)
+            loss_sum += demo_nll_backward(model, batch, pad_id=pad, micro_batch_tokens=cfg.trainer.micro_batch_tokens,
+                                          logprob_chunk=cfg.trainer.logprob_chunk,
+                                          checkpoint_head=cfg.model.gradient_checkpointing) * norm
+            if cfg.trainer.grad_clip > 0:
+                torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
+                                               cfg.trainer.grad_clip)
+            opt.step()
+            steps_taken += 1
+        row = {"sft/loss": loss_sum / tokens, "sft/tokens": float(tokens), "sft/episodes": float(len(samples)),
+               "sft/optimizer_steps": float(steps_taken), "time/epoch": time.perf_counter() - t0}
+        history.append(row)
+        logger.log(row, epoch + 1)
+        if progress is not None:
+            progress(f"sft epoch {epoch + 1}/{cfg.sft.epochs}: loss {row['sft/loss']:.4f} "
+                     f"({row['time/epoch']:.0f} s)")
+    model.eval()
+    return history
+
+
+def _merge_lora(policy: Any, saved: dict[str, Any], run: Path) -> None:
+    """Merge the LoRA adapter into the weights (a full model folder: eval and train load it without the adapter
+    settings) and rewrite ``config.yaml`` with ``model.lora.enabled`` false."""
+    policy.model = policy.model.merge_and_unload()
+    policy.lora = False
+    saved["model"]["lora"]["enabled"] = False
+    (run / "config.yaml").write_text(_yaml(saved))
+
+
 def run_sft(cfg: Config, progress: Any = None) -> SftResult:
     """Fine-tune ``cfg.model`` on the demonstrations of ``cfg.sft`` and write the run folder.
 
@@ -224,11 +278,7 @@ def run_sft(cfg: Config, progress: Any = None) -> SftResult:
                           f"run.name={cfg.run.name}-2) or delete the folder")
     if cfg.trainer.threads > 0:
         torch.set_num_threads(cfg.trainer.threads)
-    family = make_family(cfg.env)
-    tasks = [family.resolve_task(t) for t in cfg.env.tasks]
-    pairs = variation_pairs(family, tasks, cfg.env.variations, cfg.sft.variations_per_task)
-    demos = load_demos(cfg.sft.data, family, tasks, pairs, cfg.sft.min_score, cfg.env.num_workers,
-                       tip_plan=(cfg.run.seed, cfg.sft.tip_right, cfg.sft.tip_wrong))
+    family, demos = _load_sft_demos(cfg)
     run.mkdir(parents=True, exist_ok=True)
     saved = config_to_dict(cfg)
     with (run / DEMOS_FILE).open("w") as f:
@@ -247,41 +297,12 @@ def run_sft(cfg: Config, progress: Any = None) -> SftResult:
     rng = np.random.default_rng([cfg.run.seed, 11])
     logger = RunLogger(run, run_trackers(cfg), config=saved, run_name=cfg.run.name)
     (run / "config.yaml").write_text(_yaml(saved))
-    history: list[dict[str, float]] = []
-    steps_taken = 0
     try:
-        model.train()
-        for epoch in range(cfg.sft.epochs):
-            t0 = time.perf_counter()
-            order = rng.permutation(len(samples))
-            loss_sum = 0.0
-            for b in range(0, len(order), cfg.sft.batch_episodes):
-                batch = [samples[i] for i in order[b:b + cfg.sft.batch_episodes]]
-                norm = float(sum(s.num_targets for s in batch))
-                opt.zero_grad(set_to_none=True)
-                loss_sum += demo_nll_backward(model, batch, pad_id=pad, micro_batch_tokens=cfg.trainer.micro_batch_tokens,
-                                              logprob_chunk=cfg.trainer.logprob_chunk,
-                                              checkpoint_head=cfg.model.gradient_checkpointing) * norm
-                if cfg.trainer.grad_clip > 0:
-                    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad],
-                                                   cfg.trainer.grad_clip)
-                opt.step()
-                steps_taken += 1
-            row = {"sft/loss": loss_sum / tokens, "sft/tokens": float(tokens), "sft/episodes": float(len(samples)),
-                   "sft/optimizer_steps": float(steps_taken), "time/epoch": time.perf_counter() - t0}
-            history.append(row)
-            logger.log(row, epoch + 1)
-            if progress is not None:
-                progress(f"sft epoch {epoch + 1}/{cfg.sft.epochs}: loss {row['sft/loss']:.4f} "
-                         f"({row['time/epoch']:.0f} s)")
-        model.eval()
+        history = _train_epochs(cfg, model, opt, samples, tokens, pad, rng, logger, progress)
     finally:
         logger.close()
     if policy.lora:  # a full model folder: eval and train load it without the adapter settings
-        policy.model = policy.model.merge_and_unload()
-        policy.lora = False
-        saved["model"]["lora"]["enabled"] = False
-        (run / "config.yaml").write_text(_yaml(saved))
+        _merge_lora(policy, saved, run)
     ckpt = save_checkpoint(run / "checkpoints", 0, lambda d: save_weights(policy, d), None, saved,
                            {"sft": {"epochs": cfg.sft.epochs, "demos": len(samples), "steps": n_steps,
                                     "tokens": tokens, "history": history}},

@@ -457,6 +457,51 @@ def _ensure_one(args: tuple[str, int, str, str]) -> bool:
     return ensure_game(task, seed, objective, cache_dir).generated
 
 
+_PregenJob = tuple[str, int, str, str]
+"""(task name, seed, objective, cache_dir): one game for ``_ensure_one``."""
+
+
+def _pregen_jobs(items: Iterable[tuple[str, Iterable[int]]], objective: str, cache_dir: str) -> list[_PregenJob]:
+    """One job per (task, seed) of ``items``, the task name canonical; a bad name, seed or objective raises here."""
+    jobs: list[tuple[str, int, str, str]] = []
+    for name, seeds in items:
+        canonical = parse_task(name).name
+        for seed in seeds:
+            jobs.append((canonical, _check(seed, objective), objective, cache_dir))
+    return jobs
+
+
+def _pregen_bar(jobs: list[_PregenJob]) -> Any:
+    """A rich progress bar for the games (count, elapsed, ETA)."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    return Progress(TextColumn("TextWorld games"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    TextColumn("ETA"), TimeRemainingColumn(), transient=False)
+
+
+def _run_pregen_jobs(jobs: list[_PregenJob], workers: int,
+                     done: Callable[[_PregenJob, bool | None, BaseException | None], None]) -> None:
+    """Build every job, in this process (one worker or one job) or in ``workers`` spawned processes, calling
+    ``done(job, generated now, error)`` after each; a ``GenerationError`` is passed to ``done``, not raised."""
+    if workers <= 1 or len(jobs) <= 1:
+        for job in jobs:
+            try:
+                done(job, _ensure_one(job), None)
+            except GenerationError as e:
+                done(job, None, e)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads / CUDA
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+            futures = {pool.submit(_ensure_one, job): job for job in jobs}
+            for fut in as_completed(futures):
+                err = fut.exception()
+                done(futures[fut], None if err else fut.result(), err)
+
+
 def pregenerate(items: Iterable[tuple[str, Iterable[int]]], objective: str = "route_free", cache_dir: str = "",
                 workers: int = 1, progress: bool = True, on_game: Callable[[int], None] | None = None) -> PregenReport:
     """Generate (or find cached) every game of ``items`` before training, with a progress bar.
@@ -483,21 +528,11 @@ def pregenerate(items: Iterable[tuple[str, Iterable[int]]], objective: str = "ro
         UnknownTaskError, ValueError: a bad task name, seed or objective (before anything is generated).
         GenerationError: a game could not be built (after the others were tried; the message lists them).
     """
-    jobs: list[tuple[str, int, str, str]] = []
-    for name, seeds in items:
-        canonical = parse_task(name).name
-        for seed in seeds:
-            jobs.append((canonical, _check(seed, objective), objective, cache_dir))
+    jobs = _pregen_jobs(items, objective, cache_dir)
     report = PregenReport(games=len(jobs))
     started = time.perf_counter()
     failures: list[str] = []
-    bar: Any = None
-    if progress and jobs:
-        from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                   TimeRemainingColumn)
-
-        bar = Progress(TextColumn("TextWorld games"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                       TextColumn("ETA"), TimeRemainingColumn(), transient=False)
+    bar = _pregen_bar(jobs) if progress and jobs else None
     with bar if bar is not None else contextlib.nullcontext():
         task_id = bar.add_task("games", total=len(jobs)) if bar is not None else None
 
@@ -513,22 +548,7 @@ def pregenerate(items: Iterable[tuple[str, Iterable[int]]], objective: str = "ro
             if on_game is not None:
                 on_game(1)
 
-        if workers <= 1 or len(jobs) <= 1:
-            for job in jobs:
-                try:
-                    done(job, _ensure_one(job), None)
-                except GenerationError as e:
-                    done(job, None, e)
-        else:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor, as_completed
-
-            ctx = multiprocessing.get_context("spawn")  # no fork of a process that may hold threads / CUDA
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-                futures = {pool.submit(_ensure_one, job): job for job in jobs}
-                for fut in as_completed(futures):
-                    err = fut.exception()
-                    done(futures[fut], None if err else fut.result(), err)
+        _run_pregen_jobs(jobs, workers, done)
     report.seconds = time.perf_counter() - started
     if failures:
         raise GenerationError(f"{len(failures)} of {len(jobs)} TextWorld games could not be built:\n  "
