@@ -321,6 +321,11 @@ class MemoryConfig:
     ties: Literal["newer_first", "older_first"] = doc(
         "order of equal-score tips: newer first (ours) or insertion order (authors' stable sort)", default="newer_first")
     top_k: int = doc("k: at most this many tips per step", default=10)
+    bucket: Literal["variation", "task"] = doc(
+        "what one memory bucket (and the novelty count) spans: one task variation (the authors': a game's tips are "
+        "retrieved only in that game) or every variation of a task (tips and state counts carry across games: with "
+        "many training games each played about once, per-variation buckets are never read again)",
+        default="variation")
     retriever: str = doc(
         "the retrieval rule Retr(s; M): 'similarity' (cosine passes τ, highest episode score first, top_k; the paper) or "
         "the name of one a plug-in registers (run.plugins; docs/architecture.md, 'Retrievers')", default="similarity")

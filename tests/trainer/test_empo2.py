@@ -11,6 +11,8 @@ import yaml
 
 from empo2.rollout.engine import StepHook
 from empo2.cli import main
+from types import SimpleNamespace
+
 from tests.runcfg import write_config
 from empo2.config import load_config
 from empo2.envs.base import TaskSpec
@@ -184,3 +186,24 @@ def test_eval_with_memory_uses_the_runs_tips(tmp_path):
     assert by_var[0] > 0  # the bucket the run trained on has tips
     # missing memory → clear error
     assert main(["eval", "--checkpoint", str(ckpt), "--with-memory", str(tmp_path / "nope")]) == 2
+
+
+def test_task_buckets_carry_tips_across_variations(tmp_path):
+    """With a new game every iteration (here: variation 0, then 1), per-variation buckets are never read again
+    (hit rate 0); ``empo2.memory.bucket: task`` retrieves the first game's tips in the second."""
+    from empo2.trainer.empo2_runtime import Empo2Runtime
+
+    spec = TaskSpec("tiny", "fetch-key", 3)
+    assert Empo2Runtime.bucket(SimpleNamespace(mcfg=SimpleNamespace(bucket="variation")), spec) == spec.bucket
+    assert Empo2Runtime.bucket(SimpleNamespace(mcfg=SimpleNamespace(bucket="task")), spec) == "tiny/fetch-key"
+    hits = {}
+    for bucket in ("variation", "task"):
+        cfg = _cfg(tmp_path, bucket, env={"variations": [0, 1]}, empo2={"memory": {"bucket": bucket}})
+        assert main(["train", "--config", str(cfg)]) == 0
+        rows = _rows(tmp_path / "runs" / bucket)
+        assert rows[0]["memory/tips_written"] > 0
+        vars_seen = {json.loads(x)["variation"] for it in (1, 2) for x in
+                     (tmp_path / "runs" / bucket / "trajectories" / f"iter-{it:05d}.jsonl").read_text().splitlines()}
+        assert vars_seen == {0, 1}, vars_seen
+        hits[bucket] = rows[1]["memory/retrieval_hit_rate"]
+    assert hits["variation"] == 0 and hits["task"] > 0, hits

@@ -204,7 +204,7 @@ class Empo2Runtime(Method):
             found = [self.oracle(st) for st in states]
             n_found = [len(f) for f in found]
         else:
-            hits = self.memory.query([st.spec.task.bucket for st in states], embs, self.mcfg.threshold,
+            hits = self.memory.query([self.bucket(st.spec.task) for st in states], embs, self.mcfg.threshold,
                                      self.mcfg.top_k, compare=self.mcfg.compare, ties=self.mcfg.ties,
                                      retriever=self.mcfg.retriever)
             n_found = [len(h) for h in hits]
@@ -269,6 +269,11 @@ class Empo2Runtime(Method):
         return kept + wave <= cap
 
     # ------------------------------------------------------------------ tips + memory
+    def bucket(self, task: Any) -> str:
+        """The memory bucket of a ``TaskSpec`` (``empo2.memory.bucket``): ``env/task/variation`` (``TaskSpec.bucket``)
+        or, for ``task``, ``env/task`` — every variation's tips and state counts in one bucket."""
+        return task.bucket if self.mcfg.bucket == "variation" else f"{task.env}/{task.task}"
+
     def _writes_mode(self, mode: Mode) -> bool:
         if self.cfg.empo2.p == 0 and not ROLLOUT_SHOWS_TIPS[mode]:
             # GRPO + novelty (empo2.methods): no training rollout ever reads a tip. Rollouts that read the memory
@@ -439,7 +444,7 @@ class Empo2Runtime(Method):
             informative.append(tip_informativeness(tip, t))
             written.append(tip)
             # the embedded text; full_history keys are long, and MiniLM reads only their head anyway
-            entries = build_entries(t.task.bucket, key, final[:KEY_TEXT_MAX_CHARS], tip, self.entry_score(t),
+            entries = build_entries(self.bucket(t.task), key, final[:KEY_TEXT_MAX_CHARS], tip, self.entry_score(t),
                                     iteration, [s.action for s in t.steps], self.mcfg.entry_text)
             out["memory/entries_added"] += self.memory.add(entries)
         if words:
@@ -468,7 +473,7 @@ class Empo2Runtime(Method):
                 raise ValueError(f"{t.id}: {len(e)} state embeddings for {t.num_steps} steps; "
                                  "was the rollout run with this runtime's step_hook()?")
             embs.append(np.stack(e))
-        r = self.memory.observe_episodes([t.task.bucket for t in trajs], embs)
+        r = self.memory.observe_episodes([self.bucket(t.task) for t in trajs], embs)
         for t, rt in zip(trajs, r):
             for s, ri in zip(t.steps, rt):
                 s.intrinsic = float(ri)
