@@ -13,7 +13,9 @@ task, variation and sampling seed per episode id), so arms are compared pair by 
 Arms (``ARMS``): ``base`` (no training), ``grpo``, ``gigpo``, ``empo2`` (p = 0.5, self-written tips),
 ``empo2_novelty`` (+ the novelty reward in the advantage), ``grpo_novelty`` (GRPO + the novelty reward, no memory:
 separates the reward from the tips), ``empo2_paper`` (p 0.25, q 0.68, modes per rollout, novelty in the return),
-``empo2_paper_q0`` (the same with q = 0: no tip-free updates), ``empo2_authors`` (p 0.25, q 0.68, the mode drawn per
+``empo2_paper_q0`` (the same with q = 0: no tip-free updates), ``empo2_paper_task`` / ``grpo_novelty_task`` (the
+memory and the novelty count span every game of a task, ``empo2.memory.bucket: task``: with many training games each
+played about once, per-game buckets are never read again), ``empo2_authors`` (p 0.25, q 0.68, the mode drawn per
 iteration, novelty logged but not in the advantage, as the authors' code runs it), ``empo2_q0`` (q = 0: every memory rollout
 trained with its tips, i.e. no off-policy distillation), ``memory_only`` (frozen weights), ``empo2_oracle``
 (the memory seeded from ``--memory-import FILE.jsonl`` before training — the oracle tips of ``empo2 memory
@@ -98,6 +100,8 @@ ARMS: dict[str, list[str]] = {
     "grpo_novelty": ["empo2.p=0.0", *NOVELTY],
     "empo2_paper": [*EMPO2_PAPER, *NOVELTY],
     "empo2_paper_q0": [*EMPO2_PAPER, *NOVELTY, "empo2.q=0.0"],
+    "grpo_novelty_task": ["empo2.p=0.0", *NOVELTY, "empo2.memory.bucket=task"],
+    "empo2_paper_task": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task"],
     "empo2_authors": ["empo2.p=0.25", "empo2.q=0.68", "empo2.mode_granularity=iteration",
                       "empo2.intrinsic.in_advantage=false"],
     "empo2_q0": [*EMPO2, "empo2.q=0.0"],
