@@ -83,10 +83,7 @@ def correct(name: str, action: str, admissible: Sequence[str], plugins: Sequence
 def correction_plugin(name: str) -> list[str]:
     """The module to import in another process (a Ray environment actor) so that correction ``name`` is
     registered there: the module that registered it, or ``[]`` for the built-ins."""
-    if name in CORRECTIONS._lazy:  # noqa: SLF001 - a lazy entry is a built-in (import-free check)
-        return []
-    source = CORRECTIONS.get(name).source
-    return [] if not source or source == "empo2" or source.startswith("empo2.") else [source]
+    return CORRECTIONS.plugin_modules(name)
 
 
 def check_correction(cfg: Any) -> None:

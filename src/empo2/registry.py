@@ -161,6 +161,18 @@ class Registry(Generic[T]):
             return _import_attr(cfg) if cfg else None
         return self.get(name).config
 
+    def plugin_modules(self, name: str) -> list[str]:
+        """The module another process (a Ray actor) must import so that ``name`` is registered there: ``[module]``
+        for a plug-in's entry, ``[]`` for empo2's own (lazy built-ins are answered without importing them).
+
+        Raises:
+            ConfigError: ``name`` is not registered.
+        """
+        if name in self._lazy:
+            return []
+        source = self.get(name).source
+        return [] if not source or source == "empo2" or source.startswith("empo2.") else [source]
+
     def doc(self, name: str) -> str:
         """The one-line description of ``name`` ("" when none was given)."""
         if name in self._lazy:

@@ -56,10 +56,8 @@ def registry_rows() -> list[tuple[str, str, str, str]]:
         if not reg.names():  # listed, so a user sees the key exists and that nothing is registered under it
             rows.append((reg.config_key, "(none registered)", "built-in", ""))
         for name in reg.names():
-            lazy = name in reg._lazy  # noqa: SLF001 (read-only: a lazy entry is a built-in not imported yet)
-            src = "built-in" if lazy else (reg.get(name).source or "?")
-            if src.startswith("empo2."):
-                src = "built-in"
+            mods = reg.plugin_modules(name)
+            src = mods[0] if mods else "built-in"
             rows.append((reg.config_key, name, src, " ".join(reg.doc(name).split())))
     gen = {"hf": "transformers sampler on the policy's own weights (exact behaviour log-probs)",
            "vllm": "vLLM engine fed the trainer's weights after each update (docs/scaling.md)"}
@@ -136,9 +134,7 @@ def _plugin_env(name: str) -> bool:
     """Whether ``env.<name>`` is the section of a plug-in's environment (not one of the package's own sections)."""
     from empo2.envs.registry import ENVS
 
-    if name not in ENVS or name in ENVS._lazy:  # noqa: SLF001 (read-only: lazy entries are the built-ins)
-        return False
-    return not (ENVS.get(name).source or "").startswith("empo2.")
+    return name in ENVS and bool(ENVS.plugin_modules(name))
 
 
 def config_reference_markdown(builtin_only: bool = False) -> str:

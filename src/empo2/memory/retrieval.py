@@ -193,10 +193,7 @@ def choose(name: str, bucket: Candidates, query: RetrievalQuery) -> np.ndarray:
 def retriever_plugin(name: str) -> list[str]:
     """The module to import where the memory lives (the Ray memory actor) so that retriever ``name`` is
     registered there: the module that registered it, or ``[]`` for the built-ins."""
-    if name in RETRIEVERS._lazy:  # noqa: SLF001 - a lazy entry is a built-in (import-free check)
-        return []
-    source = RETRIEVERS.get(name).source
-    return [] if not source or source == "empo2" or source.startswith("empo2.") else [source]
+    return RETRIEVERS.plugin_modules(name)
 
 
 def check_retriever(cfg: Any) -> None:

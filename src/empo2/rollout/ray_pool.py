@@ -48,8 +48,7 @@ def family_plugin(name: str) -> list[str]:
     """
     from empo2.envs.registry import ENVS
 
-    source = ENVS.get(name).source
-    return [] if not source or source == "empo2" or source.startswith("empo2.") else [source]
+    return ENVS.plugin_modules(name)
 
 
 class EnvWorker:
