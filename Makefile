@@ -34,7 +34,7 @@ run: setup
 	$(VENV)/bin/empo2 train --config $(CONFIG)
 
 # ruff (rules in pyproject.toml [tool.ruff]) on the whole tree, then mypy (strict on algo/, policy/,
-# records.py: [tool.mypy]); about a minute cold, seconds with mypy's cache
+# records.py, methods/empo2/modes.py: [tool.mypy]); about a minute cold, seconds with mypy's cache
 lint: setup
 	$(VENV)/bin/ruff check src tests scripts benchmarks
 	$(VENV)/bin/mypy
@@ -49,7 +49,7 @@ docs: setup
 bench: setup
 	$(PY) -m benchmarks.run_all
 
-# the learning benchmark: base / GRPO / EMPO² / GiGPO x 3 seeds on ScienceWorld (docs/learning.md); LEARN_ARGS=--quick for a smoke test
+# the learning benchmark: base / GRPO / EMPO² / GiGPO x 3 seeds on ScienceWorld (docs/notes/learning.md); LEARN_ARGS=--quick for a smoke test
 learn: setup
 	$(PY) -m benchmarks.learn $(LEARN_ARGS)
 # The fault suite with its slow cases (real JVMs killed, the trainer signalled, a tiny disk filled);

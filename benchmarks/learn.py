@@ -8,7 +8,7 @@ final policy is evaluated without memory at temperature 0.4 (docs/algorithms.md,
 variations and on the **train** variations it trained on (the ``env.variations`` ones when set:
 ``empo2 eval --split train``). Evaluations of one seed use the same episodes in every arm (same
 task, variation and sampling seed per episode id), so arms are compared pair by pair
-(``trainer.evaluate.paired_difference``) as well as by their means.
+(``evaluation.evaluate.paired_difference``) as well as by their means.
 
 Arms (``ARMS``): ``base`` (no training), ``grpo``, ``gigpo``, ``empo2`` (p = 0.5, self-written tips),
 ``empo2_novelty`` (+ the novelty reward in the advantage), ``grpo_novelty`` (GRPO + the novelty reward, no memory:
@@ -362,7 +362,7 @@ def paired_vs(runs: list[dict[str, Any]], a: str, b: str, split: str) -> dict[st
         ValueError: the two arms' evaluations of one seed are not the same episodes.
     """
     from empo2.algo.stats import mean_ci
-    from empo2.trainer.evaluate import EvalResult, paired_difference, summarise
+    from empo2.evaluation.evaluate import EvalResult, paired_difference, summarise
 
     if a == b:
         return None

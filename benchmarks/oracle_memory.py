@@ -1,11 +1,11 @@
 """Oracle memory replay: does a rollout on the gold path retrieve the oracle tip of its own state? (issue #18)
 
-An oracle memory (``empo2 memory oracle``, docs/learning.md "An oracle memory") holds one tip per gold-path
+An oracle memory (``empo2 memory oracle``, docs/notes/learning.md "An oracle memory") holds one tip per gold-path
 state, "Next action: <the gold action of that state>", keyed by the state text a rollout embeds there.
 This check imports such a file into a fresh run folder exactly as ``benchmarks.learn`` does for its
 ``empo2_oracle`` arm (``empo2 memory import RUN FILE --config CFG``), then plays the gold path of each
 given variation through the real rollout engine with the run's EMPO² runtime as its step hook
-(``trainer.empo2_hooks.make_runtime``, read-only; rollouts in ``on_policy_tips`` mode): the engine builds
+(``methods.empo2.hooks.make_runtime``, read-only; rollouts in ``on_policy_tips`` mode): the engine builds
 the chat, the runtime embeds the state text with the config's embedder and retrieves with its τ, k,
 compare and ties, the engine shows the block. Only the action is scripted (``GoldSelector``: the actions
 the file's rows name, in step order — the gold path the file was written from — each as its ids plus
@@ -47,7 +47,7 @@ class GoldSelector:
     def select(self, engine: Any, live: list[Any], admissible: list[list[str] | None], settings: Any,
                iteration: int) -> list[Any]:
         from empo2.policy.sampling import Generation
-        from empo2.trainer.tipdemos import oracle_next_action
+        from empo2.demos.gold_tips import oracle_next_action
 
         out = []
         for st, adm in zip(live, admissible):
@@ -70,7 +70,7 @@ def _tip_line(entry: str) -> str:
 
 def _names(tips: list[str]) -> list[str]:
     """The actions an oracle block names (the text after "Next action: ", a "(step j)" suffix dropped)."""
-    from empo2.trainer.tipdemos import NEXT_ACTION_PREFIX
+    from empo2.demos.gold_tips import NEXT_ACTION_PREFIX
 
     out = []
     for t in map(_tip_line, tips):
@@ -100,11 +100,11 @@ def replay(cfg_path: str | None, memory_file: Path, variations: list[int], overr
     from empo2.envs.base import TaskSpec
     from empo2.records import Mode
     from empo2.rollout.engine import EpisodeSpec
-    from empo2.trainer.demos import variation_pairs
-    from empo2.trainer.empo2_hooks import make_runtime
+    from empo2.demos.expert import variation_pairs
+    from empo2.methods.empo2.hooks import make_runtime
     from empo2.trainer.loop import build_setup
     from empo2.memory.transfer import read_import_file
-    from empo2.trainer.tipdemos import NEXT_ACTION_PREFIX, imperative_tip
+    from empo2.demos.gold_tips import NEXT_ACTION_PREFIX, imperative_tip
 
     rc = cli(["memory", "import", str(run_dir), str(memory_file), *overrides]
              + (["--config", cfg_path] if cfg_path else []))

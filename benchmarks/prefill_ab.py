@@ -1,4 +1,4 @@
-"""A/B timings behind docs/performance.md recommendations 3–5 (not part of ``make bench``).
+"""A/B timings behind docs/notes/performance.md recommendations 3–5 (not part of ``make bench``).
 
 * ``prefill`` (4): the cached-turn prefill of ``--rows`` rows × ``--new`` new ids on caches of
   96–160 ids: old = one batch-1 ``kvcache.extend`` per row, new = ``sampling._prefill``
@@ -19,7 +19,7 @@
   ``--decode-len``, less its real slots); ``a / c_pad`` is what ``DECODE_BUCKET_SLOTS`` should be
   (bucketing saves padded slots only). Then the cache lengths
   of an EMPO² rollout's last turn (3 tip rows of 2,041–2,325 ids, 5 plain rows of 1,032–1,305;
-  docs/performance.md) and of GRPO's (8 plain rows), decoded as one batch and as ``decode_buckets``
+  docs/notes/performance.md) and of GRPO's (8 plain rows), decoded as one batch and as ``decode_buckets``
   cuts them at each ``--slot-costs`` value. Last, a tip-like batch (8 rows of 1,000–2,400 cached ids,
   up to 64 new ids, rows stopping at random) decoded whole (concatenated, in place) and shrinking
   as its rows finish (``sampling.DECODE_SHRINK``).

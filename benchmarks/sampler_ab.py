@@ -1,4 +1,4 @@
-"""Old (host-side, ``--baseline-src``) vs new (device) sampler, side by side in one process (docs/performance.md,
+"""Old (host-side, ``--baseline-src``) vs new (device) sampler, side by side in one process (docs/notes/performance.md,
 "Sampler on the device").
 
 1. ``_pick`` alone on ``[B, 49152]`` logits (free rows; every row trie-constrained), ``--steps`` calls.

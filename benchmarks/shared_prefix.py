@@ -44,7 +44,7 @@ SHAPE = {"groups": 2, "group_size": 8, "system": 616, "group": 145, "turns": 5, 
 LONG_SHAPE = {"groups": 2, "group_size": 8, "system": 616, "group": 145, "turns": 9, "obs": 113, "act": 4}
 """A 12-turn batch of ``configs/learn_sciworld.yaml`` with ``env.max_turns=12`` (``--shape long``): 8.7 steps per
 trajectory and 1,818 sequence tokens on average (29,092 for 16 trajectories), measured in the live-oracle q = 0
-run of docs/learning.md, seed 0, iteration 2 (``train/seq_tokens``), whose update shared 10% of its tokens at
+run of docs/notes/learning.md, seed 0, iteration 2 (``train/seq_tokens``), whose update shared 10% of its tokens at
 ``micro_batch_tokens`` 2,600: a trajectory this long fills a micro-batch alone, so nothing is packed."""
 
 

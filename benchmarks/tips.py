@@ -8,8 +8,8 @@ resumes where it stopped; ``--redo STAGE`` recomputes one):
     (score 100), so that outcomes vary. → ``trajectories.jsonl`` (our trajectory JSONL format).
 ``write``    per setting (tip prompt × temperature × max tokens), one tip per episode, scored:
 
-    * informativeness (``memory.tipinfo.tip_informativeness``: outcome / task object / scoring action);
-    * **coherence**: the share of tips that (1) ``memory.text.clean_tip`` accepts, (2) are one sentence
+    * informativeness (``methods.empo2.tipinfo.tip_informativeness``: outcome / task object / scoring action);
+    * **coherence**: the share of tips that (1) ``methods.empo2.tips.clean_tip`` accepts, (2) are one sentence
       of at most ``MAX_COHERENT_WORDS`` words, and (3) are *grounded*: at least ``GROUNDED_SHARE`` of
       their content words (≥ 3 letters, not stop words) occur, as Snowball stems, in the episode's own
       text (task, observations, actions, final observation, score sentence). A model log-prob is not
@@ -19,11 +19,11 @@ resumes where it stopped; ``--redo STAGE`` recomputes one):
     * **useful** = coherent and naming the outcome or a scoring action (restating the task's object
       alone is not counted).
     * **copy**: the tip reuses the ``summary_fewshot`` worked example's wording
-      (``memory.tipinfo.copies_example``, ≥ 3 shared word 4-grams); reported beside, not subtracted.
+      (``methods.empo2.tipinfo.copies_example``, ≥ 3 shared word 4-grams); reported beside, not subtracted.
 
     Tip prompts: ``trajectory`` (the run's: the whole tip-free chat + final observation and score +
-    ``memory.text.TIP_INSTRUCTION``, as ``trainer.empo2_runtime.Empo2Runtime.tip_prompts``);
-    ``summary`` / ``summary_fewshot`` (``memory.text.summary_tip_messages``, the prompts of
+    ``methods.empo2.tips.TIP_INSTRUCTION``, as ``methods.empo2.runtime.Empo2Runtime.tip_prompts``);
+    ``summary`` / ``summary_fewshot`` (``methods.empo2.tips.summary_tip_messages``, the prompts of
     ``empo2.tips.prompt``: one user turn with the task, the numbered actions, the final observation and
     score and a one-sentence instruction, no system prompt; optionally after one worked example of
     another task as a user/assistant pair).
@@ -34,7 +34,7 @@ resumes where it stopped; ``--redo STAGE`` recomputes one):
     P(gold next action) and the share of states where it is the argmax; for a misleading tip
     ("Next action: <another admissible action>"), P(the named action) vs its P without tip.
 ``play``     (with ``--episodes``) tip-free score on test variations, and the score when every step shows
-    an oracle tip ``"Next action: <next gold action>"`` (``trainer.tipdemos.oracle_next_action`` along the
+    an oracle tip ``"Next action: <next gold action>"`` (``demos.gold_tips.oracle_next_action`` along the
     gold path a constrained policy can take: tips naming the right, admissible steps; a diagnostic of
     reading only, no retrieval involved), with the share of steps that took the oracle's action in both.
 
@@ -48,7 +48,7 @@ resumes where it stopped; ``--redo STAGE`` recomputes one):
     (``stage_batches``).
 
 Run ``python -m benchmarks.tips --out DIR [--checkpoint CKPT --label after]`` (stages ``all`` by
-default; ``--tiny`` is a smoke test with the tiny env and random model). Results: docs/learning.md
+default; ``--tiny`` is a smoke test with the tiny env and random model). Results: docs/notes/learning.md
 "Tips at 135M".
 """
 
@@ -124,7 +124,7 @@ def stage_collect(args: argparse.Namespace, cfg: Any, setup: Any, out: Path) -> 
     from empo2.envs.base import TaskSpec
     from empo2.retrospex.collect import trajectory_record
     from empo2.rollout.engine import EpisodeSpec
-    from empo2.trainer.demos import gold_records, variation_pairs
+    from empo2.demos.expert import gold_records, variation_pairs
 
     path = out / "trajectories.jsonl"
     if path.exists() and "collect" not in args.redo:
@@ -144,7 +144,7 @@ def stage_collect(args: argparse.Namespace, cfg: Any, setup: Any, out: Path) -> 
 
 # ----------------------------------------------------------------------------------------- write
 def _stems(text: str) -> list[str]:
-    from empo2.memory.tipinfo import STOPWORDS, _stem_all
+    from empo2.methods.empo2.tipinfo import STOPWORDS, _stem_all
 
     return _stem_all([w for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 3 and w not in STOPWORDS])
 
@@ -162,7 +162,7 @@ def coherence(tip: str | None, episode_text: str) -> tuple[bool, float]:
         tip: the cleaned tip; episode_text: the episode's task, observations, actions, final observation and
             score sentence. Words of ``GENERIC_WORDS`` and the task's instruction words count as grounded.
     """
-    from empo2.memory.tipinfo import INSTRUCTION_WORDS
+    from empo2.methods.empo2.tipinfo import INSTRUCTION_WORDS
 
     if tip is None:
         return False, 0.0
@@ -184,8 +184,9 @@ def _episode_text(r: dict[str, Any]) -> str:
 def tip_prompt(kind: str, r: dict[str, Any], fmt: Any, family: Any, max_context: int, max_new: int) -> list[int]:
     """Token ids of the tip prompt of episode record ``r`` (module docstring: the three kinds)."""
     from empo2.agent.prompts import later_user_text
-    from empo2.memory.text import TIP_INSTRUCTION, final_score_text, summary_tip_messages
-    from empo2.trainer.demos import demo_trajectory
+    from empo2.methods.empo2.tips import TIP_INSTRUCTION, summary_tip_messages
+    from empo2.memory.text import final_score_text
+    from empo2.demos.expert import demo_trajectory
 
     if kind == "trajectory":
         t = demo_trajectory(r, fmt, family, False, len(r["steps"]))
@@ -205,7 +206,7 @@ def tip_prompt(kind: str, r: dict[str, Any], fmt: Any, family: Any, max_context:
 
 
 def _record_traj(r: dict[str, Any], fmt: Any, family: Any) -> Any:
-    from empo2.trainer.demos import demo_trajectory
+    from empo2.demos.expert import demo_trajectory
 
     t = demo_trajectory(r, fmt, family, False, len(r["steps"]))
     t.info["task_description"] = r.get("task_description", "")
@@ -264,8 +265,8 @@ def stage_write(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs:
 
 def score_tips(rows: list[dict[str, Any]], recs: list[dict[str, Any]], trajs: list[Any]) -> dict[str, float]:
     """Clean and score each row's ``raw`` tip in place (module docstring); returns the shares over rows."""
-    from empo2.memory.text import clean_tip
-    from empo2.memory.tipinfo import copies_example, tip_informativeness
+    from empo2.methods.empo2.tips import clean_tip
+    from empo2.methods.empo2.tipinfo import copies_example, tip_informativeness
 
     by_id = {r["id"]: (r, t) for r, t in zip(recs, trajs)}
     for row in rows:
@@ -349,7 +350,7 @@ def _narrative(rec: dict[str, Any]) -> str:
 def stage_read(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs: list[dict[str, Any]]) -> dict:
     from empo2.memory.text import step_entry_text
     from empo2.policy.kvcache import EpisodeKV
-    from empo2.trainer.tipdemos import imperative_tip
+    from empo2.demos.gold_tips import imperative_tip
 
     path = out / f"read-{args.label}.json"
     res: dict[str, Any] = json.loads(path.read_text()) if path.exists() and "read" not in args.redo else {}
@@ -426,10 +427,10 @@ def _read_table(args: argparse.Namespace, res: dict[str, Any]) -> dict[str, Any]
 # ------------------------------------------------------------------------------------------ play
 class OracleTips(StepHook):
     """``StepHook`` showing ``"Next action: <next gold action>"`` at every step (diagnostic only): the
-    tips of ``empo2_hooks.OracleTipSource``, none for a variation without a gold path."""
+    tips of ``methods.empo2.oracle.OracleTipSource``, none for a variation without a gold path."""
 
     def __init__(self, gold: dict[tuple[str, int], list[str]]):
-        from empo2.trainer.empo2_hooks import OracleTipSource
+        from empo2.methods.empo2.oracle import OracleTipSource
 
         self.source = OracleTipSource(gold, missing_ok=True)
         self.shown = 0
@@ -447,7 +448,7 @@ def oracle_follow(actions: list[str], gold: list[str]) -> tuple[int, int]:
     shows there; in an episode played without tips it is the action such a tip would have named, so
     the two arms' rates are the tip-following rate and its no-tip baseline.
     """
-    from empo2.trainer.tipdemos import oracle_next_action
+    from empo2.demos.gold_tips import oracle_next_action
 
     took = named = 0
     for k, a in enumerate(actions):
@@ -461,14 +462,14 @@ def oracle_follow(actions: list[str], gold: list[str]) -> tuple[int, int]:
 def stage_play(args: argparse.Namespace, cfg: Any, setup: Any, out: Path) -> dict:
     """Tip-free score vs the score with an oracle tip at every step, on ``--episodes`` test episodes.
 
-    The oracle follows the gold path a constrained policy can take (``trainer.demos.gold_records`` with
+    The oracle follows the gold path a constrained policy can take (``demos.expert.gold_records`` with
     ``admissible_only`` when ``action.mode`` is constrained: ScienceWorld's ``open door to …`` under the
     ``easy`` simplification is not admissible and is left out), so every tip names an admissible
     action. Each arm records ``follow`` = (steps that took the oracle action, steps with one).
     """
     from empo2.records import Mode
-    from empo2.trainer.demos import gold_records
-    from empo2.trainer.evaluate import eval_episodes, evaluate
+    from empo2.demos.expert import gold_records
+    from empo2.evaluation.evaluate import eval_episodes, evaluate
 
     path = out / f"play-{args.label}.json"
     res: dict[str, Any] = json.loads(path.read_text()) if path.exists() and "play" not in args.redo else {}
@@ -526,7 +527,7 @@ def _speed_worker(spec: dict[str, Any]) -> dict[str, Any]:
     """One memory-only ``Trainer.iteration(0)`` (runs in the subprocess): its ``time/…`` metrics, the seconds
     spent inside ``Empo2Runtime.sample_tips`` and the ids and log-probs of every tip, by trajectory id."""
     from empo2.config import load_config
-    from empo2.trainer import empo2_runtime
+    from empo2.methods.empo2 import runtime as empo2_runtime
     from empo2.trainer.loop import Trainer
 
     cfg = load_config(spec["config"] or None, spec["overrides"])
@@ -663,7 +664,7 @@ def stage_batches(args: argparse.Namespace) -> dict[str, Any]:
     600-id shared head) whose caches an ``HFGenerator`` keeps as the rollout engine does (2 GiB cap), then one
     ≤ 64-id tip per row continuing them: ``old`` = chunks whose whole batch cache fits 512 MiB (the code before),
     ``new`` = ``sampling.chunk_rows`` counting only what a call adds beyond the kept caches, with
-    ``empo2_runtime.tip_batch_budget`` (a share of the free device memory on CUDA). Same seeds: reports the
+    ``methods.empo2.runtime.tip_batch_budget`` (a share of the free device memory on CUDA). Same seeds: reports the
     seconds, chunks, peak device memory and how many tips are the same ids. → ``batches.json``."""
     from types import SimpleNamespace
 
@@ -672,7 +673,7 @@ def stage_batches(args: argparse.Namespace) -> dict[str, Any]:
     from empo2.policy.generator import GenerationRequest, HFGenerator, SamplingParams
     from empo2.policy.kvcache import kv_bytes_per_token
     from empo2.policy.sampling import chunk_rows
-    from empo2.trainer.empo2_runtime import tip_batch_budget
+    from empo2.methods.empo2.runtime import tip_batch_budget
 
     n, (lo, hi) = args.rows, args.lengths
     dev = "cuda" if torch.cuda.is_available() else "cpu"

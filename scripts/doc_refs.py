@@ -65,8 +65,8 @@ REF = re.compile(
 
 
 # files outside envs/<name>/ and retrospex/ whose bare references mean another note
-FILE_NOTES = {"algo/iql.py": "retrospex", "algo/rescoring.py": "retrospex", "trainer/sft.py": "retrospex",
-              "trainer/demos.py": "retrospex", "sft_config.py": "retrospex", "policy/scoring.py": "retrospex"}
+FILE_NOTES = {"algo/iql.py": "retrospex", "algo/rescoring.py": "retrospex", "sft/train.py": "retrospex",
+              "demos/expert.py": "retrospex", "sft_config.py": "retrospex", "policy/scoring.py": "retrospex"}
 
 
 def note_of(path: Path) -> str:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build .devbundle/ (git-ignored through .git/info/exclude: add '/.devbundle/' there) from the repository's venv:
-# what a GPU machine without internet needs to run benchmarks/gpu_check.sh (docs/performance.md, "GPU").
+# what a GPU machine without internet needs to run benchmarks/gpu_check.sh (docs/notes/performance.md, "GPU").
 # Run from the repo root: bash benchmarks/devbundle/make.sh; then on the device: bash .devbundle/run.sh
 # (carry .devbundle; about 30 MB).
 set -euo pipefail

@@ -145,7 +145,7 @@ class VLLMConfig:
 class HFGeneratorConfig:
     """The transformers generation backend (``rollout.hf``; used with ``rollout.generator: hf``,
     ``policy.generator.HFGenerator``). Neither option changes which random numbers a row draws; both
-    change its logits only by float rounding (docs/performance.md, "Decode and prefill remedies")."""
+    change its logits only by float rounding (docs/notes/performance.md, "Decode and prefill remedies")."""
 
     decode_bucket_slots: int | None = doc(
         "decode a call's rows in batches of similar cache length: one more batch per call is worth this many"
@@ -339,7 +339,7 @@ class MemoryConfig:
     source: Literal["memory", "oracle"] = doc(
         "where the tips of memory-mode steps come from: 'memory' (retrieval, the method) or 'oracle' (a diagnostic: "
         "'Next action: <the next admissible gold action>' of the episode's variation, whatever state it is in; "
-        "needs env.variations and an environment with gold paths; docs/learning.md 'A live oracle')",
+        "needs env.variations and an environment with gold paths; docs/notes/learning.md 'A live oracle')",
         default="memory")
     backend: Literal["local", "ray"] = doc(
         "where the memory and the novelty counts live: 'local' (this process) or 'ray' (one Ray actor per run "
@@ -357,7 +357,7 @@ class TipConfig:
         "what the tip writer sees: 'trajectory' (paper: the whole trajectory, its ending and the tip instruction; "
         "reuses the episode's KV cache), 'summary' (one short user turn: task, numbered actions, final observation, "
         "score, a one-sentence instruction) or 'summary_fewshot' (the same after one worked example of another "
-        "task); measured at 135M in docs/learning.md 'Tips at 135M'", default="trajectory")
+        "task); measured at 135M in docs/notes/learning.md 'Tips at 135M'", default="trajectory")
 
 
 @dataclass
@@ -412,7 +412,7 @@ class TrainerConfig:
         "memory_only (empo2.p > 0, trainer.update false); or the name of one a plug-in registers (run.plugins; "
         "docs/architecture.md, 'Extending')", default="auto")
     lr: float = doc("AdamW learning rate (3e-5 measured for the default 135M model with mini_batch_size 4: "
-                    "docs/learning.md; the paper's 7B recipes set 1e-6)", default=3e-5)
+                    "docs/notes/learning.md; the paper's 7B recipes set 1e-6)", default=3e-5)
     weight_decay: float = doc("AdamW weight decay", default=0.0)
     grad_clip: float = doc("global gradient-norm clip (0 = off)", default=1.0)
     epochs: int = doc("passes over each iteration's batch (PPO epochs)", default=1)
@@ -436,7 +436,7 @@ class TrainerConfig:
         "shared tips) once, as a prefix tree in one row (each trajectory's own tokens attend to the keys/values "
         "of the prefix they share, block by block; a dense ancestor mask for models whose attention does not "
         "dispatch through transformers' AttentionInterface, which then need sdpa or eager attention), instead of "
-        "once per trajectory; same log-probs and gradients (docs/performance.md, Group-shared prefix)",
+        "once per trajectory; same log-probs and gradients (docs/notes/performance.md, Group-shared prefix)",
         default=True)
     skip_zero_advantage: bool = doc(
         "skip the forward/backward of trajectories whose every advantage is 0 when algo.kl_coef = "
@@ -757,7 +757,7 @@ def _check_algo_names(cfg: Config) -> None:
     """``algo.advantage``, ``algo.loss_terms`` and ``trainer.method`` name registered entries (plug-ins loaded by
     ``_check_env_name``) that this config can use; every ``algo.<name>`` section set is used."""
     from empo2.algo.registry import ADVANTAGES, LOSS_TERMS, advantage_spec
-    from empo2.methods import check_method
+    from empo2.methods_registry import check_method
 
     algo = cfg.algo
     if algo.advantage not in ADVANTAGES:

@@ -33,6 +33,21 @@ class Mode(str, Enum):
     OFF_TIPS = "off_policy"  # tips in the prompt, trained without them
 
 
+# Whether the rollout prompt shows retrieved tips, and whether the update keeps them (docs/algorithms.md, Modes).
+ROLLOUT_SHOWS_TIPS: dict[Mode, bool] = {Mode.PLAIN: False, Mode.ON_TIPS: True, Mode.OFF_TIPS: True}
+UPDATE_KEEPS_TIPS: dict[Mode, bool] = {Mode.PLAIN: False, Mode.ON_TIPS: True, Mode.OFF_TIPS: False}
+# Every site that needs these rules reads these two tables: the rollout engine (tip segments in the
+# prompt), the EMPO² runtime (which episodes retrieve tips; ``write_memory: memory_modes``) and
+# ``trainer.batch.build_sample`` (tips stripped from the update = the off-policy case). Which mode a
+# rollout gets is drawn by ``methods.empo2.modes.ModeSampler``.
+
+
+def update_strips_tips(mode: Mode) -> bool:
+    """True for the off-policy mode: the rollout showed tips and the update drops them (docs/algorithms.md, Modes,
+    Eq. 5 of arXiv 2602.23008: the tip-free context under the current policy)."""
+    return ROLLOUT_SHOWS_TIPS[mode] and not UPDATE_KEEPS_TIPS[mode]
+
+
 @dataclass
 class Segment:
     """A run of token ids of one kind.

@@ -15,7 +15,7 @@ class SftConfig:
         "demonstration sources: 'gold' = the gold paths of env.tasks' train variations "
         "(ScienceWorld's simulator; WebShop's rule expert, docs/webshop.md, Training; the tiny env's optimal path); 'gold_tips' = the same gold paths with a "
         "'<tip>' block per step ('Next action: …', right with prob. sft.tip_right, misleading with "
-        "sft.tip_wrong; trainer/tipdemos.py), to teach a policy to read tips; and/or paths of trajectory JSONL files in our format (runs/<name>/trajectories/"
+        "sft.tip_wrong; demos/gold_tips.py), to teach a policy to read tips; and/or paths of trajectory JSONL files in our format (runs/<name>/trajectories/"
         "iter-K.jsonl, a previous sft_demos.jsonl, WebShop demonstrations)", default_factory=lambda: ["gold"])
     min_score: float = doc("keep JSONL episodes whose final score is >= this (0..100)", default=100.0)
     variations_per_task: int = doc(

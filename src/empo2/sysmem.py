@@ -5,7 +5,7 @@ PyTorch's CPU allocator takes tensors from glibc ``malloc``. glibc serves large 
 block is freed, so after the first few large tensors, the per-layer KV-cache and activation
 tensors of a rollout or an update (0.1–30 MiB each) come from the heap arenas; freed, they stay
 mapped in the process, and its RSS only ever grows (measured: 1.15 GiB of 2.2 GiB freed tensors
-stayed resident until ``malloc_trim(0)``; docs/performance.md). ``release_free_memory`` runs
+stayed resident until ``malloc_trim(0)``; docs/notes/performance.md). ``release_free_memory`` runs
 ``malloc_trim(0)`` after each phase, which returns the free pages of every arena.
 """
 

@@ -1,4 +1,4 @@
-"""OpenMP wait policy on a busy machine (docs/performance.md, recommendation 1).
+"""OpenMP wait policy on a busy machine (docs/notes/performance.md, recommendation 1).
 
 GNU OpenMP (the runtime PyTorch's CPU kernels run on) lets its idle worker threads spin for a
 while before sleeping (``OMP_WAIT_POLICY`` unset = spin). On a quiet machine that is the fastest
@@ -14,7 +14,7 @@ The runtime reads ``OMP_WAIT_POLICY`` once, when it is loaded (``import torch``)
 to be made before that: ``empo2.cli.main`` calls ``apply_omp_wait_policy`` first thing.
 
 ``no_jax_preallocation`` is the other process-environment setting made there, before any import: it
-keeps JAX, where installed beside torch, from taking 75% of a GPU's memory (docs/performance.md, "GPU").
+keeps JAX, where installed beside torch, from taking 75% of a GPU's memory (docs/notes/performance.md, "GPU").
 
 This module must not import torch (or anything that does).
 """
@@ -28,7 +28,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 
 XLA_PREALLOCATE_ENV = "XLA_PYTHON_CLIENT_PREALLOCATE"
-"""JAX's switch for taking 75% of the GPU's memory when its backend starts (docs/performance.md, "GPU")."""
+"""JAX's switch for taking 75% of the GPU's memory when its backend starts (docs/notes/performance.md, "GPU")."""
 
 OMP_AUTO_ENV = "EMPO2_OMP_AUTO"
 """Set to ``0`` (or ``false``/``no``/``off``) to never change ``OMP_WAIT_POLICY``."""
@@ -217,7 +217,7 @@ def thread_info() -> dict[str, float]:
 
 
 def no_jax_preallocation(env: MutableMapping[str, str] | None = None) -> bool:
-    """Set ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` in ``env`` unless the user set it (docs/performance.md, "GPU").
+    """Set ``XLA_PYTHON_CLIENT_PREALLOCATE=false`` in ``env`` unless the user set it (docs/notes/performance.md, "GPU").
 
     Where JAX is installed beside torch (common on GPU images), whatever starts JAX's backend in the
     process makes it reserve 75% of the GPU's memory outside PyTorch: the first GPU check

@@ -1,5 +1,5 @@
 """Trajectory JSONL files: one episode record per line (``<run>/trajectories/iter-K.jsonl``, SFT
-demonstrations, Retrospex data). Read by ``trainer.demos`` (SFT) and ``retrospex.transitions`` (critic
+demonstrations, Retrospex data). Read by ``demos.expert`` (SFT) and ``retrospex.transitions`` (critic
 data), so neither package needs the other for it."""
 
 from __future__ import annotations

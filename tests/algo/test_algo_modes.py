@@ -7,7 +7,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from empo2.algo.modes import AUTHORS_P, AUTHORS_Q, Mode, ModeSampler, mode_probabilities
+from empo2.methods.empo2.modes import AUTHORS_P, AUTHORS_Q, Mode, ModeSampler, mode_probabilities
 
 
 def test_authors_probabilities():

@@ -16,8 +16,9 @@ from benchmarks import oracle_memory
 from empo2.cli import USER_ERROR, main
 from empo2.envs.tiny.env import TinyEnv, TinyFamily
 from empo2.memory.store import MemoryStore
-from empo2.trainer.demos import gold_records
-from empo2.trainer.tipdemos import imperative_tip, oracle_memory_rows
+from empo2.demos.expert import gold_records
+from empo2.demos.gold_tips import imperative_tip
+from empo2.methods.empo2.oracle import oracle_memory_rows
 
 
 def _config(tmp_path, **memory):

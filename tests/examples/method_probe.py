@@ -1,6 +1,7 @@
 """A test plug-in training method (``trainer.method: probe``): GRPO that records which hooks ran.
 
-Registered through the public API only (``empo2.trainer.method.register_method``), as a user's method would be.
+Registered through the public API only (``empo2.methods.base``: ``Method``, ``register_method``), as a user's method
+would be.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from empo2.configschema import ConfigError
-from empo2.trainer.method import Method, register_method
+from empo2.methods.base import Method, register_method
 
 
 class ProbeMethod(Method):

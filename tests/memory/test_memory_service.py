@@ -27,7 +27,7 @@ from empo2.memory.ray_service import RayMemory  # noqa: E402
 from empo2.records import Mode  # noqa: E402
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings  # noqa: E402
 from empo2.rollout.pool import EnvPool  # noqa: E402
-from empo2.trainer.empo2_hooks import make_runtime  # noqa: E402
+from empo2.methods.empo2.hooks import make_runtime  # noqa: E402
 from tests.memory.memory_helpers import entry, unit_at  # noqa: E402
 
 BUCKETS = ["tiny/t/0", "tiny/t/1"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from empo2.memory import TIP_INSTRUCTION, clean_tip, episode_entry_text, key_text, step_entry_text
+from empo2.methods.empo2.tips import TIP_INSTRUCTION, clean_tip
+from empo2.memory import episode_entry_text, key_text, step_entry_text
 
 
 def test_step_entry_text_is_the_authors_with_typo_fixed():

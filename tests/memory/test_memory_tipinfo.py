@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from empo2.envs.base import TaskSpec
-from empo2.memory.tipinfo import TipInformativeness, informativeness_shares, task_objects, tip_informativeness
+from empo2.methods.empo2.tipinfo import TipInformativeness, informativeness_shares, task_objects, tip_informativeness
 from empo2.records import StepRecord, Trajectory
 
 FIND_ANIMAL = ("Your task is to find a(n) animal. First, focus on the thing. Then, move it to the purple box "
@@ -86,7 +86,7 @@ COPIED = ("Going to the kitchen helped, but focusing on the animal with the long
 
 
 def test_a_tip_in_the_examples_frame_is_a_copy_though_it_counts_as_informative():
-    from empo2.memory.tipinfo import copies_example, example_ngrams_shared
+    from empo2.methods.empo2.tipinfo import copies_example, example_ngrams_shared
 
     t = _traj(FIND_ANIMAL.replace("find a(n) animal", "find the animal with the longest life span"),
               [("go to kitchen", 0.0), ("focus on cat", 0.0)], 50.0)
@@ -94,13 +94,13 @@ def test_a_tip_in_the_examples_frame_is_a_copy_though_it_counts_as_informative()
     f = tip_informativeness(COPIED, t)
     assert f.outcome and f.object and not f.action  # what the three flags credit it with
     # the example's tip itself, with digits and punctuation changed, is all of its 4-grams
-    from empo2.memory.text import SUMMARY_TIP_EXAMPLE
+    from empo2.methods.empo2.tips import SUMMARY_TIP_EXAMPLE
     ex = SUMMARY_TIP_EXAMPLE[1]
     assert example_ngrams_shared(ex.upper().replace(";", ",").replace("0", "7")) == example_ngrams_shared(ex)
 
 
 def test_short_or_own_words_tips_are_not_copies():
-    from empo2.memory.tipinfo import COPY_MIN_NGRAMS, copies_example, example_ngrams_shared
+    from empo2.methods.empo2.tipinfo import COPY_MIN_NGRAMS, copies_example, example_ngrams_shared
 
     assert example_ngrams_shared("Go to the greenhouse.") == 1 and not copies_example("Go to the greenhouse.")
     own = "Go outside and focus on the crocodile, which lives longest; the attempt failed with score 25."
@@ -113,7 +113,7 @@ def test_short_or_own_words_tips_are_not_copies():
 
 
 def test_copy_share():
-    from empo2.memory.tipinfo import copy_share
+    from empo2.methods.empo2.tipinfo import copy_share
 
     assert copy_share([COPIED, "Go to the greenhouse.", COPIED, "focus on the cat"]) == {
         "memory/tip_copies_example": 0.5}
@@ -122,7 +122,7 @@ def test_copy_share():
 
 # ---------------------------------------------------------------- tip following (issue #18 item 2)
 
-from empo2.memory.tipinfo import names_action, tip_follow_counts, tip_follow_shares  # noqa: E402
+from empo2.methods.empo2.tipinfo import names_action, tip_follow_counts, tip_follow_shares  # noqa: E402
 from empo2.records import Mode  # noqa: E402
 
 

@@ -1,4 +1,4 @@
-"""The sampler on the model's device (``sampling._pick`` / ``inverse_cdf``, docs/performance.md "Sampler on
+"""The sampler on the model's device (``sampling._pick`` / ``inverse_cdf``, docs/notes/performance.md "Sampler on
 the device"): on CPU it is bit-identical to the earlier host-side implementation, kept here verbatim as
 ``_pick_reference`` / ``_inverse_cdf_reference`` — same sampled ids, same log-probs (float equality), same
 allowed sets, stops, live flags, fed ids and generator states — for free and trie-constrained rows, top-k,

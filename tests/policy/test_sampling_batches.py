@@ -1,6 +1,6 @@
 """How ``sample_with_cache`` batches its work must not change what a row samples.
 
-Three remedies of issue #21 (docs/performance.md, "Decode and prefill remedies"):
+Three remedies of issue #21 (docs/notes/performance.md, "Decode and prefill remedies"):
 length-bucketed decode (``sampling.decode_buckets``: rows of similar cache length decode together,
 the batches one after the other), shared group prompts (``share_prompts``: prompt prefixes that
 several new rows share, and rows with the same cache and prompt, are prefilled once), and the
@@ -69,7 +69,7 @@ def test_decode_buckets_hand_values():
     assert decode_buckets([5, 900, 7], slot_cost=0) == [[0, 1, 2]]
     assert decode_buckets([7], slot_cost=1) == [[0]]
     assert decode_buckets([], slot_cost=1) == []
-    # EMPO²'s last turn (docs/performance.md): 3 tip rows of ≈ 2.2k ids, 5 plain rows of ≈ 1.2k: splitting
+    # EMPO²'s last turn (docs/notes/performance.md): 3 tip rows of ≈ 2.2k ids, 5 plain rows of ≈ 1.2k: splitting
     # saves 5,100 padded slots per step, worth less than one more forward at the measured default
     rows = [1305, 2325, 1250, 2180, 1190, 1120, 2041, 1032]
     assert decode_buckets(rows, slot_cost=3000) == [[1, 3, 6], [0, 2, 4, 5, 7]]

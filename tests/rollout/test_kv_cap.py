@@ -84,7 +84,7 @@ def test_tips_in_chunks_are_the_tips_of_one_batch(tmp_path, tiny_policy, chat_fo
     from tests.trainer.test_tips_kv import IT, _assert_same, _reference, _rollout
 
     import empo2.policy.generator as gen_mod
-    import empo2.trainer.empo2_runtime as rt_mod
+    import empo2.methods.empo2.runtime as rt_mod
 
     monkeypatch.setattr(rt_mod, "TIP_BATCH_MAX_BYTES", budget)
     sizes: list[int] = []

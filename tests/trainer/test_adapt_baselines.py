@@ -80,8 +80,8 @@ def torch_equal(a, b) -> bool:
 def test_adapt_json_has_no_nan_when_trial_one_scored_zero():
     import json
 
-    from empo2.trainer.adapt import AdaptResult
-    from empo2.trainer.evaluate import EvalSummary
+    from empo2.evaluation.adapt import AdaptResult
+    from empo2.evaluation.evaluate import EvalSummary
 
     def s(score):
         return EvalSummary(2, score, (score, score), 0.0, (0.0, 0.5), 3.0, (3.0, 3.0), 0.0)
@@ -95,8 +95,8 @@ def test_adapt_reports_the_change_in_points_with_a_ci():
     """Issue #23 item 3: 34.8 → 33.0 was printed as "improvement −5.1%" without an interval; the change
     is now trial K − trial 1 in score points with its Welch 95% CI (each trial has its own seed stream)."""
     from empo2.algo.stats import welch_diff
-    from empo2.trainer.adapt import AdaptResult
-    from empo2.trainer.evaluate import EvalSummary
+    from empo2.evaluation.adapt import AdaptResult
+    from empo2.evaluation.evaluate import EvalSummary
 
     first, last = [50.0, 25.0, 0.0, 50.0, -100.0], [50.0, 50.0, 0.0, 50.0, 0.0]
 

@@ -270,7 +270,7 @@ def test_eval_tables_say_the_units(finished, capsys):
 def test_eval_and_the_training_table_print_one_score_under_one_label(finished, capsys):
     """``empo2 eval`` printed its table's score and, below it, "mean score (0–100)" beside a second
     convention (a failure keeping its last non-negative score); the training table prints neither."""
-    from empo2.trainer.evaluate import read_eval
+    from empo2.evaluation.evaluate import read_eval
     from empo2.trainer.progress import FAILURE_HEADER, SCORE_HEADER, SUCCESS_HEADER, fmt_score, table_before_after
 
     _, run = finished

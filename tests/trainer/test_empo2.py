@@ -191,7 +191,7 @@ def test_eval_with_memory_uses_the_runs_tips(tmp_path):
 def test_task_buckets_carry_tips_across_variations(tmp_path):
     """With a new game every iteration (here: variation 0, then 1), per-variation buckets are never read again
     (hit rate 0); ``empo2.memory.bucket: task`` retrieves the first game's tips in the second."""
-    from empo2.trainer.empo2_runtime import Empo2Runtime
+    from empo2.methods.empo2.runtime import Empo2Runtime
 
     spec = TaskSpec("tiny", "fetch-key", 3)
     assert Empo2Runtime.bucket(SimpleNamespace(mcfg=SimpleNamespace(bucket="variation")), spec) == spec.bucket

@@ -17,7 +17,7 @@ from empo2.records import Mode, SegmentKind
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
 from empo2.rollout.pool import EnvPool
 from empo2.trainer.batch import build_sample
-from empo2.trainer.empo2_hooks import make_runtime
+from empo2.methods.empo2.hooks import make_runtime
 from empo2.trainer.loop import compute_step_advantages
 
 IT = 2
@@ -187,7 +187,7 @@ def test_plain_states_retrieve_hidden_tips_for_the_tip_follow_baseline(tmp_path,
     (``info["hidden_tips"]``, one list per step, no TIP segment, not counted as retrieval hits);
     memory-mode episodes show theirs; ``after_rollout`` logs both follow rates, equal to a recount."""
     from empo2.memory.store import MemoryEntry
-    from empo2.memory.tipinfo import names_action
+    from empo2.methods.empo2.tipinfo import names_action
 
     def entries(rt):  # τ = −1 (below): every entry of the bucket passes, so every state of both modes gets tips
         key = rt.embedder.encode(["seed"])[0]
@@ -274,13 +274,13 @@ def test_retrieved_count_novelty_uses_each_states_own_retrieval(tmp_path, tiny_p
 
 
 def test_oracle_source_shows_the_next_gold_action_of_the_state_reached(tmp_path, tiny_policy, chat_format):
-    """``empo2.memory.source: oracle`` (docs/learning.md "A live oracle"): every memory-mode step is shown
+    """``empo2.memory.source: oracle`` (docs/notes/learning.md "A live oracle"): every memory-mode step is shown
     exactly "Next action: <the next gold action given the actions taken so far>", whichever state the
     episode is in; plain steps keep the same tip unshown (the baseline of tip_follow_rate); the memory's
     own entries are not retrieved."""
     from empo2.configschema import ConfigError
     from empo2.memory.store import MemoryEntry
-    from empo2.trainer.tipdemos import imperative_tip, oracle_next_action
+    from empo2.demos.gold_tips import imperative_tip, oracle_next_action
 
     fam = TinyFamily()
     with pytest.raises(ConfigError, match="env.variations"):
@@ -332,8 +332,8 @@ def test_oracle_tip_source_names_an_unplayed_variation_or_gives_none_when_missin
     """``OracleTipSource``: a (task, variation) whose gold path was not played is a KeyError naming it
     (training: every trained variation is played at the start); with ``missing_ok`` (``benchmarks.tips
     play`` on test variations) it gets no tips; a finished gold path gives none either."""
-    from empo2.trainer.empo2_hooks import OracleTipSource
-    from empo2.trainer.tipdemos import imperative_tip
+    from empo2.methods.empo2.oracle import OracleTipSource
+    from empo2.demos.gold_tips import imperative_tip
 
     def state(v, actions):
         return SimpleNamespace(spec=SimpleNamespace(task=TaskSpec("tiny", "fetch-key", v)),

@@ -6,7 +6,7 @@ import pytest
 
 from empo2.envs.base import TaskSpec
 from empo2.records import StepRecord, Trajectory
-from empo2.trainer.evaluate import last_nonnegative_score, summarise
+from empo2.evaluation.evaluate import last_nonnegative_score, summarise
 
 
 def _traj(scores: list[float], initial: float = 0.0) -> Trajectory:

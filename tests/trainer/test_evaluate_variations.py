@@ -10,8 +10,8 @@ import pytest
 from empo2.envs.tiny.env import TinyFamily
 from empo2.rollout.engine import RolloutEngine, RolloutSettings
 from empo2.rollout.pool import EnvPool
-from empo2.trainer.evaluate import (eval_variations, evaluate, paired_difference, read_eval, variations_note,
-                                    write_eval)
+from empo2.evaluation.evaluate import (eval_variations, evaluate, paired_difference, read_eval, variations_note,
+                                       write_eval)
 
 TRAINED = {"fetch-key": [1, 3]}
 
@@ -61,7 +61,7 @@ def test_evaluation_on_trained_variations_is_recorded_and_pairs(tmp_path, tiny_p
 
 
 def test_paired_difference_by_hand():
-    from empo2.trainer.evaluate import EvalResult, summarise
+    from empo2.evaluation.evaluate import EvalResult, summarise
 
     def ev(scores, succ):
         eps = [{"id": k, "task": "t", "variation": k, "seed": [0, 1, k, 0], "score": s, "success": x,
@@ -96,7 +96,7 @@ def test_variations_record_what_was_played(tmp_path, tiny_policy, chat_format):
 
 
 def test_int_ranges():
-    from empo2.trainer.evaluate import int_ranges
+    from empo2.evaluation.evaluate import int_ranges
 
     assert int_ranges(list(range(93, 121))) == "93–120"
     assert int_ranges([9, 1, 3, 4, 5]) == "1, 3–5, 9" and int_ranges([1, 2]) == "1, 2" and int_ranges([]) == ""

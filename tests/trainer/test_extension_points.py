@@ -19,7 +19,7 @@ from empo2.config import load_config
 from empo2.configschema import ConfigError, doc
 from empo2.envs.base import TaskSpec
 from empo2.methods import METHODS, auto_method, method_name
-from empo2.trainer.method import make_method
+from empo2.methods.base import make_method
 from empo2.records import StepRecord, Trajectory
 from empo2.trainer.loop import advantage_options, compute_step_advantages
 
@@ -117,7 +117,7 @@ def test_step_advantages_use_the_failure_handling_they_are_given():
 
 
 def test_memory_entry_scores_follow_the_family():
-    from empo2.trainer.empo2_runtime import Empo2Runtime
+    from empo2.methods.empo2.runtime import Empo2Runtime
 
     t = _traj(0, -100.0, [-100.0])
     for family, score in ((SimpleNamespace(failure="keep"), -100.0), (SimpleNamespace(), 0.0), (None, 0.0)):

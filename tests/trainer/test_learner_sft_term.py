@@ -149,7 +149,7 @@ def test_a_missing_or_bad_demonstration_file_fails_at_train_time_before_the_mode
     episode; demonstrations cut entirely by model.max_context are a ConfigError, not a traceback."""
     from empo2.envs.tiny.env import TinyFamily
     from empo2.trainer import loop
-    from empo2.trainer.sft import rl_demo_samples, rl_demos
+    from empo2.trainer.demo_term import rl_demo_samples, rl_demos
     from empo2.trajfile import TrajectoryFileError
 
     over = ["env.name=tiny", "env.tasks=[fetch-key]", "algo.sft_coef=0.1"]

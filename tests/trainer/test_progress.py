@@ -14,7 +14,7 @@ import pytest
 from rich.console import Console
 
 from empo2.cli import main
-from empo2.trainer.evaluate import EvalResult, EvalSummary, read_eval, write_eval
+from empo2.evaluation.evaluate import EvalResult, EvalSummary, read_eval, write_eval
 from empo2.trainer.progress import Progress, checkpoint_note, fmt_duration, iteration_line, update_note
 from tests.runcfg import write_config
 
@@ -115,7 +115,7 @@ def test_update_note_says_what_its_counts_count():
 
 def test_a_score_interval_without_width_or_without_spread_estimate_says_so():
     """Issue #23 item 9: 10 episodes all scoring 0 printed "0.0 [0.0, 0.0]" as if the mean were certain."""
-    from empo2.trainer.evaluate import EvalSummary
+    from empo2.evaluation.evaluate import EvalSummary
     from empo2.trainer.progress import fmt_score
 
     nan = float("nan")

@@ -20,7 +20,8 @@ from empo2.config import RANGES, Config, load_config, range_words
 from empo2.configschema import ConfigError
 from empo2.trainer.checkpoint import (CheckpointError, CheckpointSize, check_disk_space, check_run_dir, load_extra,
                                       load_optimizer_state, save_checkpoint)
-from empo2.trainer.metrics import RunLogger, json_ready
+from empo2.trainer.metrics import RunLogger
+from empo2.strictjson import json_ready
 from empo2.trainer.safestate import SafeStateError, load_state_files, save_state
 
 
@@ -199,7 +200,7 @@ def test_run_folder_under_a_file_is_refused(tmp_path):
 
 
 def test_json_ready_and_eval_json_have_no_bare_nan(tmp_path):
-    from empo2.trainer.evaluate import summarise, write_eval, EvalResult
+    from empo2.evaluation.evaluate import summarise, write_eval, EvalResult
 
     assert json_ready({"a": [float("nan"), 1.0, np.float32(float("inf"))], "b": (2, np.int64(3))}) == \
         {"a": [None, 1.0, None], "b": [2, 3]}

@@ -1,4 +1,4 @@
-"""``empo2.tips.prompt``: the summary tip prompts (docs/learning.md "Tips at 135M")."""
+"""``empo2.tips.prompt``: the summary tip prompts (docs/notes/learning.md "Tips at 135M")."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import pytest
 from empo2.config import load_config
 from empo2.configschema import ConfigError
 from empo2.envs.base import TaskSpec
-from empo2.memory.text import SUMMARY_TIP_EXAMPLE, SUMMARY_TIP_INSTRUCTION, summary_tip_messages
+from empo2.methods.empo2.tips import SUMMARY_TIP_EXAMPLE, SUMMARY_TIP_INSTRUCTION, summary_tip_messages
 from empo2.records import Mode
 from empo2.rollout.engine import EpisodeSpec, RolloutSettings
 from tests.trainer.test_empo2_runtime import _roll

@@ -11,10 +11,9 @@ from empo2.configschema import ConfigError
 from empo2.cli import main
 from empo2.envs.tiny.env import TinyFamily
 from empo2.records import SegmentKind
-from empo2.trainer.demos import demo_trajectory
+from empo2.demos.expert import demo_trajectory
 from empo2.sft_config import SftConfig
-from empo2.trainer.tipdemos import (SHOWN_TIPS_KEY, gold_tip_plan, imperative_tip, oracle_next_action,
-                                    with_gold_tips)
+from empo2.demos.gold_tips import SHOWN_TIPS_KEY, gold_tip_plan, imperative_tip, oracle_next_action, with_gold_tips
 from tests.runcfg import write_config
 from tests.trainer.test_sft import BASE
 

@@ -1,4 +1,4 @@
-"""Tip writing batched across waves (docs/performance.md "Tip writing, batched"): the tips of every wave wait
+"""Tip writing batched across waves (docs/notes/performance.md "Tip writing, batched"): the tips of every wave wait
 for one call while their kept caches fit the cap, that call continues the kept caches, the budget counts only
 what a call adds beyond them, and the tips are the same ids as when each wave samples its own (same seeds)."""
 
@@ -16,8 +16,8 @@ from empo2.policy.sampling import chunk_rows
 from empo2.records import Mode
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
 from empo2.rollout.pool import EnvPool
-from empo2.trainer import empo2_runtime
-from empo2.trainer.empo2_runtime import Empo2Runtime, tip_batch_budget
+from empo2.methods.empo2 import runtime as empo2_runtime
+from empo2.methods.empo2.runtime import Empo2Runtime, tip_batch_budget
 from tests.trainer.test_tips_kv import ATOL, IT, _reference, _runtime
 
 

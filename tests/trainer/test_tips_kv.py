@@ -16,7 +16,7 @@ from empo2.policy.sampling import row_generator, sample
 from empo2.records import Mode
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
 from empo2.rollout.pool import EnvPool
-from empo2.trainer.empo2_hooks import make_runtime
+from empo2.methods.empo2.hooks import make_runtime
 
 ATOL = 1e-4
 IT = 4

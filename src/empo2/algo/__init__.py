@@ -1,9 +1,10 @@
-"""Algorithm maths as pure functions: returns, advantages, policy loss, masking, modes, statistics; the
+"""Algorithm maths as pure functions: returns, advantages, policy loss, masking, statistics; the
 advantage estimators and extra loss terms by name (``registry``: ``ADVANTAGES``, ``LOSS_TERMS``).
 
-Nothing here reads a config object or holds state (except the seeded ``ModeSampler`` and the name
-tables of ``registry``); the trainer passes hyperparameters explicitly. ``docs/algorithms.md`` maps
-each equation of the paper (and of the authors' code where it differs) to the function implementing it.
+Nothing here reads a config object or holds state (except the name tables of ``registry``); the trainer
+passes hyperparameters explicitly (EMPO²'s seeded mode sampler is ``methods.empo2.modes``).
+``docs/algorithms.md`` maps each equation of the paper (and of the authors' code where it differs) to the
+function implementing it.
 
 The names below are loaded on first use (PEP 562 ``__getattr__``): ``empo2.algo.advantages`` and
 ``loss`` import torch, and ``from empo2.algo.stats import mean_ci`` (e.g. ``empo2 report``) runs this
@@ -36,16 +37,6 @@ if TYPE_CHECKING:
         policy_loss,
     )
     from empo2.algo.masking import MaskGranularity, low_prob_mask
-    from empo2.algo.modes import (
-        AUTHORS_P,
-        AUTHORS_Q,
-        ROLLOUT_SHOWS_TIPS,
-        UPDATE_KEEPS_TIPS,
-        Mode,
-        ModeGranularity,
-        ModeSampler,
-        mode_probabilities,
-    )
     from empo2.algo.registry import (
         ADVANTAGES,
         LOSS_TERMS,
@@ -85,14 +76,6 @@ _MODULE_OF = {
     "register_loss_term": "registry",
     "MaskGranularity": "masking",
     "low_prob_mask": "masking",
-    "AUTHORS_P": "modes",
-    "AUTHORS_Q": "modes",
-    "ROLLOUT_SHOWS_TIPS": "modes",
-    "UPDATE_KEEPS_TIPS": "modes",
-    "Mode": "modes",
-    "ModeGranularity": "modes",
-    "ModeSampler": "modes",
-    "mode_probabilities": "modes",
     "Failure": "returns",
     "ReturnBasis": "returns",
     "discounted_returns": "returns",
@@ -119,8 +102,6 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "ADVANTAGES",
     "AGGREGATORS",
-    "AUTHORS_P",
-    "AUTHORS_Q",
     "AdvantageSpec",
     "Aggregation",
     "EpisodeStats",
@@ -130,13 +111,8 @@ __all__ = [
     "LossTermInputs",
     "LossTermSpec",
     "MaskGranularity",
-    "Mode",
-    "ModeGranularity",
-    "ModeSampler",
-    "ROLLOUT_SHOWS_TIPS",
     "ReturnBasis",
     "Singleton",
-    "UPDATE_KEEPS_TIPS",
     "advantage_spec",
     "aggregate",
     "compute_advantages",
@@ -152,7 +128,6 @@ __all__ = [
     "low_prob_mask",
     "mean_ci",
     "metric_floats",
-    "mode_probabilities",
     "policy_loss",
     "proportion_ci",
     "register_advantage",

@@ -1,7 +1,7 @@
 """Comparing evaluations: whether two evaluations played the same episodes, and the score difference.
 
 One rule, used by ``empo2 report`` (methods B − A), ``empo2 adapt`` (trial K − trial 1) and
-``trainer.evaluate.paired_difference``: two evaluation episodes are **the same episode** when they
+``evaluation.evaluate.paired_difference``: two evaluation episodes are **the same episode** when they
 have the same ``id`` (the episode's index k in its evaluation), task, variation and sampling
 ``seed`` — ``[run.seed, stream, k, rollout]``, where the stream is ``EVAL_STREAM`` + the iteration of
 the evaluated weights for the training-time evaluations and ``empo2 eval``, ``ADAPT_STREAM`` + k − 1

@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
 
     First, before anything imports torch (the imports below do; parsing does not): GNU OpenMP reads
     ``OMP_WAIT_POLICY`` once, when torch loads it; on a machine busy at start, a compute command runs
-    with PASSIVE (``empo2.threads``; docs/performance.md).
+    with PASSIVE (``empo2.threads``; docs/notes/performance.md).
 
     Args:
         argv: the arguments after ``empo2`` (default ``sys.argv[1:]``).

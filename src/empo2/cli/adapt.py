@@ -41,7 +41,7 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         UnknownTaskError: a task the environment does not have (before the output folder is created).
         FileExistsError: the output folder holds a memory already and ``--keep-memory`` was not given.
     """
-    from empo2.trainer.adapt import write_adapt
+    from empo2.evaluation.adapt import write_adapt
     from empo2.trainer.progress import make_console
 
     ckpt = Path(args.checkpoint)
@@ -98,8 +98,8 @@ def _run_adapt(args: argparse.Namespace, cfg: Any, family: Any, ckpt: Path, out_
     """Load the frozen policy and the adaptation memory in ``out_dir``, run the trials (with progress on, each
     trial's phase line carries its score; without, one plain line per trial), close both; return the
     ``AdaptResult``."""
-    from empo2.trainer.adapt import adapt
-    from empo2.trainer.empo2_hooks import make_runtime
+    from empo2.evaluation.adapt import adapt
+    from empo2.methods.empo2.hooks import make_runtime
     from empo2.trainer.loop import build_setup
     from empo2.trainer.progress import Progress
 

@@ -69,7 +69,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         FileNotFoundError: --with-memory names a folder without memory.sqlite.
         EnvironmentFailedError: every episode crashed (``trainer.loop.fail_if_all_crashed``).
     """
-    from empo2.trainer.evaluate import write_eval
+    from empo2.evaluation.evaluate import write_eval
     from empo2.trainer.progress import make_console
 
     plan = _plan_eval(args)
@@ -102,7 +102,7 @@ def _plan_eval(args: argparse.Namespace) -> _EvalPlan:
     ``--out``). Raises ConfigError or FileNotFoundError as ``cmd_eval`` says."""
     from empo2.config import load_config
     from empo2.configschema import ConfigError
-    from empo2.trainer.evaluate import check_eval_path
+    from empo2.evaluation.evaluate import check_eval_path
     from empo2.trainer.setup import run_config
 
     _check_eval_options(args)
@@ -144,7 +144,7 @@ def _run_eval(args: argparse.Namespace, plan: _EvalPlan, console: Any) -> Any:
         EnvironmentFailedError: every episode crashed.
     """
     from empo2.records import Mode
-    from empo2.trainer.evaluate import eval_variations, evaluate
+    from empo2.evaluation.evaluate import eval_variations, evaluate
     from empo2.trainer.loop import build_setup, fail_if_all_crashed, train_variations
     from empo2.trainer.progress import Progress, eval_note
 
@@ -162,7 +162,7 @@ def _run_eval(args: argparse.Namespace, plan: _EvalPlan, console: Any) -> Any:
 
             selector = build_selector(setup, Path(args.retrospex), cfg.retrospex)
         if args.with_memory:
-            from empo2.trainer.empo2_hooks import make_runtime
+            from empo2.methods.empo2.hooks import make_runtime
 
             runtime = make_runtime(cfg, setup, Path(args.with_memory), read_only=True)
             hook = runtime.step_hook()
@@ -211,7 +211,7 @@ def _print_eval_table(args: argparse.Namespace, plan: _EvalPlan, res: Any, conso
 def _print_eval_notes(args: argparse.Namespace, plan: _EvalPlan, res: Any, console: Any) -> None:
     """The lines under the table: what was evaluated, the seed stream, the ALL figures and the output file,
     a replaced earlier file, and with Retrospex the paper's scoring convention and the critic's changes."""
-    from empo2.trainer.evaluate import variations_note
+    from empo2.evaluation.evaluate import variations_note
     from empo2.trainer.progress import SCORE_HEADER, SUCCESS_HEADER, fmt_score, fmt_success
 
     cfg, out, seed_it = plan.cfg, plan.out, plan.seed_it

@@ -1,5 +1,5 @@
 """``empo2 memory show | import | export | oracle``: a run's tip memory (docs/algorithms.md, "EMPO² memory at
-run time"; an oracle memory: docs/learning.md, "An oracle memory"); wired into ``empo2.cli`` with ``add_cli``.
+run time"; an oracle memory: docs/notes/learning.md, "An oracle memory"); wired into ``empo2.cli`` with ``add_cli``.
 Nothing imported at module level here may import torch (``empo2.cli``): ``memory show`` and ``export`` start
 in well under a second."""
 
@@ -88,7 +88,7 @@ def _add_oracle(msub: Any) -> None:
                                      "100, state = the key text a rollout on the gold path embeds there (the "
                                      "config's empo2.memory.key_text / recent_turns; the first env.max_turns "
                                      "states). Import with `empo2 memory import RUN FILE.jsonl --config CFG`; "
-                                     "see docs/learning.md 'An oracle memory'.")
+                                     "see docs/notes/learning.md 'An oracle memory'.")
     mo.add_argument("--config", required=True, help="the config the run will train with (env, key text, max turns)")
     mo.add_argument("--out", required=True, help="JSON Lines output file")
     mo.add_argument("--task", nargs="+", default=None, help="task names or ids (default: the config's env.tasks)")
@@ -263,7 +263,7 @@ def cmd_memory_import(args: argparse.Namespace) -> int:
 
 def cmd_memory_oracle(args: argparse.Namespace) -> int:
     """``empo2 memory oracle --config CFG --out FILE.jsonl``: an oracle memory as import rows, one per gold-path
-    state (``trainer.tipdemos.oracle_memory_rows``; docs/learning.md "An oracle memory").
+    state (``methods.empo2.oracle.oracle_memory_rows``; docs/notes/learning.md "An oracle memory").
 
     Returns:
         0, after one line saying how many tips of how many gold paths were written and how to import them.
@@ -277,8 +277,8 @@ def cmd_memory_oracle(args: argparse.Namespace) -> int:
     from empo2.config import load_config
     from empo2.configschema import ConfigError
     from empo2.envs.registry import make_family
-    from empo2.trainer.demos import policy_gold_records, variation_pairs
-    from empo2.trainer.tipdemos import oracle_memory_rows
+    from empo2.demos.expert import policy_gold_records, variation_pairs
+    from empo2.methods.empo2.oracle import oracle_memory_rows
 
     # key=value overrides after --task / --variations are in args.overrides already (StrictParser.parse_args)
     task_names = args.task or []

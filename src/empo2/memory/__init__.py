@@ -10,9 +10,8 @@
 - ``retriever``: ``retrieve`` — cosine ≥ τ, best episode score first, at most k (the built-in retriever
   ``similarity``); ``retrieval``: the ``RETRIEVERS`` registry (``empo2.memory.retriever``) and its interface.
 - ``novelty``: ``NoveltyCounter`` (r_int = 1/n), ``intrinsic_from_retrieved`` (authors' 1/(k+1)).
-- ``text``: entry texts, the tip instruction, ``clean_tip``, ``key_text``.
-- ``tipinfo``: ``tip_informativeness`` — does a tip name the outcome, a task object, a scoring action;
-  ``tip_follow_shares`` — does the agent take an action a retrieved tip names (``memory/tip_follow_rate``).
+- ``text``: entry texts, ``key_text`` (the tip prompts, ``clean_tip`` and the tip diagnostics are EMPO²'s:
+  ``methods.empo2.tips``, ``methods.empo2.tipinfo``).
 - ``transfer``: JSON Lines rows in and out of a run's memory (``empo2 memory import`` / ``export``).
 
 Importing this package does not import torch or sentence-transformers (``Embedder`` does, lazily).
@@ -43,24 +42,21 @@ from empo2.memory.store import (
     retrieve,
 )
 from empo2.memory.text import (
-    TIP_INSTRUCTION,
     EntryTextMode,
     KeyTextMode,
-    clean_tip,
     episode_entry_text,
     final_score_text,
     key_text,
     one_line,
     step_entry_text,
 )
-from empo2.memory.tipinfo import TipInformativeness, informativeness_shares, tip_informativeness
 
 __all__ = [
-    "MEMORY_FILENAME", "MINILM_NAME", "SCHEMA_VERSION", "TIP_INSTRUCTION",
+    "MEMORY_FILENAME", "MINILM_NAME", "SCHEMA_VERSION",
     "Compare", "Embedder", "EmbedderUnavailableError", "EntryTextMode", "HashingEmbedder", "KeyTextMode",
     "EntryStore", "LocalMemory", "MemoryBackend", "MemoryEntry", "MemoryStore", "MemoryStoreError", "NoveltyCounter",
-    "Retrieved", "TextEmbedder", "Ties", "TipInformativeness",
-    "build_entries", "clean_tip", "episode_entry_text", "final_score_text", "informativeness_shares",
+    "Retrieved", "TextEmbedder", "Ties",
+    "build_entries", "episode_entry_text", "final_score_text",
     "intrinsic_from_retrieved", "key_text", "load_embedder", "one_line", "open_memory", "open_run_memory", "rank_order",
-    "retrieve", "search", "select", "step_entry_text", "tip_informativeness",
+    "retrieve", "search", "select", "step_entry_text",
 ]

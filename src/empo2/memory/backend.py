@@ -1,6 +1,6 @@
 """``MemoryBackend``: what the EMPO² runtime needs from the memory, batched per turn.
 
-The runtime (``trainer.empo2_runtime``) never builds a store itself; it receives a
+The runtime (``methods.empo2.runtime``) never builds a store itself; it receives a
 ``MemoryBackend`` and makes one ``query`` per rollout turn for the retrieval of all memory-augmented
 states, and per iteration one ``observe_episodes`` (novelty of every state) and one ``add`` of all new
 entries. Two backends

@@ -369,7 +369,7 @@ def _single_blas_thread(elements: int) -> Iterator[None]:
     The product streams the key matrix once: memory-bound, so a second thread gains little on a
     quiet machine, and on a busy one OpenBLAS's helper thread waits for a core (measured at 10⁵
     entries on 2 loaded cores: p99 16.0 → 10.7 ms with one thread; equal when quiet; see
-    docs/performance.md §6). The limit is process-wide for OpenBLAS's thread pool, so it is held
+    docs/notes/performance.md §6). The limit is process-wide for OpenBLAS's thread pool, so it is held
     under a module lock: two stores setting and restoring it concurrently could otherwise leave
     it at 1. Products of fewer than ``_BLAS_THREADED_MIN`` elements skip it (single-threaded
     anyway, and the limit costs about 10 µs).

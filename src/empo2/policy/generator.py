@@ -477,7 +477,7 @@ class HFGenerator:
     def _make_room(self, ekvs: list[EpisodeKV], prompts: list[list[int]], max_new_tokens: int) -> None:
         """Before a call, drop kept caches (newest first) until they, the call's staying caches and
         what this call adds to them (new prompt ids and ``max_new_tokens`` per row) fit the cap: the
-        cap then holds during the call, not only after it (docs/performance.md)."""
+        cap then holds during the call, not only after it (docs/notes/performance.md)."""
         if self.max_bytes <= 0 or not self._kept:
             return
         if self._bpt is None:

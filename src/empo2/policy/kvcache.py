@@ -189,7 +189,7 @@ def room_layer() -> Any:
     ``[B, H, n + room, D]``: ``update`` copies the new entries into the room and returns longer views,
     where ``DynamicLayer.update`` concatenates the whole cache into a new tensor — at a decode step
     that copy (and the fresh allocation behind it) is most of the step's cost once the batch cache
-    holds a few thousand slots (docs/performance.md, "Decode and prefill remedies"). Same values, same
+    holds a few thousand slots (docs/notes/performance.md, "Decode and prefill remedies"). Same values, same
     shapes; only the storage differs. Past its room it grows (doubling, one copy). None where
     transformers has no ``DynamicLayer`` (before 4.56): callers then concatenate as before.
     """

@@ -3,7 +3,7 @@
 Only the positions that are trained (action tokens) need logits. We run the transformer
 backbone once over the padded batch, gather the hidden states that predict the targets, and
 apply the LM head to those rows only, in chunks — the full ``[B, L, V]`` logits tensor is never
-materialised (it dominated memory in a naive implementation: see docs/performance.md).
+materialised (it dominated memory in a naive implementation: see docs/notes/performance.md).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ mixed-precision recipe); ``model.dtype: bfloat16`` instead stores the weights th
 (half the memory, AdamW updates in bf16). Log-probs are always computed from float32 logits
 (``policy.sampling``, ``policy.logprobs`` call ``.float()`` before the softmax), so behaviour and
 current log-probs use the same arithmetic. On the reference CPU bf16 is slower than fp32
-(docs/performance.md): keep ``none`` there.
+(docs/notes/performance.md): keep ``none`` there.
 """
 
 from __future__ import annotations

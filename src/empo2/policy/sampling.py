@@ -222,7 +222,7 @@ def _pick(logits: torch.Tensor, gens: list[Generation], live: list[bool], *, tem
     recorded behaviour log-prob is ``log_softmax`` of that same masked, scaled row at the sampled
     token.
 
-    All ``[rows, V]`` work runs on ``logits``' device (docs/performance.md, "Sampler on the device"):
+    All ``[rows, V]`` work runs on ``logits``' device (docs/notes/performance.md, "Sampler on the device"):
     the live rows' logits are selected, scaled in float32, the constrained rows masked by one
     scatter of their allowed ids (flattened over the rows) into a ``[rows, V]`` mask, then top-k,
     ``log_softmax`` and the float64 inverse-CDF draw. The host walks the tries and draws the
@@ -340,7 +340,7 @@ def _common_prefix(seqs: list[list[int]]) -> int:
 
 
 # Decode batching (``decode_buckets``). Measured on 2 CPU threads with SmolLM2-135M (``python -m
-# benchmarks.prefill_ab --parts decode``, docs/performance.md "Decode and prefill remedies"): one decode step of a
+# benchmarks.prefill_ab --parts decode``, docs/notes/performance.md "Decode and prefill remedies"): one decode step of a
 # batch costs about ``a + c·(real cache slots) + c_pad·(left-padded slots)``, with the cache written in place
 # (``kvcache.room_layer``) a = 108 ms (one more forward per step), c = 7.2 µs, c_pad = 4.4 µs; splitting a
 # batch saves padded slots only, so it pays when it saves more than a / c_pad ≈ 24,000 of them per step.
@@ -385,7 +385,7 @@ def decode_slot_cost(device: torch.device | str | None) -> int:
 DECODE_SHRINK = 0.5
 """A decode batch drops its finished rows (``kvcache.keep_rows``) once at most this share of its rows is
 still running: a step then computes only the live rows (a tip-like batch of 8 rows decoding up to 64 ids:
-10.9 → 7.4 s, docs/performance.md "Decode and prefill remedies"). Halving bounds the copies to less than
+10.9 → 7.4 s, docs/notes/performance.md "Decode and prefill remedies"). Halving bounds the copies to less than
 one batch cache in all; 0 = never."""
 
 
@@ -478,7 +478,7 @@ def sample_with_cache(
 # Grouping of the cached-turn prefill (``_prefill``). Measured on 2 CPU threads with SmolLM2-135M:
 # eight rows of 48 new ids prefill 1.5× faster in one padded forward than as eight batch-1
 # ``extend`` calls (small GEMMs are inefficient), while left-padding long rows of unequal length
-# into one batch is 1.75× slower than row by row (docs/performance.md).
+# into one batch is 1.75× slower than row by row (docs/notes/performance.md).
 PREFILL_SOLO_TOKENS = 384
 """A row with at least this many new ids is prefilled alone (its GEMMs are already large)."""
 PREFILL_MAX_PAD = 1.5

@@ -1,4 +1,4 @@
-"""Attention over a prefix tree packed in one row, computed block by block (docs/performance.md,
+"""Attention over a prefix tree packed in one row, computed block by block (docs/notes/performance.md,
 "Group-shared prefix").
 
 A prefix tree (``trainer.batch.pack_prefix_tree``) puts the trajectories of a micro-batch in one row of

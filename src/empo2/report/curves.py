@@ -200,7 +200,7 @@ class EvalPoint:
 
 def _eval_iteration(tag: str, rec: dict[str, Any], run: RunData) -> int | None:
     """The iteration of the weights an evaluation file evaluated: from its episodes' seed stream
-    (``EVAL_STREAM`` + iteration, ``trainer.evaluate``), else from its tag (``before`` 0, ``iterK`` K,
+    (``EVAL_STREAM`` + iteration, ``evaluation.evaluate``), else from its tag (``before`` 0, ``iterK`` K,
     ``after`` the last training iteration, or ``trainer.iterations``)."""
     from empo2.algo.compare import ADAPT_STREAM, EVAL_STREAM
 

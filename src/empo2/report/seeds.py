@@ -9,7 +9,7 @@ mean over seeds with a Student-t 95% interval over seeds (one value per seed; no
 seed).
 
 The **paired test** compares two methods on one evaluation with ``algo.compare.score_difference``,
-the pairing rule ``empo2 adapt`` and ``trainer.evaluate.paired_difference`` use too: two runs'
+the pairing rule ``empo2 adapt`` and ``evaluation.evaluate.paired_difference`` use too: two runs'
 evaluation episodes are the same when id, task, variation and sampling seed (``run.seed``, the
 evaluation stream of the evaluated iteration, k) agree and the evaluation settings (split,
 temperature, ``max_turns``) do. Runs of A and B that played the same episodes (the same seed, the

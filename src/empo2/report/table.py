@@ -311,7 +311,7 @@ def other_evaluations_table(runs: list[RunData]) -> str | None:
 
 def tip_follow_table(runs: list[RunData]) -> str | None:
     """Markdown table of ``memory/tip_follow_rate`` next to its plain-step baseline, per run and
-    iteration (docs/learning.md), or ``None`` if no run logged it (GRPO runs have no memory)."""
+    iteration (docs/notes/learning.md), or ``None`` if no run logged it (GRPO runs have no memory)."""
     lines: list[str] = []
     for run in runs:
         for row in training_rows(run.rows):
@@ -393,7 +393,7 @@ def _evaluation_parts(runs: list[RunData]) -> list[str]:
         parts += ["## Tip following (EMPO²)", "",
                   "Share of memory-mode steps whose action a shown tip names, next to the share of plain steps "
                   "whose action the tips retrieved for their state (not shown) name; the difference is the effect "
-                  "of showing tips (docs/learning.md).", "", follow, ""]
+                  "of showing tips (docs/notes/learning.md).", "", follow, ""]
     return parts
 
 

@@ -2,7 +2,7 @@
 
 Pipeline (docs/retrospex.md):
 
-1. imitation warm-up: ``empo2 sft`` (``empo2.trainer.sft``) on expert trajectories;
+1. imitation warm-up: ``empo2 sft`` (``empo2.sft``) on expert trajectories;
 2. critic data: rollouts of that policy on train variations → transitions (``collect``, ``transitions``);
 3. the critic: Q, V and a Polyak target Q trained offline with IQL (``critic``, ``empo2.algo.iql``);
 4. inference: k proposals grounded to admissible actions (``grounding``), scored by the LLM's

@@ -22,7 +22,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from empo2.console import make_console
 
     from empo2.config import load_config
-    from empo2.trainer.sft import run_sft
+    from empo2.sft.train import run_sft
 
     cfg = load_config(args.config, args.overrides)
     console = make_console()

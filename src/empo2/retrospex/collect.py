@@ -62,7 +62,7 @@ def collect_critic_data(cfg: Config, setup: Any, out_dir: Path, on_turn: Any = N
     Returns:
         the summary written to ``summary.json``.
     """
-    from empo2.trainer.demos import variation_pairs
+    from empo2.demos.expert import variation_pairs
 
     t0 = time.perf_counter()
     rc = cfg.retrospex

@@ -85,7 +85,7 @@ def train_critic_folder(cfg: Config, transitions_path: Path, out: Path, env: str
 
 def _conventions(res: Any) -> dict[str, Any]:
     """Overall and per-task means of one evaluation under both scoring conventions."""
-    from empo2.trainer.evaluate import EvalResult
+    from empo2.evaluation.evaluate import EvalResult
 
     assert isinstance(res, EvalResult)
     per = {t: {"ours": s.score, "authors": s.score_last_nonneg, "success": s.success_rate, "episodes": s.episodes}
@@ -100,7 +100,7 @@ def _conventions(res: Any) -> dict[str, Any]:
 
 def _sft_stage(cfg: Config, ckpt: Path, say: Callable[[str], Any]) -> None:
     """Stage 1: the SFT warm-up (``run_sft``), skipped when the run already holds its checkpoint."""
-    from empo2.trainer.sft import run_sft
+    from empo2.sft.train import run_sft
 
     if ckpt.exists():
         say(f"1/4 SFT: reusing {ckpt}")
@@ -143,7 +143,7 @@ def _eval_stage(cfg: Config, ecfg: Config, setup: Any, critic_dir: Path, times: 
     """Stage 4: evaluate the SFT policy alone, then with Retrospex rescoring, writing ``eval_before.json`` and
     ``eval_after.json`` and timing each in ``times``; returns ``(plain, rescored)`` evaluation results."""
     from empo2.retrospex.selector import build_selector
-    from empo2.trainer.evaluate import evaluate, write_eval
+    from empo2.evaluation.evaluate import evaluate, write_eval
 
     run = cfg.run_dir
     episodes = ecfg.eval.episodes

@@ -34,7 +34,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from empo2.algo.modes import ROLLOUT_SHOWS_TIPS
+from empo2.records import ROLLOUT_SHOWS_TIPS
 from empo2.agent.prompts import EpisodeChat, first_user_text, later_user_text, tip_block
 from empo2.envs.base import EnvFamily, TaskSpec
 from empo2.policy.chat import ChatFormat
@@ -107,7 +107,7 @@ class StepHook:
     generator under the episode's id (``Trajectory.id``) for a later request (the tip writer), within
     ``kv_cache_max_bytes``; it must depend on the state only (it may be asked more than once).
     ``after_wave`` runs when a wave of episodes has ended (their kept caches can be continued then;
-    its time counts as ``timings["tips"]``). The training method (``trainer.method.Method``) is one.
+    its time counts as ``timings["tips"]``). The training method (``methods.base.Method``) is one.
     """
 
     def before_turn(self, states: list[EpisodeState]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from empo2.algo.modes import update_strips_tips
+from empo2.records import update_strips_tips
 from empo2.records import SegmentKind, Trajectory
 
 
@@ -139,7 +139,7 @@ def _lcp(a: list[int], b: list[int]) -> int:
 class PrefixPack:
     """The trajectories of one micro-batch packed as a prefix tree in one row: every token prefix that
     several trajectories share (the group's reset: system prompt, task, first observation; the same tip
-    blocks) is forwarded once, and each trajectory's own tokens attend to it (docs/performance.md,
+    blocks) is forwarded once, and each trajectory's own tokens attend to it (docs/notes/performance.md,
     "Group-shared prefix").
 
     Built by ``pack_prefix_tree``. A packed token ``j`` may attend to packed token ``k`` iff ``k`` lies on

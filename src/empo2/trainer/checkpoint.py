@@ -39,7 +39,7 @@ import yaml
 from safetensors import SafetensorError
 
 from empo2.errors import CheckpointError as CheckpointError  # defined there: cheap for empo2.cli
-from empo2.trainer.metrics import json_ready
+from empo2.strictjson import json_ready
 from empo2.trainer.safestate import SafeStateError, load_state_files, save_state, state_files
 
 log = logging.getLogger(__name__)

@@ -353,7 +353,7 @@ class Learner:
             ``ParallelStrategy`` (``trainer.parallel.make_strategy``): under ``ddp`` the model is wrapped
             with DDP; under ``fsdp`` the learner trains a sharded copy and copies the full weights back
             into ``model`` (which the rollout uses) after every update.
-        sft_samples: the packed demonstrations of the ``algo.sft_coef`` term (``trainer.sft.demo_samples``);
+        sft_samples: the packed demonstrations of the ``algo.sft_coef`` term (``trainer.demo_term.demo_samples``);
             needed, and only used, when ``algo.sft_coef > 0``.
 
     Raises:
@@ -557,8 +557,8 @@ class Learner:
 
     def _sft_backward(self, iteration: int, step_index: int, checkpoint_head: bool) -> float:
         """Backpropagate ``algo.sft_coef`` × the NLL of ``algo.sft_episodes`` demonstrations drawn for this
-        optimiser step (seeded by ``run.seed``, iteration and step; ``trainer.sft.demo_nll_backward``)."""
-        from empo2.trainer.sft import demo_nll_backward
+        optimiser step (seeded by ``run.seed``, iteration and step; ``trainer.demo_term.demo_nll_backward``)."""
+        from empo2.trainer.demo_term import demo_nll_backward
 
         rng = np.random.default_rng([self.seed, 23, iteration, step_index])
         n = min(self.algo.sft_episodes, len(self.sft_samples))

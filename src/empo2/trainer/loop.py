@@ -3,7 +3,7 @@
     for each iteration:
         sample B task instances and the EMPO² modes of their B×N rollouts
         roll out all episodes (batched generation, concurrent envs; tips if memory-augmented)
-        the method's after_rollout: tips + memory entries (EMPO²)  [trainer/method.py]
+        the method's after_rollout: tips + memory entries (EMPO²)  [methods/base.py]
         returns (extrinsic [+ intrinsic]) → advantages (algo.advantage) [algo/]
         pack trajectories (tips kept or stripped per mode) → clipped policy-gradient update
         log metrics, checkpoint atomically
@@ -27,7 +27,7 @@ import torch
 import yaml
 
 from empo2.algo.advantages import compute_advantages, dense_ids
-from empo2.algo.modes import ModeSampler
+from empo2.methods.empo2.modes import ModeSampler
 from empo2.algo.registry import advantage_spec
 from empo2.algo.returns import Failure, episode_return, family_failure
 from empo2.config import AlgoConfig, Config, algo_section, config_to_dict, run_trackers
@@ -47,9 +47,9 @@ from empo2.trainer.checkpoint import (
     CheckpointWriteError, check_disk_space, check_run_dir, checkpoint_bytes,
     folder_bytes, kept_iterations, load_extra, load_optimizer_state, remove_partial_writes, save_checkpoint)
 from empo2.trainer.resume import check_memory_matches, check_new_run, restore_training_state, resume_point
-from empo2.trainer.evaluate import EvalResult, eval_variations, evaluate, read_eval, write_eval
+from empo2.evaluation.evaluate import EvalResult, eval_variations, evaluate, read_eval, write_eval
 from empo2.trainer.learner import Learner, needs_reference
-from empo2.trainer.method import Method, make_method
+from empo2.methods.base import Method, make_method
 from empo2.trainer.metrics import (
     MetricsSink, NullSink, RunLogger, group_score_rows, merge_score_table, rollout_metrics)
 from empo2.trainer.trackers import check_trackers
@@ -57,7 +57,7 @@ from empo2.trainer.progress import (
     Progress, checkpoint_note, eval_note, tips_note, trajectories_note, update_note)
 
 from empo2.trainer.mismatch import apply_mismatch, mismatch_mode, sample_mismatch, train_forward_is_deterministic
-from empo2.trainer.sft import rl_demo_samples, rl_demos
+from empo2.trainer.demo_term import rl_demo_samples, rl_demos
 from empo2.trainer.setup import Setup, build_setup, resolve_tasks  # noqa: F401  (re-exported: the composition root)
 
 log = logging.getLogger(__name__)

@@ -145,20 +145,6 @@ def merge_score_table(old: list[str], rows: list[dict[str, Any]], iteration: int
                                                                   if k not in ("score_min", "score_max")}}
             lines.append("\t".join(str(r.get(c, "")) for c in head))
     return lines + ["\t".join(str(r[c]) for c in head) for r in rows]
-def json_ready(obj: Any) -> Any:
-    """``obj`` (nested dicts/lists/tuples) with every non-finite float replaced by None: JSON has no
-    NaN or Infinity, and a bare ``NaN`` makes a file unreadable to strict parsers."""
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)) and getattr(obj, "ndim", None) == 0:
-        return json_ready(obj.item())  # numpy / torch scalars
-    if isinstance(obj, dict):
-        return {k: json_ready(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [json_ready(v) for v in obj]
-    return obj
-
-
 class MetricsSink(Protocol):
     """Anything that takes a dict of scalar metrics for a step."""
 

@@ -84,7 +84,7 @@ def train_forward_is_deterministic(model: Any) -> bool:
 def trainer_logprobs(learner: Any, samples: list[PackedSample]) -> list[torch.Tensor]:
     """Per sample, the trainer's ``[N_i]`` float32 log-probs of its action tokens (CPU), same temperature and
     allowed sets as the loss, in the update's own micro-batches (``Learner._micro_batches``: shared prefixes
-    forwarded once when ``trainer.share_prefix``, docs/performance.md §1b), so this pass costs a no-grad
+    forwarded once when ``trainer.share_prefix``, docs/notes/performance.md §1b), so this pass costs a no-grad
     forward of the update's tokens, not of every whole trajectory.
 
     Args:

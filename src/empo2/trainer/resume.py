@@ -181,7 +181,7 @@ def check_model_matches(saved: dict[str, Any], now: dict[str, Any], run_dir: Pat
 
 EVAL_KEYS = ("eval.episodes", "eval.temperature", "env.name", "env.tasks", "env.eval_split", "env.max_turns")
 """The settings that decide which evaluation episodes a run plays and how their actions are sampled
-(``trainer.evaluate``: the episodes spread round-robin over ``env.tasks`` and their ``env.eval_split``
+(``evaluation.evaluate``: the episodes spread round-robin over ``env.tasks`` and their ``env.eval_split``
 variations, ``eval.episodes`` of them, at most ``env.max_turns`` turns at ``eval.temperature``); the
 evaluated variations (``env.variations`` when the run evaluates its train split) are checked besides."""
 

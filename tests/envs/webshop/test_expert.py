@@ -12,7 +12,7 @@ from empo2.envs.base import TaskSpec, UnknownTaskError
 from empo2.envs.webshop import WebShopConfig, WebShopFamily
 from empo2.envs.webshop.env import SEARCH_PLACEHOLDER, WebShopEnv, rule_expert_actions
 from empo2.policy.trie import TokenTrie
-from empo2.trainer.demos import demo_trajectory, gold_records, variation_pairs
+from empo2.demos.expert import demo_trajectory, gold_records, variation_pairs
 from empo2.records import SegmentKind
 from tests.runcfg import write_config
 

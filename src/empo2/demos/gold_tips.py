@@ -1,10 +1,10 @@
 """Tips attached to demonstrations (``sft.data: [gold_tips]``) and oracle tips for diagnostics.
 
-docs/learning.md ("Tips at 135M") measured that the 135M policy ignores a narrative tip ("The animals are outside. Go to the
+docs/notes/learning.md ("Tips at 135M") measured that the 135M policy ignores a narrative tip ("The animals are outside. Go to the
 kitchen, then …": P(go to kitchen) 0.00 at the hallway state of task 7-1) but partly follows a short
 imperative one ("Next action: go to kitchen": 0.20). A policy that has never seen a ``<tip>`` block in
 training has no reason to read one. ``gold_tips`` teaches what a tip block is for: the gold paths of
-the SFT run's tasks are played as for ``gold`` (``trainer.demos.gold_records``), and each step's user
+the SFT run's tasks are played as for ``gold`` (``demos.expert.gold_records``), and each step's user
 turn carries a tip block (``agent.prompts.tip_block``, the same TIP segment the rollout engine builds)
 chosen per step by ``gold_tip_plan``:
 
@@ -14,14 +14,12 @@ chosen per step by ``gold_tip_plan``:
   tip blindly is not what the loss rewards — the observation has to agree;
 * otherwise no tip (the policy keeps acting without memory, as in plain rollouts).
 
-The loss is on the gold action in every case (``trainer.sft``). Use tasks other than the one RL will be
-run on (docs/learning.md: never warm up on the target task's own gold paths for a method comparison).
+The loss is on the gold action in every case (``sft.train``). Use tasks other than the one RL will be
+run on (docs/notes/learning.md: never warm up on the target task's own gold paths for a method comparison).
 
 ``oracle_next_action`` gives, for a diagnostic, the next gold action of an episode that may have left
-the gold path (tips "naming the right steps"; docs/learning.md "Tips at 135M"). ``oracle_memory_rows``
-turns a gold path into an oracle *memory*: one ``empo2 memory import`` row per state, "Next action: <its
-gold action>" keyed by the state text a rollout embeds there (``empo2 memory oracle``; docs/learning.md
-"An oracle memory").
+the gold path (tips "naming the right steps"; docs/notes/learning.md "Tips at 135M"). EMPO²'s oracle tip source and
+oracle memories are built on it (``methods.empo2.oracle``).
 """
 
 from __future__ import annotations
@@ -32,11 +30,11 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["NEXT_ACTION_PREFIX", "ORACLE_SCORE", "SHOWN_TIPS_KEY", "gold_tip_plan", "imperative_tip", "oracle_memory_rows",
-           "oracle_next_action", "with_gold_tips"]
+__all__ = ["NEXT_ACTION_PREFIX", "SHOWN_TIPS_KEY", "gold_tip_plan", "imperative_tip", "oracle_next_action",
+           "with_gold_tips"]
 
 NEXT_ACTION_PREFIX = "Next action: "
-"""The imperative tip form: ``"Next action: go to kitchen"`` (measured best-followed form, docs/learning.md "Reading tips")."""
+"""The imperative tip form: ``"Next action: go to kitchen"`` (measured best-followed form, docs/notes/learning.md "Reading tips")."""
 
 SHOWN_TIPS_KEY = "tips_shown"
 """Record key (``sft_demos.jsonl``): True = the record's per-step ``tips`` are put in the SFT prompt.
@@ -93,7 +91,7 @@ def with_gold_tips(record: dict[str, Any], seed: int, right: float, wrong: float
     """A copy of a gold episode record whose steps carry ``gold_tip_plan`` tips, marked ``tips_shown``.
 
     Args:
-        record: an episode record (``trainer.demos`` format) with ``id`` and ``steps[j].action``.
+        record: an episode record (``demos.expert`` format) with ``id`` and ``steps[j].action``.
         seed, right, wrong: as in ``gold_tip_plan``.
     """
     actions = [str(s["action"]) for s in record["steps"]]
@@ -118,60 +116,3 @@ def oracle_next_action(gold: Sequence[str], taken: Sequence[str]) -> str | None:
         if k < len(gold) and a.strip().lower() == gold[k].strip().lower():
             k += 1
     return gold[k] if k < len(gold) else None
-
-
-ORACLE_SCORE = 100.0
-"""The score an oracle tip is credited with (a gold path ends at 100)."""
-
-
-def oracle_memory_rows(record: dict[str, Any], key_mode: str, recent_turns: int, max_turns: int | None = None,
-                       score: float = ORACLE_SCORE) -> list[dict[str, Any]]:
-    """Import rows (``empo2 memory import``, format in ``memory.transfer``) of an oracle memory: one per state of
-    a gold path, each naming the action the gold path takes *in that state* (docs/learning.md, "An oracle memory").
-
-    Row of the state before gold step j (counted from 0)::
-
-        {"task", "variation", "text": "Next action: <gold action j>", "entry": the same line,
-         "score": 100, "state": <the key text a rollout embeds in that state>, "step": j + 1}
-
-    ``state`` is ``trainer.empo2_runtime.rollout_state_text`` of the chat a rollout that took gold actions
-    0..j-1 has (user turns ``agent.prompts.user_text`` of the recorded observations, assistant turns the
-    gold actions), with the run's ``empo2.memory.key_text`` / ``recent_turns``: the very text
-    ``Empo2Runtime.before_turn`` embeds there, so such a rollout retrieves this row at cosine 1. ``entry``
-    (what the tip block shows) is the imperative line alone, the form the 135M base model was measured to
-    follow (docs/learning.md "Reading tips"), not the per-episode entry with its score sentence. The store
-    keeps one entry per shown text and bucket, so when a gold path takes the same action in two states the
-    later row's entry gets `` (step j+1)`` appended (``text`` stays the imperative line).
-
-    Args:
-        record: a gold episode record (``trainer.demos.gold_records``: ``task``, ``variation``,
-            ``task_description``, ``steps[j].observation`` / ``.action``); for a run with ``action.mode:
-            constrained`` one played with ``admissible_only`` (only the gold actions a constrained policy
-            can emit, spelt as the admissible list spells them: the keys of the later states contain them).
-        key_mode, recent_turns: ``empo2.memory.key_text`` and ``empo2.memory.recent_turns`` of the run
-            that will import the rows.
-        max_turns: only the first ``max_turns`` states (``env.max_turns``: a rollout never reaches later
-            ones); ``None`` = every state of the path.
-        score: the credited score (default ``ORACLE_SCORE``).
-
-    Returns:
-        The rows, in path order (a path with S steps gives min(S, max_turns) rows).
-    """
-    from empo2.agent.prompts import user_text
-    from empo2.trainer.empo2_runtime import rollout_state_text
-
-    desc = str(record["task_description"])
-    steps = record["steps"][:max_turns] if max_turns is not None else record["steps"]
-    messages: list[tuple[str, str]] = []
-    rows: list[dict[str, Any]] = []
-    shown: set[str] = set()
-    for j, st in enumerate(steps):
-        obs, action = str(st["observation"]), str(st["action"]).strip()
-        tip = imperative_tip(action)
-        entry = tip if tip not in shown else f"{tip} (step {j + 1})"
-        shown.add(entry)
-        rows.append({"task": str(record["task"]), "variation": int(record["variation"]), "text": tip,
-                     "entry": entry, "score": float(score),
-                     "state": rollout_state_text(messages, desc, obs, j, key_mode, recent_turns), "step": j + 1})
-        messages += [("user", user_text(desc, obs, j)), ("assistant", action)]
-    return rows

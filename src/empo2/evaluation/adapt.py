@@ -13,6 +13,7 @@ trials", 100·(score_K − score_1)/score_1, is kept as a secondary figure (``im
 from __future__ import annotations
 
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -24,8 +25,8 @@ import torch
 
 from empo2.records import Mode
 from empo2.algo.compare import ADAPT_STREAM, ScoreDifference, score_difference
-from empo2.trainer.evaluate import EvalSummary, episode_records, eval_episodes, summarise
-from empo2.trainer.progress import Progress
+from empo2.evaluation.evaluate import EvalSummary, episode_records, eval_episodes, summarise
+from empo2.strictjson import json_ready
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class AdaptResult:
         tasks, split: what was played.
         trials: one ``EvalSummary`` per trial; ``per_task``: per trial, per task.
         trial_episodes: per trial, its episodes as an evaluation file lists them
-            (``trainer.evaluate.episode_records``: id, task, variation, seed, score, …).
+            (``evaluate.episode_records``: id, task, variation, seed, score, …).
         temperature, max_turns: the sampling settings of every trial (the pairing settings of
             ``algo.compare``).
         weights_sha256_before, weights_sha256_after: the frozen weights' digest before and after.
@@ -86,8 +87,6 @@ class AdaptResult:
         """The result as strict-JSON-ready data: every statistic without a value (NaN, e.g. the
         improvement over a trial that scored 0, or an unused scoring convention) becomes ``None``.
         ``difference`` is ``difference()`` as a dict (``ScoreDifference`` fields), or None."""
-        from empo2.trainer.metrics import json_ready
-
         d = asdict(self)
         diff = self.difference()
         d["difference"] = None if diff is None else asdict(diff)
@@ -95,20 +94,31 @@ class AdaptResult:
         return json_ready(d)
 
 
+class _QuietPhase:
+    """The phase of an adaptation without progress output: counts and notes nothing."""
+
+    def advance(self, n: int = 1) -> None:
+        """The engine's ``on_turn`` callback: nothing to show."""
+
+    def note(self, text: str) -> None:
+        """The trial's closing numbers: nothing to show."""
+
+
 def adapt(setup: Any, runtime: Any, trials: int, split: str, episodes_per_trial: int,
-          temperature: float, on_trial: Any = None, progress: Progress | None = None,
+          temperature: float, on_trial: Any = None, progress: Any = None,
           selector: Any = None) -> AdaptResult:
     """Run ``trials`` memory-only trials on ``setup.tasks``; the weights are never updated.
 
     Args:
-        setup: a ``trainer.loop.Setup`` (model loaded from the checkpoint).
+        setup: a ``trainer.setup.Setup`` (model loaded from the checkpoint).
         runtime: an ``Empo2Runtime`` writing to the adaptation memory.
         trials: K ≥ 1.
         split: variations to play (e.g. ``test``).
         episodes_per_trial: episodes per trial (spread over tasks and variations, the same every trial).
         temperature: sampling temperature.
         on_trial: callback ``(k, EvalSummary)`` after each trial.
-        progress: a ``trainer.progress.Progress``: one ``trial k/K`` phase per trial (actions played, score).
+        progress: a ``trainer.progress.Progress``: one ``trial k/K`` phase per trial (actions played, score);
+            None prints nothing.
         selector: an ``ActionSelector`` choosing the actions (Retrospex rescoring), or None.
 
     Raises:
@@ -123,12 +133,13 @@ def adapt(setup: Any, runtime: Any, trials: int, split: str, episodes_per_trial:
     settings = setup.settings(temperature)
     res = AdaptResult(tasks=list(setup.tasks), split=split, weights_sha256_before=weights_digest(model),
                       temperature=settings.temperature, max_turns=settings.max_turns)
-    progress = progress or Progress(enabled=False)
     for k in range(trials):
         specs = eval_episodes(setup.family, setup.tasks, split, episodes_per_trial)
         for s in specs:
             s.mode = Mode.ON_TIPS
-        with progress.phase(f"trial {k + 1}/{trials}", total=len(specs) * settings.max_turns, bound=True) as ph:
+        phase = (progress.phase(f"trial {k + 1}/{trials}", total=len(specs) * settings.max_turns, bound=True)
+                 if progress is not None else contextlib.nullcontext(_QuietPhase()))
+        with phase as ph:
             trajs = setup.engine.run(specs, settings, iteration=ADAPT_STREAM + k, hook=runtime.step_hook(),
                                      on_turn=ph.advance, selector=selector)
             runtime.write_tips(trajs, iteration=k)

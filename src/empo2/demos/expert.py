@@ -1,4 +1,5 @@
-"""Expert demonstrations for imitation (``empo2 sft``): gold paths and trajectory JSONL files.
+"""Expert demonstrations (``empo2 sft``, the RL loss's ``algo.sft_coef`` term, EMPO²'s oracle tips, Retrospex's
+critic data): gold paths and trajectory JSONL files.
 
 A demonstration is an episode record in our trajectory JSONL format (what ``empo2 train`` writes to
 ``runs/<name>/trajectories/iter-K.jsonl``)::
@@ -31,7 +32,7 @@ from empo2.records import StepRecord, Trajectory
 from empo2.report.runs import finite
 from empo2.trajfile import TrajectoryFileError, read_records
 from empo2.rollout.pool import EnvPool
-from empo2.trainer.tipdemos import SHOWN_TIPS_KEY, with_gold_tips
+from empo2.demos.gold_tips import SHOWN_TIPS_KEY, with_gold_tips
 
 log = logging.getLogger(__name__)
 
@@ -196,13 +197,13 @@ def load_demos(sources: list[str], family: EnvFamily, tasks: list[str], gold_pai
 
     Args:
         sources: ``"gold"``, ``"gold_tips"`` (the gold paths with a tip block per step,
-            ``trainer.tipdemos``) and/or JSONL paths.
+            ``demos.gold_tips``) and/or JSONL paths.
         family: the environment family; tasks: canonical task names (JSONL episodes of other tasks are kept
             too: the chat does not depend on the task list).
         gold_pairs: (task, train variation) pairs for ``gold``.
         min_score: JSONL episodes with a final score below this are dropped (crashed ones always).
         num_workers: environments playing gold paths at once.
-        tip_plan: ``(seed, right, wrong)`` of the ``gold_tips`` tips (``tipdemos.gold_tip_plan``).
+        tip_plan: ``(seed, right, wrong)`` of the ``gold_tips`` tips (``gold_tips.gold_tip_plan``).
         key: the config key that named ``sources`` (in error messages).
 
     Raises:

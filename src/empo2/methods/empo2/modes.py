@@ -10,6 +10,10 @@ The authors draw one uniform number per iteration: off-policy below 0.17, on-pol
 below 0.25, plain otherwise — i.e. p = 0.25, q = 0.68. We draw u ~ U[0, 1) the same way
 (OFF if u < p·q, ON_TIPS if u < p, else PLAIN), from a numpy Generator derived from
 (seed, iteration) only, so a run's modes never depend on global random state or on call order.
+
+What each mode shows and keeps is the token contract's table, ``records.ROLLOUT_SHOWS_TIPS`` /
+``UPDATE_KEEPS_TIPS`` (with ``records.update_strips_tips``), read by the rollout engine, the runtime and
+``trainer.batch.build_sample``.
 """
 
 from __future__ import annotations
@@ -27,26 +31,10 @@ __all__ = [
     "AUTHORS_P",
     "AUTHORS_Q",
     "mode_probabilities",
-    "ROLLOUT_SHOWS_TIPS",
-    "UPDATE_KEEPS_TIPS",
-    "update_strips_tips",
 ]
 
 AUTHORS_P = 0.25  # P(memory-augmented rollout): 0.17 + 0.08
 AUTHORS_Q = 0.68  # P(off-policy | memory-augmented): 0.17 / 0.25
-
-# Whether the rollout prompt shows retrieved tips, and whether the update keeps them (docs/algorithms.md, Modes).
-ROLLOUT_SHOWS_TIPS: dict[Mode, bool] = {Mode.PLAIN: False, Mode.ON_TIPS: True, Mode.OFF_TIPS: True}
-UPDATE_KEEPS_TIPS: dict[Mode, bool] = {Mode.PLAIN: False, Mode.ON_TIPS: True, Mode.OFF_TIPS: False}
-# Every site that needs these rules reads these two tables: the rollout engine (tip segments in the
-# prompt), the EMPO² runtime (which episodes retrieve tips; ``write_memory: memory_modes``) and
-# ``trainer.batch.build_sample`` (tips stripped from the update = the off-policy case).
-
-
-def update_strips_tips(mode: Mode) -> bool:
-    """True for the off-policy mode: the rollout showed tips and the update drops them (docs/algorithms.md, Modes,
-    Eq. 5 of arXiv 2602.23008: the tip-free context under the current policy)."""
-    return ROLLOUT_SHOWS_TIPS[mode] and not UPDATE_KEEPS_TIPS[mode]
 
 
 class ModeGranularity(str, Enum):

@@ -1,7 +1,7 @@
 """Training methods by name (``trainer.method``): the ``METHODS`` registry and the table that picks one.
 
-A method is an object with the hooks of ``trainer.method.Method`` (no-op defaults), built once per run
-(``trainer.method.make_method``) by the factory registered under its name:
+A method is an object with the hooks of ``methods.base.Method`` (no-op defaults), built once per run
+(``methods.base.make_method``) by the factory registered under its name:
 ``factory(cfg, setup, run_dir) -> Method``. The built-ins:
 
 ===============  ============================================  ==============  ===========  ===========
@@ -24,8 +24,9 @@ config error (the message names the keys that choose it). A plug-in's method is 
 ``trainer.method: my_method``, after ``run.plugins: [my_module]`` registered it (:func:`register_method`;
 docs/architecture.md, "Extending").
 
-This module imports no torch and nothing of the trainer (``config.validate`` reads it); the built-ins are
-registered lazily (``module:factory``).
+This module imports no torch and nothing of the trainer (``config.validate`` reads it), and sits outside the
+``methods`` package (which re-exports its names: ``from empo2.methods import METHODS``) so that the config imports
+no package that imports the config; the built-ins are registered lazily (``module:factory``).
 """
 
 from __future__ import annotations
@@ -39,20 +40,20 @@ from empo2.registry import Registry
 __all__ = ["METHODS", "MethodFactory", "auto_method", "check_method", "method_name", "register_method"]
 
 MethodFactory = Callable[[Any, Any, Path], Any]
-"""``factory(cfg: Config, setup: trainer.setup.Setup, run_dir: Path) -> trainer.method.Method``."""
+"""``factory(cfg: Config, setup: trainer.setup.Setup, run_dir: Path) -> methods.base.Method``."""
 
 METHODS: Registry[MethodFactory] = Registry("training method", "trainer.method")
 """``trainer.method`` → factory of the run's ``Method``."""
 
-METHODS.register_lazy("grpo", "empo2.trainer.method:make_grpo", builtin=True,
+METHODS.register_lazy("grpo", "empo2.methods.grpo:make_grpo", builtin=True,
                       when="empo2.p=0, no novelty reward in the advantage, and algo.advantage other than gigpo",
                       doc="multi-step GRPO: group-relative advantages, no memory (any algo.advantage but gigpo)")
-METHODS.register_lazy("gigpo", "empo2.trainer.method:make_gigpo", builtin=True,
+METHODS.register_lazy("gigpo", "empo2.methods.grpo:make_gigpo", builtin=True,
                       when="empo2.p=0, no novelty reward in the advantage, and algo.advantage=gigpo", doc="GiGPO: GRPO with anchor-state step advantages")
-METHODS.register_lazy("empo2", "empo2.trainer.empo2_hooks:make_training_runtime", builtin=True,
+METHODS.register_lazy("empo2", "empo2.methods.empo2.hooks:make_training_runtime", builtin=True,
                       when="empo2.p>0 (or the novelty reward in the advantage) and trainer.update=true",
                       doc="EMPO²: memory-augmented rollouts, tips, hybrid on/off-policy updates")
-METHODS.register_lazy("memory_only", "empo2.trainer.empo2_hooks:make_training_runtime", builtin=True,
+METHODS.register_lazy("memory_only", "empo2.methods.empo2.hooks:make_training_runtime", builtin=True,
                       when="empo2.p>0 and trainer.update=false",
                       doc="memory-only (Reflexion-style) baseline: EMPO²'s memory and tips, frozen weights")
 
@@ -63,7 +64,7 @@ def register_method(name: str, factory: MethodFactory, *, check: Callable[[Any],
 
     Args:
         name: the ``trainer.method`` value that chooses it (letters, digits, ``_``, ``-``, ``.``).
-        factory: ``factory(cfg, setup, run_dir) -> Method`` (an instance of a ``trainer.method.Method`` subclass),
+        factory: ``factory(cfg, setup, run_dir) -> Method`` (an instance of a ``methods.base.Method`` subclass),
             called once per run after the model is loaded; a class whose ``__init__`` takes those three
             arguments will do.
         check: ``check(cfg)`` raising ``ConfigError`` for a config the method cannot run (called by

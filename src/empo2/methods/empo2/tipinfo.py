@@ -1,4 +1,4 @@
-"""Tip informativeness: does a written tip name what happened? (docs/learning.md, "Tips at 135M")
+"""Tip informativeness: does a written tip name what happened? (docs/notes/learning.md, "Tips at 135M")
 
 A tip can only help a later rollout if it carries information about the episode. This module
 decides, with plain word matching (no model), whether a tip names
@@ -20,7 +20,7 @@ irregular verbs mapped to their base first (went/gone → go, took → take, …
 measure for comparing runs and iterations, not a judgement of tip quality: it can miss
 paraphrases ("the creature" for *animal*) and count a word used in passing.
 
-**Tip following** (``names_action``, ``tip_follow_shares``; docs/learning.md) uses the same rule to
+**Tip following** (``names_action``, ``tip_follow_shares``; docs/notes/learning.md) uses the same rule to
 ask the opposite question of a *retrieved* tip: did the agent take an action the tip names? A tip
 text (a retrieved entry text, i.e. the tip plus, with per-step entries, "the specific action you
 took was …" and the score) *names* an action when every content word of the action (lower-cased,
@@ -31,8 +31,8 @@ bulb"`` names ``focus on red bulb``; word order is ignored. An action with no co
 tips shown) and in plain steps (tips retrieved for the state but not shown), so the difference of
 the two shares, not either share alone, is the effect of showing tips.
 
-**Copying the worked example** (``copies_example``, ``memory/tip_copies_example``; docs/learning.md):
-the ``summary_fewshot`` tip prompt shows one worked example (``memory.text.SUMMARY_TIP_EXAMPLE``, a
+**Copying the worked example** (``copies_example``, ``memory/tip_copies_example``; docs/notes/learning.md):
+the ``summary_fewshot`` tip prompt shows one worked example (``tips.SUMMARY_TIP_EXAMPLE``, a
 find-plant episode). A small model can fill that example's frame with the task's words ("Going to the
 kitchen helped, but focusing on the animal … failed: go to the greenhouse and focus on a plant
 instead; score 50.0/100"), which the three flags above credit for outcome and object although the
@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import Stemmer
 
-from empo2.memory.text import SUMMARY_TIP_EXAMPLE
+from empo2.methods.empo2.tips import SUMMARY_TIP_EXAMPLE
 from empo2.records import Mode, Trajectory
 
 _WORD = re.compile(r"[a-z]+")
@@ -283,7 +283,7 @@ def tip_follow_counts(trajs: Iterable[Trajectory]) -> dict[str, int]:
 
 
 def tip_follow_shares(trajs: Iterable[Trajectory]) -> dict[str, float]:
-    """``memory/tip_follow_rate`` and its plain-step baseline, as metrics (docs/learning.md, "Telling EMPO² from GRPO").
+    """``memory/tip_follow_rate`` and its plain-step baseline, as metrics (docs/notes/learning.md, "Telling EMPO² from GRPO").
 
     Args:
         trajs: trajectories of one rollout (see ``tip_follow_counts``).

@@ -1,7 +1,8 @@
 """The training method interface (``Method``: every hook the loop and the rollout engine call, each a no-op),
-the hook-free GRPO / GiGPO methods, and ``make_method``, which builds the one ``trainer.method`` names.
+and ``make_method``, which builds the one ``trainer.method`` names (the hook-free GRPO / GiGPO methods are
+``methods.grpo``; EMPO²'s is ``methods.empo2.runtime.Empo2Runtime``).
 
-A method (chosen by name from ``empo2.methods.METHODS``; the table of names is in that module) is one
+A method (chosen by name from ``empo2.methods.METHODS``; the table of names is in ``methods_registry.py``) is one
 object; the loop (``trainer/loop.py``) calls its hooks unconditionally — there is no ``if hooks is not None``:
 
 ====================  ======================================================  ============================
@@ -25,8 +26,8 @@ Retrospex selection is not a training method: it is an evaluation-time ``rollout
 (``retrospex.selector.RetrospexSelector``, docs/retrospex.md) that chooses each action instead of the
 engine's single sample, and combines with any hook (``empo2 eval --retrospex --with-memory``).
 
-Which prompt shows tips and which update keeps them is the one table of ``algo.modes``
-(``ROLLOUT_SHOWS_TIPS`` / ``UPDATE_KEEPS_TIPS``, Eq. 5 of arXiv 2602.23008).
+Which prompt shows tips and which update keeps them is the one table of ``records``
+(``ROLLOUT_SHOWS_TIPS`` / ``UPDATE_KEEPS_TIPS``, Eq. 5 of arXiv 2602.23008); ``methods.empo2.modes`` draws the modes.
 """
 
 from __future__ import annotations
@@ -34,11 +35,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from empo2.methods import METHODS, method_name, register_method
+from empo2.methods_registry import METHODS, method_name, register_method
 from empo2.records import Trajectory
 from empo2.rollout.engine import StepHook
 
-__all__ = ["GroupMethod", "METHODS", "Method", "make_gigpo", "make_grpo", "make_method", "register_method"]
+__all__ = ["METHODS", "Method", "make_method", "register_method"]
 
 
 class Method(StepHook):
@@ -87,44 +88,19 @@ class Method(StepHook):
         """Release what the method holds (memory files, actors)."""
 
 
-# ---------------------------------------------------------------- the built-in hook-free methods
-class GroupMethod(Method):
-    """Multi-step GRPO and GiGPO (docs/algorithms.md, GRPO advantages and GiGPO): policy-gradient training on
-    group-relative advantages without memory or tips, every hook a no-op. The two differ only in their
-    advantage estimator (``algo.advantage``; GiGPO's declares that it needs anchor states, so the engine fetches
-    them); the ``grpo`` method trains with any registered estimator (e.g. ``examples/advantage_rloo.py``).
-
-    Args:
-        name: its ``trainer.method`` name (``grpo`` or ``gigpo``).
-    """
-
-    def __init__(self, name: str):
-        self.name = name
-
-
-def make_grpo(cfg: Any, setup: Any, run_dir: Path) -> GroupMethod:
-    """The ``grpo`` method (``empo2.p: 0``; any ``algo.advantage`` but ``gigpo``)."""
-    return GroupMethod("grpo")
-
-
-def make_gigpo(cfg: Any, setup: Any, run_dir: Path) -> GroupMethod:
-    """The ``gigpo`` method (``empo2.p: 0``, ``algo.advantage: gigpo``)."""
-    return GroupMethod("gigpo")
-
-
 def make_method(cfg: Any, setup: Any, run_dir: Path) -> Method:
     """The run's ``Method``, built by the factory registered as ``method_name(cfg)`` (EMPO²: its runtime on
     ``<run_dir>/memory.sqlite``; GRPO / GiGPO: the hook-free ``GroupMethod``).
 
     Raises:
         TypeError: a factory that did not return a ``Method``.
-        EmbedderUnavailableError, MemoryStoreError, ImportError: EMPO²'s, as ``trainer.empo2_hooks.make_runtime``.
+        EmbedderUnavailableError, MemoryStoreError, ImportError: EMPO²'s, as ``methods.empo2.hooks.make_runtime``.
     """
     name = method_name(cfg)
     method = METHODS.get(name).obj(cfg, setup, run_dir)
     if not isinstance(method, Method):
         raise TypeError(f"the factory of training method {name!r} returned {type(method).__name__}, not a "
-                        "subclass of empo2.trainer.method.Method")
+                        "subclass of empo2.methods.base.Method")
     if not method.name:
         method.name = name
     return method

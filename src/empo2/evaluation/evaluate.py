@@ -33,7 +33,7 @@ from empo2.envs.base import EnvFamily, TaskSpec
 from empo2.records import Mode, Trajectory
 from empo2.rollout.engine import ActionSelector, EpisodeSpec, RolloutEngine, RolloutSettings, StepHook
 from empo2.algo.compare import EVAL_STREAM, episode_score, pair_episodes
-from empo2.trainer.metrics import json_ready
+from empo2.strictjson import json_ready
 
 
 @dataclass

@@ -8,13 +8,13 @@ trainer after each rollout:
   up to k tips of the episode's bucket (task + variation) for memory-augmented rollouts, and keep
   the state embedding; with ``intrinsic.count: retrieved`` set the authors' r_int = 1/(retrieved + 1).
   Plain-mode states are queried as well and their tips kept unshown (``info["hidden_tips"]``), the
-  baseline of ``memory/tip_follow_rate`` (``memory.tipinfo.tip_follow_shares``).
+  baseline of ``memory/tip_follow_rate`` (``tipinfo.tip_follow_shares``).
 * ``after_wave`` / ``after_rollout``: with ``intrinsic.count: similar_states``, r_int = 1/n of every
   step (n = similar states seen before + 1; states of the same turn never count each other,
   ``assign_intrinsic``); the current policy writes one tip per finished episode (batched, no
   gradient; the tip tokens never enter the update), all of a rollout's tips in one call while the
   caches kept for them fit the engine's byte cap, else as soon as the wave whose caches would not fit
-  has ended (the kept KV caches are then freed before the next wave's grow; docs/performance.md "Tip
+  has ended (the kept KV caches are then freed before the next wave's grow; docs/notes/performance.md "Tip
   writing, batched"); after the rollout the tips are cleaned to one sentence; the episode's entries (one per
   step with the authors' wording, or one per episode) are added to the SQLite memory of the run.
   The tip prompt continues the trajectory with how the episode ended (final observation and score)
@@ -25,7 +25,7 @@ trainer after each rollout:
 
 The runtime does not build its memory: it receives a ``memory.backend.MemoryBackend`` (in process,
 or a Ray actor shared by rollout workers: ``empo2.memory.backend``; ``make_runtime`` in
-``trainer/empo2_hooks.py`` opens the one the config asks for). Either persists in
+``methods/empo2/hooks.py`` opens the one the config asks for). Either persists in
 ``<run>/memory.sqlite`` so a resumed run continues with the same memory; the novelty counter's
 state is saved in checkpoints.
 """
@@ -39,21 +39,20 @@ from typing import Any
 import numpy as np
 
 from empo2.agent.prompts import later_user_text, user_text
-from empo2.algo.modes import ROLLOUT_SHOWS_TIPS
 from empo2.algo.returns import Failure, family_failure
 from empo2.memory.backend import MemoryBackend
 from empo2.memory.novelty import intrinsic_from_retrieved
 from empo2.memory.store import MEMORY_FILENAME, build_entries, shown_hits
-from empo2.memory.text import (TIP_INSTRUCTION, TipPromptMode, clean_tip, final_score_text, key_text,
-                               summary_tip_messages)
-from empo2.memory.tipinfo import (TipInformativeness, copy_share, informativeness_shares, tip_follow_shares,
-                                  tip_informativeness)
+from empo2.memory.text import final_score_text, key_text
+from empo2.methods.base import Method
+from empo2.methods.empo2.tipinfo import (TipInformativeness, copy_share, informativeness_shares, tip_follow_shares,
+                                         tip_informativeness)
+from empo2.methods.empo2.tips import TIP_INSTRUCTION, TipPromptMode, clean_tip, summary_tip_messages
 from empo2.policy.generator import Generation, GenerationRequest, Generator, SamplingParams
 from empo2.policy.kvcache import kv_bytes_per_token
 from empo2.policy.sampling import chunk_rows, row_seed
-from empo2.records import Mode, Trajectory
+from empo2.records import ROLLOUT_SHOWS_TIPS, Mode, Trajectory
 from empo2.rollout.engine import EpisodeState
-from empo2.trainer.method import Method
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +64,7 @@ TIP_BATCH_MAX_BYTES = 512 * 1024 ** 2
 batch cache takes their tensors over): left padding, uncached prompt ids (a whole prompt for a row without
 a cache: 512 MiB ≈ 3 SmolLM2-135M fp32 rows of 3 600 tokens) and the room for the tip ids. The tip prompts
 are sampled in chunks of rows that fit it (``sampling.chunk_rows``); on CUDA the budget is a share of the
-free device memory instead (``tip_batch_budget``). docs/performance.md "Tip writing, batched"."""
+free device memory instead (``tip_batch_budget``). docs/notes/performance.md "Tip writing, batched"."""
 TIP_DEVICE_MEMORY_SHARE = 0.5
 """On CUDA, the share of the device's free memory (the driver's free bytes plus what PyTorch holds
 reserved but unallocated) one tip-sampling call may add (``tip_batch_budget``)."""
@@ -109,7 +108,7 @@ def rollout_state_text(messages: list[tuple[str, str]], task_description: str, o
         task_description, observation, turn: the coming user turn (``turn`` counted from 0).
         mode, recent_turns: ``empo2.memory.key_text`` / ``recent_turns``.
 
-    Oracle memories (``trainer.tipdemos.oracle_memory_rows``) build their keys with it, so a rollout on
+    Oracle memories (``oracle.oracle_memory_rows``) build their keys with it, so a rollout on
     the gold path queries with exactly the key of its state's tip.
     """
     return key_text(list(messages) + [("user", user_text(task_description, observation, turn))], mode, recent_turns)
@@ -117,7 +116,7 @@ def rollout_state_text(messages: list[tuple[str, str]], task_description: str, o
 
 class Empo2Runtime(Method):
     """Memory, retrieval, novelty and tips of one run: the ``Method`` of EMPO² and of the memory-only
-    baseline (``trainer.update: false``; ``trainer.method`` has the table of hooks).
+    baseline (``trainer.update: false``; ``methods.base`` has the table of hooks).
 
     Args:
         cfg: the run ``Config``.
@@ -128,7 +127,7 @@ class Empo2Runtime(Method):
         generator: the run's generation backend (``policy.generator``), shared with the rollout
             engine: tips continue the KV caches it kept for the finished episodes (same keys).
         oracle: ``empo2.memory.source: oracle`` (a diagnostic): state → its tips, e.g.
-            ``empo2_hooks.OracleTipSource`` (``"Next action: <the next gold action>"`` given the actions taken
+            ``oracle.OracleTipSource`` (``"Next action: <the next gold action>"`` given the actions taken
             so far); memory-mode steps are shown these instead of retrieved tips, and plain steps keep them
             unshown. ``None``: retrieval (the method).
     """
@@ -235,10 +234,10 @@ class Empo2Runtime(Method):
         """``StepHook`` extension, called by the engine when a wave of episodes has ended: sample the
         tips of this wave and of the waves that waited, continuing the caches the engine kept for them,
         so those caches are freed before the next wave's grow (kept until the rollout's end they pile up
-        to the engine's byte cap, on top of the live ones; docs/performance.md) — unless they may wait
+        to the engine's byte cap, on top of the live ones; docs/notes/performance.md) — unless they may wait
         (``tips_during_rollout`` None and ``_defer_tips``): then they are sampled with a later wave's, or
         in ``write_tips``, in one call (one decode batch where it fits instead of one per wave:
-        docs/performance.md "Tip writing, batched"). The tips enter the memory in ``write_tips`` after the
+        docs/notes/performance.md "Tip writing, batched"). The tips enter the memory in ``write_tips`` after the
         rollout, as before: no episode of an iteration retrieves another's tip of the same iteration.
         A tip's sampling seed comes from the trajectory's ids (its rollout's ``iteration``), so when it is
         sampled does not change which random numbers it gets."""
@@ -301,7 +300,7 @@ class Empo2Runtime(Method):
 
     def tip_example(self) -> Any:
         """The environment family's worked tip example (``envs.base.TipExample``; its ``tip_example()``),
-        or None when the family has none (the generic ``memory.text.SUMMARY_TIP_EXAMPLE`` is used)."""
+        or None when the family has none (the generic ``tips.SUMMARY_TIP_EXAMPLE`` is used)."""
         example_of = getattr(getattr(self.setup, "family", None), "tip_example", None)
         return example_of() if callable(example_of) else None
 
@@ -318,9 +317,9 @@ class Empo2Runtime(Method):
         so the update's packed sequences do not change.
 
         With ``empo2.tips.prompt: summary`` / ``summary_fewshot`` the prompt is instead a short chat
-        without system message (``memory.text.summary_tip_messages``: the task, the executed actions,
+        without system message (``tips.summary_tip_messages``: the task, the executed actions,
         the final observation and score, a one-sentence instruction; with an example of another task
-        first), measured to give more grounded tips at 135M (docs/learning.md "Tips at 135M").
+        first), measured to give more grounded tips at 135M (docs/notes/learning.md "Tips at 135M").
 
         Cut from the left to ``model.max_context - tips.max_new_tokens`` ids if longer.
         """
@@ -379,7 +378,7 @@ class Empo2Runtime(Method):
                                   cache_key=t.id, release_cache=True) for t, p in zip(trajs, prompts)]
         # chunks of what the call adds beyond the kept caches (their tensors move into the batch cache):
         # a budget of the batch cache alone split a big model's tips into many sequential decodes
-        # (docs/performance.md "Tip writing, batched")
+        # (docs/notes/performance.md "Tip writing, batched")
         model = self.setup.policy.model
         chunks = chunk_rows([len(p) for p in prompts], tcfg.max_new_tokens, kv_bytes_per_token(model) or 0,
                             tip_batch_budget(model), cached=self._cached_tokens(trajs, prompts))
