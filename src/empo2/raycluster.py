@@ -20,23 +20,71 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'empo2[ray]' (or pip install ray)"
+INSTALL_HINT = "pip install -e '.[ray]' (or pip install 'ray>=2.40')"
+"""How to install Ray: the ``ray`` extra of pyproject.toml."""
 
 _lock = threading.Lock()
 _users = 0
 _started_here = False
 
 
+class RayUnavailableError(ImportError):
+    """Ray is asked for (``env.backend: ray``, ``empo2.memory.backend: ray``) but cannot be imported; the
+    message names the keys, the install command and the setting that needs no Ray. ``empo2.cli`` prints it as
+    one ``error:`` line (exit 2)."""
+
+
+def _ray_keys(cfg: Any) -> list[tuple[str, str]]:
+    """``(key, value that needs no Ray)`` of each backend key of ``cfg`` (a ``Config``) set to ``ray``."""
+    keys = []
+    if getattr(getattr(cfg, "env", None), "backend", "thread") == "ray":
+        keys.append(("env.backend", "thread"))
+    memory = getattr(getattr(getattr(cfg, "empo2", None), "memory", None), "backend", "local")
+    if memory == "ray":
+        keys.append(("empo2.memory.backend", "local"))
+    return keys
+
+
+def _unavailable(keys: list[tuple[str, str]], why: str = "") -> RayUnavailableError:
+    names = " and ".join(f"{k}=ray" for k, _ in keys) or "env.backend=ray / empo2.memory.backend=ray"
+    instead = " and ".join(f"{k}={v}" for k, v in keys) or "env.backend=thread and empo2.memory.backend=local"
+    need = "needs" if len(keys) == 1 else "need"
+    return RayUnavailableError(f"{names} {need} Ray, which {why or 'is not installed'}: {INSTALL_HINT}, "
+                               f"or set {instead}")
+
+
+def check_ray_installed(cfg: Any) -> None:
+    """Refuse a config that asks for Ray (``env.backend`` or ``empo2.memory.backend`` ``ray``) where Ray is not
+    installed, before any model loads. Looks the package up without importing it (``importlib.util.find_spec``:
+    importing Ray takes seconds); a broken install fails later, in ``import_ray``, with the same kind of error.
+
+    Raises:
+        RayUnavailableError: the message names the keys, ``INSTALL_HINT`` and the settings that need no Ray.
+    """
+    keys = _ray_keys(cfg)
+    if not keys:
+        return
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("ray") is not None
+    except (ImportError, ValueError):  # a half-imported or broken package
+        found = False
+    if not found:
+        raise _unavailable(keys)
+
+
 def import_ray() -> Any:
     """The ``ray`` module.
 
     Raises:
-        ImportError: ray is not installed (the message has the install command).
+        RayUnavailableError: ray cannot be imported (the message has the install command).
     """
     try:
         import ray
-    except ImportError:
-        raise ImportError(f"env.backend=ray / empo2.memory.backend=ray need Ray: {INSTALL_HINT}") from None
+    except ImportError as e:
+        why = "is not installed" if getattr(e, "name", None) == "ray" else f"cannot be imported ({e})"
+        raise _unavailable([], why) from None
     return ray
 
 

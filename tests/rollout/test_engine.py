@@ -105,6 +105,31 @@ def test_turn_cap_and_context_cap(fake, chat_format):
     assert trajs[0].num_steps == 0  # the first user turn already does not fit: nothing was sampled
 
 
+def test_episodes_cut_before_their_first_action_are_said_once(fake, chat_format, caplog):
+    """A ``model.max_context`` below the first prompt stopped every episode before its first action with no word
+    (only ``rollout/context_full`` counted them): the engine now warns once, naming the tokens needed."""
+    fam = TinyFamily()
+    with EnvPool(fam, 2) as pool:
+        engine = RolloutEngine(fake, chat_format, fam, pool)
+        first = engine.first_prompt_tokens(TaskSpec("tiny", "fetch-key", 0), _settings())
+        settings = _settings(max_context=first + 4, max_turns=3)  # max_new_tokens 5: one token short
+        with caplog.at_level("WARNING", logger="empo2.rollout.engine"):
+            trajs = engine.run(_specs(2), settings)
+            assert all(t.num_steps == 0 and t.info["context_need"] >= first + 5 for t in trajs)
+            need = max(t.info["context_need"] for t in trajs)
+            engine.run(_specs(2), settings, iteration=1)  # said once, not every iteration
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1, warnings
+        assert warnings[0].startswith("2 of 2 episodes stopped before their first action")
+        assert f"more than model.max_context ({first + 4})" in warnings[0]
+        assert f"raise model.max_context to at least {need}" in warnings[0]
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="empo2.rollout.engine"):  # a context that fits: no warning
+            fresh = RolloutEngine(fake, chat_format, fam, pool)
+            assert all(t.num_steps > 0 for t in fresh.run(_specs(2), _settings(max_context=first + 200, max_turns=1)))
+        assert not caplog.records
+
+
 # ------------------------------------------------------------------------------ the action pipeline
 
 

@@ -311,3 +311,55 @@ def test_a_bare_yaml_on_off_is_the_choice_of_that_name(tmp_path):
     assert load_config(None, ["algo.mismatch.measure=on"]).algo.mismatch.measure == "on"
     with pytest.raises(ConfigError, match="not a valid choice"):
         load_config(None, ["rollout.generator=off"])  # no 'off' among its choices: still refused
+
+
+@pytest.mark.parametrize("override,key,instead", [
+    ("env.backend=ray", "env.backend=ray needs Ray", "or set env.backend=thread"),
+    ("empo2.memory.backend=ray", "empo2.memory.backend=ray needs Ray", "or set empo2.memory.backend=local"),
+])
+def test_a_ray_backend_without_ray_is_one_error_line_before_the_model(tmp_path, capsys, monkeypatch, override, key,
+                                                                      instead):
+    """``env.backend=ray`` / ``empo2.memory.backend=ray`` without Ray ended in a traceback (exit 1) from
+    ``raycluster.import_ray`` once the pool or the memory was made; now one ``error:`` line with the install
+    command, exit 2, before any model loads, for ``train`` and ``eval`` alike."""
+    import sys
+
+    from empo2 import raycluster
+    from empo2.trainer import loop, setup
+
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails, find_spec("ray") is None
+
+    def no_model(*a, **k):
+        raise AssertionError("the model was loaded before Ray was checked")
+
+    monkeypatch.setattr(setup, "load_policy", no_model)
+    monkeypatch.setattr(loop, "build_setup", no_model)
+    cfg = _cfg(tmp_path, "ray")
+    assert main(["train", "--config", str(cfg), override]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: {key}, which is not installed: ")
+    assert "pip install -e '.[ray]'" in err and instead in err and "Traceback" not in err
+    assert not (tmp_path / "runs" / "ray").exists()
+    monkeypatch.setattr(loop, "build_setup", setup.build_setup)  # eval's path: the check inside build_setup
+    assert main(["eval", "--config", str(cfg), "--out", str(tmp_path / "e.json"), override]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {key}")
+    with pytest.raises(raycluster.RayUnavailableError, match=r"need Ray, which is not installed: pip install"):
+        raycluster.import_ray()  # where the pool or the memory service imports it: an error main prints too
+
+
+def test_a_context_too_small_for_the_first_prompt_fails_before_any_work(tmp_path, capsys):
+    """``model.max_context`` below the first prompt stopped every episode before its first action and the run
+    "trained" on nothing, exit 0, with no word but ``rollout/context_full`` in metrics.jsonl. It is refused once
+    the tokenizer is loaded, before the run folder is written, naming the tokens the first prompt needs."""
+    cfg = _cfg(tmp_path, "ctx")
+    assert main(["train", "--config", str(cfg), "model.max_context=64", "empo2.tips.max_new_tokens=8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: model.max_context (64) is too small: the first prompt of "
+                                                   "'fetch-key' (variation 0: system prompt, few-shot examples")
+    need = int(re.search(r"raise model.max_context to at least (\d+)", err)[1])
+    assert need > 64 and "action.max_new_tokens adds 6" in err and "action.few_shot=false" in err
+    assert not (tmp_path / "runs" / "ctx").exists()
+    assert main(["train", "--config", str(cfg), f"model.max_context={need}", "empo2.tips.max_new_tokens=8",
+                 "trainer.iterations=1"]) == 0  # the value the message names fits the first prompt
+    row = _metrics(tmp_path / "runs" / "ctx")[-1]
+    assert row["rollout/env_steps"] > 0

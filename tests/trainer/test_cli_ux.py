@@ -64,6 +64,82 @@ def test_resume_of_a_finished_run_changes_nothing(finished, capsys):
         assert p.read_bytes() == data and p.stat().st_mtime_ns == mtime, p
 
 
+def test_resume_at_or_past_trainer_iterations_says_so_in_one_line(finished, capsys):
+    """``--resume trainer.iterations=0`` (or any count below the checkpoint's) said "the checkpoint has 1 iterations
+    but trainer.iterations is 0; raise trainer.iterations to continue"; the count equal to the checkpoint's
+    suggested ``--resume trainer.iterations=2``, which without ``--config`` was no command. Both now say where the
+    run is and give a whole command."""
+    cfg, run = finished
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run), "trainer.iterations=0"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: --resume: run {run} is already at iteration 1 (checkpoints/last), past "
+                   f"trainer.iterations=0; to train further pass trainer.iterations=2 or more (empo2 train --resume "
+                   f"{run} trainer.iterations=2), or evaluate it as it is: empo2 eval --checkpoint "
+                   f"{run / 'checkpoints' / 'last'}\n")
+    for argv in (["--resume", str(run)], ["--resume", str(run), "trainer.iterations=1"],
+                 ["--config", str(cfg), "--resume"]):
+        assert main(["train", *argv]) == 0
+        out = capsys.readouterr().out
+        assert out.count("\n") == 1 and out.startswith(f"run {run} already finished its 1 iterations and its final "
+                                                        f"evaluation (eval_after.json); nothing changed. ")
+        assert out.rstrip().endswith(f"To train further, raise trainer.iterations: empo2 train --resume {run} "
+                                     f"trainer.iterations=2")
+
+
+def test_resume_takes_the_run_folder_without_its_config(finished, tmp_path, monkeypatch, capsys):
+    """``empo2 train --resume`` needed ``--config`` although the run folder holds config.yaml; ``--resume RUN``
+    (a folder, or a name under runs/) now continues the run from it, also when the folder was moved."""
+    import shutil
+
+    cfg, run = finished
+    monkeypatch.chdir(run.parent.parent)  # runs/done is here
+    capsys.readouterr()
+    assert main(["train", "--resume", "done"]) == 0  # a run name under runs/
+    assert "already finished its 1 iterations" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--resume"])
+    assert e.value.code == 2
+    assert "required: --config, or the run to --resume (--resume RUN: a run folder" in capsys.readouterr().err
+    assert main(["train", "--resume", "nope"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: --resume nope: neither nope nor runs/nope is a folder (runs/ holds: done); pass a run "
+                   "folder (e.g. --resume runs/<name>), or --config FILE --resume for the run of FILE\n")
+    assert main(["train", "--resume", str(run / "checkpoints" / "last")]) == 2
+    assert f"is a checkpoint, not a run folder; pass the run folder, e.g. --resume {run}" in capsys.readouterr().err
+    other = write_config(tmp_path, BASE, "other")
+    assert main(["train", "--config", str(other), "--resume", str(run)]) == 2
+    assert f"names the run folder {tmp_path / 'runs' / 'other'}, not {run}" in capsys.readouterr().err
+    moved = tmp_path / "elsewhere" / "moved"
+    shutil.copytree(run, moved, symlinks=True)
+    before = (run / "metrics.jsonl").read_bytes()
+    assert main(["train", "--resume", str(moved), "trainer.iterations=2", "run.name=x"]) == 2
+    assert "the override of run.name puts the run folder at" in capsys.readouterr().err
+    assert main(["train", "--resume", str(moved), "trainer.iterations=2"]) == 0
+    rows = [json.loads(x) for x in (moved / "metrics.jsonl").read_text().splitlines()]
+    assert max(r["iteration"] for r in rows) == 2 and (moved / "checkpoints" / "iter-00002").is_dir()
+    assert (run / "metrics.jsonl").read_bytes() == before  # the run it was copied from is untouched
+    saved = (moved / "config.yaml").read_text()
+    assert f"dir: {moved.parent}" in saved and "name: moved" in saved
+
+
+def test_resume_of_an_evaluation_only_run_changes_nothing(tmp_path, capsys):
+    """A base-model baseline (``trainer.iterations=0``: no checkpoint) resumed as it was: it warned "the run stopped
+    during its first checkpoint", evaluated again and overwrote eval_before.json and eval_after.json."""
+    cfg = write_config(tmp_path, BASE, "base", trainer={"iterations": 0})
+    assert main(["train", "--config", str(cfg)]) == 0
+    run = tmp_path / "runs" / "base"
+    files = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in
+             (run / "metrics.jsonl", run / "eval_after.json", run / "eval_before.json")}
+    capsys.readouterr()
+    assert main(["train", "--resume", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"run {run} already finished its 0 iterations and its final evaluation") and out.rstrip(
+        ).endswith(f"empo2 train --resume {run} trainer.iterations=1")
+    for p, (mtime, data) in files.items():
+        assert p.read_bytes() == data and p.stat().st_mtime_ns == mtime, p
+
+
 def test_resume_runs_a_missing_final_evaluation(tmp_path):
     cfg = write_config(tmp_path, BASE, "noeval")
     assert main(["train", "--config", str(cfg)]) == 0
@@ -102,6 +178,13 @@ def test_eval_of_the_final_checkpoint_matches_eval_after_and_writes_next_to_the_
     assert "held an earlier evaluation: replaced" not in capsys.readouterr().out
     assert main(["eval", "--checkpoint", str(run / "checkpoints" / "last")]) == 0
     assert "eval_test-iter-00001.json held an earlier evaluation: replaced" in capsys.readouterr().out.replace("\n", "")
+    # other episodes or another temperature: their own file, the config's evaluation kept
+    n = len(after["episodes"]) + 1
+    first = out.read_bytes()
+    assert main(["eval", "--checkpoint", str(run / "checkpoints" / "last"), "--episodes", str(n),
+                 "--temperature", "0.9"]) == 0
+    assert (run / f"eval_test-iter-00001-e{n}-T0.9.json").is_file() and out.read_bytes() == first
+    assert "held an earlier evaluation: replaced" not in capsys.readouterr().out
 
 
 def test_adapt_with_a_bad_task_name_creates_no_folder(finished, capsys):
@@ -240,7 +323,7 @@ def test_the_run_line_comes_only_after_the_inputs_are_checked(finished, tmp_path
     assert "wandb" in out.err and "empo2 train" not in out.out
     assert main(["train", "--config", str(cfg), "--resume", "trainer.iterations=0"]) == 2
     out = capsys.readouterr()
-    assert "raise trainer.iterations" in out.err and "empo2 train" not in out.out
+    assert "pass trainer.iterations=2 or more" in out.err and "empo2 train" not in out.out
 
 
 def test_envs_help_describes_its_argument(capsys):
@@ -295,6 +378,25 @@ def test_version(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--version"])
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"empo2 {__version__}"
+
+
+def test_config_keys_says_whose_values_it_shows(tmp_path, capsys):
+    """``empo2 config keys`` printed the schema defaults (``run.name = 'quickstart'`` first) with no word of whose
+    values they were, and read like the quickstart's; ``--config F`` only loaded F's plug-ins. The first line now
+    says they are the schema defaults, and ``--config F`` shows F's values with the default where it differs."""
+    assert main(["config", "keys"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("# schema defaults: what a key is when no config sets it; a config file overrides "
+                               "them") and "`empo2 config keys --config F` shows F's values" in lines[0]
+    assert "env.name = 'scienceworld'" in lines and "env.tasks = ['4-2']" in lines
+    cfg = write_config(tmp_path, BASE, "keys")
+    assert main(["config", "keys", "--config", str(cfg), "env.max_turns=30"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"# values of {cfg} with the overrides, each followed by (default X)")
+    assert "env.name = 'tiny'  (default 'scienceworld')" in lines
+    assert "env.tasks = ['fetch-key']  (default ['4-2'])" in lines
+    assert "env.max_turns = 30  (valid: [1, 10000])" in lines  # the override, which is the default
+    assert "trainer.iterations = 1  (default 4)  (valid: [0, 1000000])" in lines
 
 
 def test_config_key_suggestions_are_only_the_close_ones():

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 from typing import Any, NoReturn
 
@@ -88,12 +89,28 @@ class StrictParser(argparse.ArgumentParser):
 
         ``key=value`` overrides given after an option (``train --config X a=1 --resume b=2``),
         which argparse leaves over once its positionals are matched, join the sub-command's
-        trailing ``nargs="*"`` positional, in order; so do those a list option (``nargs="+"``) took
-        in after its values (``memory oracle --variations 0 1 a=1``: ``a=1`` is an override)."""
+        trailing ``nargs="*"`` positional, in the order given; so do those a list option (``nargs="+"``) took
+        in after its values (``memory oracle --variations 0 1 a=1``: ``a=1`` is an override) and the one an
+        option with an optional value (``nargs="?"``) took as its value (``train --resume a=1``: ``--resume``
+        without a value, ``a=1`` an override).
+
+        A sub-command parser may set ``check_args(ns) -> message | None``: a message (e.g. "the following
+        arguments are required: …" for options of which one or the other is needed) is reported as an
+        argparse error, before unknown options."""
         StrictParser._argv = list(sys.argv[1:] if args is None else args)
         ns, extras = self.parse_known_args(args, namespace)
         parser = _chosen_parser(self, ns)
         tail = [a for a in parser._actions if not a.option_strings and a.nargs == "*"]
+        if tail:
+            for a in parser._actions:
+                value = getattr(ns, a.dest, None) if a.option_strings and a.nargs == "?" else None
+                if isinstance(value, str) and _OVERRIDE.match(value):
+                    setattr(ns, a.dest, a.const)
+                    setattr(ns, tail[-1].dest, list(getattr(ns, tail[-1].dest) or []) + [value])
+        check = getattr(parser, "check_args", None)
+        missing = check(ns) if callable(check) else None
+        if missing:
+            parser.error(missing)
         if extras:
             if tail and not any(x.startswith("-") for x in extras):
                 setattr(ns, tail[-1].dest, list(getattr(ns, tail[-1].dest) or []) + extras)
@@ -111,6 +128,7 @@ class StrictParser(argparse.ArgumentParser):
                                  f"key=value overrides {moved}")
                 setattr(ns, a.dest, kept)
                 setattr(ns, tail[-1].dest, list(getattr(ns, tail[-1].dest) or []) + moved)
+            setattr(ns, tail[-1].dest, _in_given_order(getattr(ns, tail[-1].dest), StrictParser._argv))
         return ns
 
     _argv: list[str] = []
@@ -129,6 +147,27 @@ class StrictParser(argparse.ArgumentParser):
             if unknown:
                 message += "; " + unrecognized_message(unknown, self)
         super().error(message)
+
+
+_OVERRIDE = re.compile(r"[A-Za-z_][\w.-]*=")
+"""The start of a ``key=value`` override (a dotted key, then ``=``): what an optional option value is not."""
+
+
+def _in_given_order(values: list[str] | None, argv: list[str]) -> list[str] | None:
+    """``values`` (the overrides) sorted by where each stands in ``argv`` (those not found, e.g. given as
+    ``--opt=a=1``, last, in their order)."""
+    if not values:
+        return values
+    used: set[int] = set()
+
+    def where(v: str) -> int:
+        for i, a in enumerate(argv):
+            if a == v and i not in used:
+                used.add(i)
+                return i
+        return len(argv)
+
+    return [v for _, v in sorted(((where(v), v) for v in values), key=lambda p: p[0])]
 
 
 def _chosen_parser(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> argparse.ArgumentParser:
@@ -210,7 +249,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
 
     Imported here, not at module level; ``empo2.errors`` holds the classes whose own modules import
     torch, so nothing here imports it. ``OSError``: permissions, a full disk, a file where a folder
-    should be.
+    should be. ``RayUnavailableError``: ``env.backend`` or ``empo2.memory.backend`` ``ray`` without Ray.
     """
     from empo2.configschema import ConfigError
     from empo2.envs.base import EnvError, UnknownTaskError
@@ -219,10 +258,12 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from empo2.memory.embedder import EmbedderUnavailableError
     from empo2.memory.store import MemoryStoreError
     from empo2.memory.transfer import MemoryImportError
+    from empo2.raycluster import RayUnavailableError
     from empo2.trajfile import TrajectoryFileError
 
     return (ConfigError, UnknownTaskError, ModelNotFoundError, CheckpointError, MemoryStoreError,
-            EmbedderUnavailableError, DataFileError, EnvError, OSError, TrajectoryFileError, MemoryImportError)
+            EmbedderUnavailableError, DataFileError, EnvError, OSError, TrajectoryFileError, MemoryImportError,
+            RayUnavailableError)
 
 
 def _run_command(args: argparse.Namespace, user_errors: tuple[type[BaseException], ...]) -> int:

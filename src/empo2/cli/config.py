@@ -16,8 +16,10 @@ def add_cli(sub: Any) -> None:
     ck = csub.add_parser("keys", help="list every config key with its default and meaning (plug-ins' sections too)")
     cr = csub.add_parser("registries", help="list what env.name, trainer.method, algo.advantage, algo.loss_terms and "
                                             "rollout.generator can name (plug-ins included)")
+    ck.add_argument("--config", default=None, help="show this config's values (with the overrides) instead of the "
+                                                   "schema defaults; its run.plugins are loaded first")
+    cr.add_argument("--config", default=None, help="a config whose run.plugins to load first")
     for sp in (ck, cr):
-        sp.add_argument("--config", default=None, help="a config whose run.plugins to load first")
         sp.add_argument("overrides", nargs="*", help="key=value overrides (e.g. run.plugins=[my_pkg.my_env])")
     ck.add_argument("--markdown", action="store_true",
                     help="print the reference as Markdown tables, one per section (docs/configuration.md is this "
@@ -26,16 +28,18 @@ def add_cli(sub: Any) -> None:
     cr.set_defaults(fn=cmd_config_registries)
 
 
-def _load_plugins_of(args: argparse.Namespace) -> None:
+def _load_plugins_of(args: argparse.Namespace) -> Any:
     """Import the plug-ins a ``--config`` file and ``key=value`` overrides name (``run.plugins``) and the
     installed ``empo2.plugins`` entry points, so listings show what they register (their config sections,
-    environments, methods, …). Raises ConfigError for a bad file, key or plug-in, as ``empo2 train`` would."""
+    environments, methods, …). Returns the config they make (None when neither is given). Raises ConfigError
+    for a bad file, key or plug-in, as ``empo2 train`` would."""
     from empo2.config import load_config
     from empo2.registry import load_entry_point_plugins
 
     load_entry_point_plugins()
     if getattr(args, "config", None) or getattr(args, "overrides", None):
-        load_config(args.config, list(args.overrides or []))
+        return load_config(args.config, list(args.overrides or []))
+    return None
 
 
 def registry_rows() -> list[tuple[str, str, str, str]]:
@@ -91,10 +95,32 @@ def cmd_config_registries(args: argparse.Namespace) -> int:
     return 0
 
 
+def _value(cfg: Any, key: str) -> Any:
+    """The value of dotted ``key`` in ``cfg`` (plug-in sections included: their ``__getattr__``)."""
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def keys_header(args: argparse.Namespace) -> str:
+    """The first line of ``empo2 config keys``: whose values the listing shows. Without ``--config`` they are the
+    schema's defaults, which no config file sets as such (``configs/quickstart.yaml`` overrides many of them)."""
+    overrides = list(getattr(args, "overrides", None) or [])
+    if getattr(args, "config", None):
+        return (f"# values of {args.config}{' with the overrides' if overrides else ''}, each followed by "
+                f"(default X) where it is not the schema default")
+    if overrides:
+        return ("# schema defaults with the overrides, each followed by (default X) where it is not the schema "
+                "default; `empo2 config keys --config F` shows F's values")
+    return ("# schema defaults: what a key is when no config sets it; a config file overrides them (configs/*.yaml, "
+            "the quickstart's included); `empo2 config keys --config F` shows F's values")
+
+
 def cmd_config_keys(args: argparse.Namespace) -> int:
-    """``empo2 config keys [--config F] [key=value …]``: every config key with its default, valid range and
-    meaning, as plain lines; the config sections of plug-ins named by ``run.plugins`` (in the file or the
-    overrides) or installed as entry points are listed too.
+    """``empo2 config keys [--config F] [key=value …]``: every config key with its value, valid range and
+    meaning, as plain lines, after a header line that says whose values they are: the schema defaults, or with
+    ``--config F`` (and overrides) F's, the default in brackets where it differs. The config sections of
+    plug-ins named by ``run.plugins`` (in the file or the overrides) or installed as entry points are listed too.
 
     Printed through the rich console (unstyled, never wrapped), which ends quietly when its reader
     stops reading (``empo2 config keys | head``) instead of reporting a broken pipe as an error.
@@ -109,14 +135,19 @@ def cmd_config_keys(args: argparse.Namespace) -> int:
     from empo2.configschema import help_table
     from empo2.console import make_console
 
-    _load_plugins_of(args)
+    cfg = _load_plugins_of(args)
     console = make_console()
     if getattr(args, "markdown", False):
         console.print(config_reference_markdown(builtin_only=False), markup=False, highlight=False, soft_wrap=True, end="")
         return 0
+    console.print(keys_header(args), markup=False, highlight=False, soft_wrap=True)
     for key, default, help_text in help_table(Config):
         valid = f"  (valid: {RANGES[key]})" if key in RANGES else ""
-        console.print(f"{key} = {default}{valid}\n    {help_text}", markup=False, highlight=False, soft_wrap=True)
+        value = default
+        if cfg is not None:
+            value = repr(_value(cfg, key))
+            value = value if value == default else f"{value}  (default {default})"
+        console.print(f"{key} = {value}{valid}\n    {help_text}", markup=False, highlight=False, soft_wrap=True)
     return 0
 
 

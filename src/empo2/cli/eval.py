@@ -130,6 +130,11 @@ def _plan_eval(args: argparse.Namespace) -> _EvalPlan:
     seed_it = trained if args.seed_iteration is None else args.seed_iteration
     # another seed stream is another sample: its own file, never over the training-stream one
     stream = "" if seed_it == trained else f"-seed{seed_it}"
+    # other episodes or another temperature are another evaluation too: never written over the config's one
+    if episodes != cfg.eval.episodes:
+        stream += f"-e{episodes}"
+    if temperature != cfg.eval.temperature:
+        stream += f"-T{temperature:g}"
     out = Path(args.out) if args.out else default_eval_path(ckpt, trained, f"eval_{split}{suffix}", stream)
     replaced = out.is_file()
     check_eval_path(out)  # before the model loads, not after the evaluation

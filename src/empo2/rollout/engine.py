@@ -198,8 +198,23 @@ class RolloutEngine:
         # episodes of the current wave whose requests carried a cache key, until the engine retires them
         self._open: dict[str, EpisodeState] = {}
         self._keep_kv: Callable[[EpisodeState], bool] | None = None
+        self._warned_first_prompt = False  # episodes cut before their first action: said once per engine
 
     # ------------------------------------------------------------------ public
+    def first_prompt_tokens(self, task: TaskSpec, settings: RolloutSettings) -> int | None:
+        """Tokens of the prompt of an episode of ``task`` at its first turn, without tips: the system prompt,
+        the few-shot turns (``settings.few_shot``), the task and the first observation. Resets pool slot 0 to
+        ``task`` (every rollout resets its slots anyway). None when that reset fails (the slot is restarted;
+        the rollout handles a broken environment as usual)."""
+        obs = self.pool.reset_many([0], [task])[0]
+        if isinstance(obs, Exception):
+            log.debug("first prompt of %s not measured: the reset failed (%s)", task, obs)
+            self.pool.restart(0)
+            return None
+        chat = EpisodeChat(self.fmt, self.family.system_prompt(), self.family.few_shot() if settings.few_shot else [])
+        chat.add_user(first_user_text(obs.task_description, obs.text), 0)
+        return len(chat)
+
     def run(self, episodes: list[EpisodeSpec], settings: RolloutSettings, iteration: int = 0,
             hook: StepHook | None = None, on_turn: Callable[[int], None] | None = None,
             selector: ActionSelector | None = None) -> list[Trajectory]:
@@ -232,7 +247,24 @@ class RolloutEngine:
         finally:
             self._keep_kv = None
             self._open.clear()
+        self._warn_cut_at_first_turn(out, settings)
         return out
+
+    def _warn_cut_at_first_turn(self, trajs: list[Trajectory], s: RolloutSettings) -> None:
+        """Say once (per engine) when episodes ended before their first action because their first prompt does
+        not fit ``model.max_context``: such episodes take no step, score their start and teach nothing, and only
+        ``rollout/context_full`` would show it."""
+        cut = [t for t in trajs if t.info.get("context_full") and t.num_steps == 0 and not t.crashed]
+        if not cut or self._warned_first_prompt:
+            return
+        self._warned_first_prompt = True
+        need = max(int(t.info.get("context_need", 0)) for t in cut)
+        shorter = "action.few_shot=false, fewer or shorter tips" if s.few_shot else "fewer or shorter tips"
+        log.warning("%d of %d episodes stopped before their first action: their first prompt and "
+                    "action.max_new_tokens (%d) need up to %d tokens, more than model.max_context (%d), so they take "
+                    "no step and teach nothing (counted in rollout/context_full); raise model.max_context to at "
+                    "least %d, or shorten the prompt (%s)", len(cut), len(trajs), s.max_new_tokens, need,
+                    s.max_context, need, shorter)
 
     # ------------------------------------------------------------------ internals
     def _crash(self, st: EpisodeState, err: Exception) -> None:
@@ -383,6 +415,7 @@ class RolloutEngine:
             return True
         st.finished = True
         st.info["context_full"] = True
+        st.info["context_need"] = len(st.chat) + s.max_new_tokens  # the tokens this turn would have needed
         st.chat.drop_open_turn(st.turn)  # the user turn we just added has no action
         return False
 

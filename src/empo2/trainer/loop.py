@@ -37,6 +37,7 @@ from empo2.envs.base import EnvFamily, TaskSpec, UnknownTaskError
 from empo2.envs.registry import make_family
 from empo2.errors import EnvironmentFailedError as EnvironmentFailedError  # defined there: cheap for empo2.cli
 from empo2.policy.loading import check_model_source, load_policy, policy_weights, save_weights
+from empo2.raycluster import check_ray_installed
 from empo2.records import Trajectory
 from empo2.rollout.engine import EpisodeSpec
 from empo2.sysmem import release_free_memory
@@ -164,6 +165,7 @@ class Trainer:
         check_run_dir(self.run_dir)
         if self.dist.is_main:
             check_trackers(run_trackers(cfg))  # a missing tracker package fails before the model loads
+        check_ray_installed(cfg)  # env.backend / empo2.memory.backend ray without Ray: before the model too
         self._family = make_family(cfg.env)
         ckpt, state = self._resume_point_or_check_new_run(resume)
         self.train_variations = train_variations(cfg, self._family)
@@ -183,6 +185,7 @@ class Trainer:
                                  weights_dir=weights, progress=self.progress, family=self._family)
         self.method: Method = Method()  # until the run's own is built (no-op hooks: nothing to close)
         try:
+            self._check_first_prompt_fits()  # before the run folder is written: a fixed re-run starts afresh
             self._write_run_folder(resume)
             self._build_learner(resumed, demos)
             self._start_run_state(resume)
@@ -207,6 +210,31 @@ class Trainer:
             resolve_tasks(self._family, self.cfg.env.tasks)
             check_new_run(self.cfg)
         return ckpt, state
+
+    def _check_first_prompt_fits(self) -> None:
+        """Refuse a ``model.max_context`` too small for the first prompt of the first training variation (system
+        prompt, few-shot turns, task, first observation) with ``action.max_new_tokens``: every such episode would
+        stop before its first action and the run would "train" on nothing, with no word but
+        ``rollout/context_full``. One environment reset, after the model (the tokenizer) loaded.
+
+        Raises:
+            ConfigError: the prompt does not fit; the message names the tokens needed and the fix.
+        """
+        c = self.cfg
+        task, variations = next(iter(self.train_variations.items()))
+        spec = TaskSpec(self.setup.family.name, task, int(variations[0]), c.env.train_split)
+        s = self.setup.settings(c.rollout.temperature)
+        n = self.setup.engine.first_prompt_tokens(spec, s)
+        if n is None or n + s.max_new_tokens <= s.max_context:
+            return
+        need = n + s.max_new_tokens
+        what = "system prompt, few-shot examples, task and first observation" if s.few_shot else \
+            "system prompt, task and first observation"
+        shorter = " or set action.few_shot=false to shorten it" if s.few_shot else ""
+        raise ConfigError(f"model.max_context ({s.max_context}) is too small: the first prompt of {task!r} "
+                          f"(variation {spec.variation}: {what}) is {n} tokens and action.max_new_tokens adds "
+                          f"{s.max_new_tokens}, so its episodes would stop before their first action; raise "
+                          f"model.max_context to at least {need} (longer observations and tips need more){shorter}")
 
     def _write_run_folder(self, resume: bool) -> None:
         """Check the disk space, wait for every rank, then (rank 0) create the run folder and write config.yaml."""

@@ -86,7 +86,8 @@ def finished_run(run_dir: Path, iterations: int, wants_eval_after: bool) -> int 
     """The iteration count of a run that ``--resume`` would have nothing left to do for, else None.
 
     A run is finished when its newest checkpoint (``checkpoints/last``, or the newest numbered one)
-    is at iteration ``iterations`` and, if the config asks for the final evaluation
+    is at iteration ``iterations`` (or, for ``iterations`` 0, an evaluation-only run, there is no checkpoint)
+    and, if the config asks for the final evaluation
     (``eval.before_after``), ``eval_after.json`` is written. Resuming such a run would only re-run
     the final evaluation, overwrite ``eval_after.json`` and log its rows to ``metrics.jsonl`` again;
     ``empo2 train --resume`` reports it instead and changes nothing. A run whose final evaluation did
@@ -104,8 +105,9 @@ def finished_run(run_dir: Path, iterations: int, wants_eval_after: bool) -> int 
     from empo2.trainer.checkpoint import find_checkpoint, load_state
 
     ckpt = find_checkpoint(Path(run_dir) / "checkpoints")
-    if ckpt is None:
-        return None
+    if ckpt is None:  # an evaluation-only run (trainer.iterations=0) writes no checkpoint
+        baseline = iterations == 0 and (Path(run_dir) / "config.yaml").is_file()
+        return 0 if baseline and (not wants_eval_after or (Path(run_dir) / "eval_after.json").is_file()) else None
     done = int(load_state(ckpt)["iteration"])
     if done != iterations or iterations == 0:
         return None
@@ -332,8 +334,9 @@ def resume_point(cfg: Any, family: Any) -> tuple[Path | None, dict[str, Any]]:
 
     Raises:
         CheckpointError: nothing to resume, or a checkpoint that cannot be loaded (names the file).
-        ConfigError: ``trainer.iterations`` below the checkpoint's iteration, or evaluation settings
-            that differ from the run's (``check_evaluation_matches``, with the overrides that fix it).
+        ConfigError: ``trainer.iterations`` below the checkpoint's iteration (the message says what to pass),
+            or evaluation settings that differ from the run's (``check_evaluation_matches``, with the overrides
+            that fix it).
         UnknownTaskError: a task of ``cfg.env.tasks`` the family does not know.
     """
     from empo2.config import config_to_dict
@@ -343,8 +346,12 @@ def resume_point(cfg: Any, family: Any) -> tuple[Path | None, dict[str, Any]]:
     if ckpt is None:
         if not holds_a_run(run_dir):
             raise CheckpointError(f"--resume: no run at {run_dir}; start without --resume")
-        log.warning("--resume: %s holds no complete checkpoint (the run stopped during its first one); "
-                    "restarting it from iteration 0 in the same folder", run_dir)
+        if (run_dir / "eval_after.json").is_file():  # an evaluation-only run (trainer.iterations=0)
+            log.warning("--resume: %s is an evaluation-only run (no checkpoint); training it from iteration 0 in the "
+                        "same folder", run_dir)
+        else:
+            log.warning("--resume: %s holds no complete checkpoint (the run stopped during its first one); "
+                        "restarting it from iteration 0 in the same folder", run_dir)
         for n in cfg.env.tasks:
             family.resolve_task(n)
         return None, {}
@@ -353,21 +360,25 @@ def resume_point(cfg: Any, family: Any) -> tuple[Path | None, dict[str, Any]]:
     state = load_state(ckpt)
     saved = checkpoint_config(ckpt)
     check_weights(ckpt)
-    if int(state["iteration"]) > cfg.trainer.iterations:
-        raise ConfigError(f"the checkpoint has {state['iteration']} iterations but trainer.iterations is "
-                          f"{cfg.trainer.iterations}; raise trainer.iterations to continue")
+    done = int(state["iteration"])
+    if done > cfg.trainer.iterations:
+        raise ConfigError(f"--resume: run {run_dir} is already at iteration {done} (checkpoints/{ckpt.name}), past "
+                          f"trainer.iterations={cfg.trainer.iterations}; to train further pass trainer.iterations="
+                          f"{done + 1} or more (empo2 train --resume {run_dir} trainer.iterations={done + 1}), or "
+                          f"evaluate it as it is: empo2 eval --checkpoint {run_dir / 'checkpoints' / 'last'}")
     for n in cfg.env.tasks:
         family.resolve_task(n)
     now = config_to_dict(cfg)
     check_model_matches(saved, now, run_dir)
     check_evaluation_matches(saved, now, run_dir, int(state["iteration"]), family.resolve_task)
-    changed = _config_changes(saved, now, ignore={"trainer.iterations"})
+    # run.dir / run.name: the folder resumed is the run, wherever it was written first
+    changed = _config_changes(saved, now, ignore={"trainer.iterations", "run.dir", "run.name"})
     if changed:
         shown = ", ".join(f"{k}: {a!r} -> {b!r}" for k, a, b in changed[:12])
         more = f" (+{len(changed) - 12} more)" if len(changed) > 12 else ""
-        log.warning(f"--resume continues with --config and the overrides, which differ from the run's saved "
-                    f"config in: {shown}{more}. To continue the run exactly, pass --config "
-                    f"{run_dir / 'config.yaml'} instead.")
+        log.warning(f"--resume continues with the given config and overrides, which differ from the run's saved "
+                    f"config in: {shown}{more}. To continue the run exactly, resume it from its saved config: "
+                    f"empo2 train --resume {run_dir}")
     return ckpt, state
 
 

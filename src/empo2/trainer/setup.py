@@ -25,6 +25,7 @@ from empo2.envs.registry import make_family
 from empo2.policy.chat import ChatFormat
 from empo2.policy.generator import Generator, make_generator
 from empo2.policy.loading import LoadedPolicy, check_model_source, load_policy
+from empo2.raycluster import check_ray_installed
 from empo2.rollout.engine import RolloutEngine, RolloutSettings
 from empo2.rollout.pool import EnvPoolBase
 from empo2.rollout.pool_backend import make_pool
@@ -119,6 +120,7 @@ def build_setup(cfg: Config, weights_dir: Path | None = None, pool_size: int | N
     """
     if cfg.trainer.threads > 0:
         torch.set_num_threads(cfg.trainer.threads)
+    check_ray_installed(cfg)  # env.backend / empo2.memory.backend ray without Ray: before the model loads
     family = family or make_family(cfg.env)
     tasks = resolve_tasks(family, cfg.env.tasks)
     preflight = getattr(family, "preflight", None)  # e.g. Java for TextWorldExpress, a live OpenEnv server
