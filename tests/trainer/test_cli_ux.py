@@ -547,3 +547,13 @@ def test_transformers_imported_after_the_logging_set_up_is_still_quiet():
             "transformers.utils.logging.is_progress_bar_enabled(), are_progress_bars_disabled())")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.stdout.split() == ["True", "False", "True"], out.stderr
+
+
+def test_memory_show_of_a_run_folder_that_does_not_exist_says_nothing_ran_there(tmp_path, capsys):
+    # e.g. the adapt folder named in the docs, before `empo2 adapt` ran: not "was it trained with p > 0?"
+    assert main(["memory", "show", str(tmp_path / "adapt-7-2")]) == 2
+    err = capsys.readouterr().err
+    assert "adapt-7-2 does not exist: nothing has run there yet" in err and "empo2.p > 0" not in err
+    (tmp_path / "grpo").mkdir()  # a run folder without a memory: the usual cause
+    assert main(["memory", "show", str(tmp_path / "grpo")]) == 2
+    assert "memory.sqlite does not exist (was the run trained with empo2.p > 0?)" in capsys.readouterr().err

@@ -13,6 +13,22 @@ from typing import Any
 _RUN_HELP = "run folder, e.g. runs/sciworld_empo2_cpu"
 
 
+def no_memory_message(path: Path) -> str:
+    """The one-line error for a run folder without ``memory.sqlite`` (``empo2 memory show`` / ``export``).
+
+    Args:
+        path: the ``memory.sqlite`` path that was looked for.
+
+    Returns:
+        A message naming the missing folder when the run folder itself does not exist (a run not started yet,
+        e.g. an adapt folder before ``empo2 adapt``), else the missing file and the usual cause.
+    """
+    run = path.parent
+    if not run.exists():
+        return (f"{run} does not exist: nothing has run there yet (a run folder appears when `empo2 train` or "
+                "`empo2 adapt` starts; check the path, e.g. ls runs/)")
+    return f"{path} does not exist (was the run trained with empo2.p > 0?)"
+
 def add_cli(sub: Any) -> None:
     """Register ``memory {show, import, export, oracle}`` on ``sub`` (``parser.add_subparsers()``). Every
     command takes the run folder first; ``--run RUN`` works in each as well."""
@@ -158,7 +174,7 @@ def cmd_memory_show(args: argparse.Namespace) -> int:
         print(f"error: --top must be >= 0 (0 = every entry), got {args.top}", file=sys.stderr)
         return 2
     if not path.is_file():
-        print(f"error: {path} does not exist (was the run trained with empo2.p > 0?)", file=sys.stderr)
+        print(f"error: {no_memory_message(path)}", file=sys.stderr)
         return 2
     store = MemoryStore(path, readonly=True)
     try:
@@ -334,7 +350,7 @@ def cmd_memory_export(args: argparse.Namespace) -> int:
 
     path = memory_run(args) / MEMORY_FILENAME
     if not path.is_file():
-        raise ConfigError(f"{path} does not exist (was the run trained with empo2.p > 0?)")
+        raise ConfigError(no_memory_message(path))
     out = Path(args.out)
     if out.is_dir():
         raise ConfigError(f"--out {out} is a folder; give a file path, e.g. --out {out / 'memory.jsonl'}")
