@@ -1,7 +1,7 @@
-"""The plug-ins under examples/ (docs/architecture.md, "Extending"): an advantage estimator (RLOO) and a loss term
-(entropy floor), each checked against a hand computation and trained for one tiny iteration through the real CLI
-with ``run.plugins``; and a training method registered by a test plug-in (``tests.examples.method_probe``).
-None of them edits src/."""
+"""The plug-ins under examples/ (docs/architecture.md, "Extending"): an advantage estimator (RLOO), a loss term
+(entropy floor), a training method (RAFT, with the estimator it registers), a retriever and an action correction,
+each checked against a hand computation and trained through the real CLI with ``run.plugins``; and a training method
+registered by a test plug-in that records its hooks (``tests.examples.method_probe``). None of them edits src/."""
 
 from __future__ import annotations
 
@@ -305,3 +305,97 @@ def test_correction_names_fail_before_work(tmp_path, capsys, examples_path):
     assert not (tmp_path / "runs" / "bad").exists()
     assert main(["config", "registries", "run.plugins=[correction_nearest]"]) == 0
     assert "action.correction:\n  exact" in capsys.readouterr().out
+
+
+# ---- method_raft ------------------------------------------------------------------------------------------
+def test_raft_matches_the_hand_computation(examples_path):
+    from method_raft import raft_advantages
+
+    from empo2.algo.advantages import compute_advantages
+
+    # group 7: R = 1, 0, 1   group 3: R = .4, .4   group 5: R = .2, 1, 1   group 9: R = 1, 1 (all succeeded)
+    returns = torch.tensor([1.0, 0.0, 1.0, 0.4, 0.4, 0.2, 1.0, 1.0, 1.0, 1.0], dtype=torch.float64)
+    groups = torch.tensor([7, 7, 7, 3, 3, 5, 5, 5, 9, 9])
+    step_traj = torch.tensor([0, 0, 1, 2, 3, 4, 5, 6, 6, 7, 8, 9])  # trajectories 0 and 6 have 2 steps
+    per_traj = {  # (min_return, per_group) → accepted trajectories, by hand
+        (1.0, "all"): [1, 0, 1, 0, 0, 0, 1, 1, 1, 1],  # rejection sampling: every success
+        (1.0, "best"): [1, 0, 0, 0, 0, 0, 1, 0, 1, 0],  # one per group: its first best, if it passes r_min
+        (0.3, "best"): [1, 0, 0, 1, 0, 0, 1, 0, 1, 0],  # group 3's best (.4) now passes
+        (0.3, "all"): [1, 0, 1, 1, 1, 0, 1, 1, 1, 1],
+    }
+    for (r_min, per_group), acc in per_traj.items():
+        adv, stats = raft_advantages(returns, groups, step_traj, min_return=r_min, per_group=per_group)
+        assert adv.dtype == torch.float64
+        expected = torch.tensor(acc, dtype=torch.float64)[step_traj]
+        torch.testing.assert_close(adv, expected, rtol=0, atol=0, msg=f"{r_min} {per_group}")
+        assert stats["num_groups"] == 4 and stats["accepted_frac"] == pytest.approx(sum(acc) / 10)
+    _, stats = raft_advantages(returns, groups, step_traj, min_return=1.0)
+    assert stats["accepted_group_frac"] == pytest.approx(3 / 4)  # group 3 gave no sample
+    # what changes relative to GRPO: the all-succeeded group 9 teaches GRPO nothing, RAFT imitates both; failures
+    # are pushed down by GRPO, never by RAFT
+    grpo, _ = compute_advantages("grpo", returns, groups, step_traj, None, torch.zeros(12), norm_std=True)
+    raft, _ = compute_advantages("raft", returns, groups, step_traj, None, torch.zeros(12), norm_std=True,
+                                 min_return=1.0, per_group="all")  # section options reach it, shared ones do not
+    assert grpo[-2:].tolist() == [0.0, 0.0] and raft[-2:].tolist() == [1.0, 1.0]
+    assert float(grpo[2]) < 0 and float(raft[2]) == 0.0 and float(raft.min()) == 0.0
+    with pytest.raises(ValueError, match="step_traj"):
+        raft_advantages(returns, groups, torch.tensor([10]))
+
+
+def test_raft_trains_through_the_cli(tmp_path, examples_path, tiny_policy):
+    """One iteration with r_min low enough that partial progress is accepted: the method's metrics and the
+    estimator's agree with the episodes, only accepted ones are trained on (never a negative advantage), the weights
+    move, and the running count is in the checkpoint."""
+    r_min = 0.01
+    run = _train(tmp_path, "raft", ["run.plugins=[method_raft]", "trainer.method=raft", "algo.advantage=raft",
+                                    f"algo.raft.min_return={r_min}"])
+    row = _rows(run)[-1]
+    episodes = [json.loads(line) for line in (run / "trajectories" / "iter-00001.jsonl").read_text().splitlines()]
+    usable = [e for e in episodes if not e["crashed"] and e["steps"]]
+    accepted = [e for e in usable if max(e["score"], 0.0) / 100.0 >= r_min]  # tiny: failure counts 0, full score 100
+    assert len(usable) == 4 and 0 < len(accepted) < 4, [e["score"] for e in episodes]
+    assert row["raft/accepted_frac"] == row["train/adv/accepted_frac"] == len(accepted) / len(usable)
+    groups_hit = {e["id"].split("-")[1] for e in accepted}
+    assert row["raft/group_yield"] == row["train/adv/accepted_group_frac"] == len(groups_hit) / 2
+    assert row["train/zero_adv_samples_skipped"] == len(usable) - len(accepted)  # rejected: no forward at all
+    assert row["train/pos_adv_frac"] == 1.0 and row["train/logp_gain_neg_adv"] == 0.0  # nothing pushed down
+    assert row["train/optimizer_steps"] > 0 and _changed(run, tiny_policy)
+    state = json.loads((run / "checkpoints" / "last" / "state.json").read_text())
+    assert state["raft"] == {"accepted_total": len(accepted)} and row["raft/accepted_total"] == len(accepted)
+    saved = (run / "config.yaml").read_text()
+    assert "method: raft" in saved and "method_raft" in saved and "min_return: 0.01" in saved
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ([], "trainer.method=raft trains on RAFT's advantage"),  # algo.advantage left at grpo
+    (["algo.advantage=raft", "empo2.p=0.5"], "no memory to show tips from, so empo2.p must be 0"),
+    (["algo.advantage=raft", "trainer.update=false"], "trainer.update=false would leave the weights frozen"),
+    (["algo.advantage=raft", "empo2.intrinsic.in_advantage=true"], "set empo2.intrinsic.in_advantage=false"),
+    (["algo.advantage=raft", "algo.raft.per_group=best", "rollout.group_size=1"], "has nothing to rank"),
+    (["algo.advantage=raft", "algo.raft.min_return=0"], "algo.raft.min_return = 0.0 must be in (0, 1]"),
+    (["algo.advantage=raft", "algo.raft.min_return=1.5"], "must be in (0, 1]"),
+    (["algo.advantage=raft", "algo.raft.per_group=worst"], "algo.raft.per_group"),
+    (["algo.advantage=grpo", "algo.raft.min_return=0.5"], "algo.raft is set but 'raft' is not used"),
+    (["algo.advantage=raft", "trainer.method=rafft"], "Did you mean 'raft'"),
+])
+def test_raft_config_errors_come_before_work(tmp_path, capsys, examples_path, overrides, message):
+    cfg = write_config(tmp_path, BASE, "bad")
+    assert main(["train", "--config", str(cfg), "run.plugins=[method_raft]", "trainer.method=raft", *overrides]) == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "bad").exists()
+
+
+def test_raft_checkpoint_state_round_trips(examples_path):
+    from types import SimpleNamespace
+
+    from method_raft import RaftConfig, RaftMethod
+
+    cfg = SimpleNamespace(algo=SimpleNamespace(raft=RaftConfig()))
+    method = RaftMethod(cfg, SimpleNamespace(family=SimpleNamespace(score_scale=100.0)), Path("."))
+    method.load_state({"raft": {"accepted_total": 7}})
+    assert method.checkpoint_extra() == {"raft": {"accepted_total": 7}}
+    method.load_state({})  # a checkpoint of another method: the count stays
+    assert method.accepted_total == 7
+    for bad in ({"raft": {"accepted_total": -1}}, {"raft": {"accepted_total": 1.5}}, {"raft": [7]}):
+        with pytest.raises((ValueError, TypeError)):
+            method.load_state(bad)
