@@ -36,7 +36,7 @@ run: setup
 # ruff (rules in pyproject.toml [tool.ruff]) on the whole tree, then mypy (strict on algo/, policy/,
 # records.py, methods/empo2/modes.py: [tool.mypy]); about a minute cold, seconds with mypy's cache
 lint: setup
-	$(VENV)/bin/ruff check src tests scripts benchmarks
+	$(VENV)/bin/ruff check src tests scripts benchmarks experiments
 	$(VENV)/bin/mypy
 
 test: lint

@@ -19,11 +19,11 @@ played about once, per-game buckets are never read again), ``empo2_paper_obs`` /
 the state keyed by the current observation alone, ``OBS_KEY``), ``empo2_authors`` (p 0.25, q 0.68, the mode drawn per
 iteration, novelty logged but not in the advantage, as the authors' code runs it), ``empo2_q0`` (q = 0: every memory rollout
 trained with its tips, i.e. no off-policy distillation), ``memory_only`` (frozen weights), ``empo2_oracle``
-(the memory seeded from ``--memory-import FILE.jsonl`` before training — the oracle tips of ``empo2 memory
-oracle`` — and retrieving only a state's own tip, ``ORACLE_RETRIEVAL``), ``empo2_live_oracle`` (a
-diagnostic: every memory-mode step is shown the next gold action from whatever state it is in,
-``empo2.memory.source: oracle`` — the tip source a perfect tip writer and memory would be, so the arm
-measures tip reading + distillation alone), ``empo2_live_oracle_q0`` (the same tips, q = 0: the tipped
+(the memory seeded from ``--memory-import FILE.jsonl`` before training — the oracle tips of ``python -m
+experiments.empo2_oracle.memory`` — and retrieving only a state's own tip, ``ORACLE_RETRIEVAL``),
+``empo2_live_oracle`` (a diagnostic: every memory-mode step is shown the next gold action from whatever state it
+is in, the training method plug-in ``experiments/empo2_oracle``, ``LIVE_ORACLE`` — the tip source a perfect tip
+writer and memory would be, so the arm measures tip reading + distillation alone), ``empo2_live_oracle_q0`` (the same tips, q = 0: the tipped
 rollouts are trained with their tips in the prompt, never tip-free — what the tip-free policy gains without
 the off-policy distillation); and the ``init_*`` arms, the same starting from the warm-up
 checkpoint ``--init CKPT`` (e.g. a tip-reading ``empo2 sft`` policy): ``init_base``, ``init_grpo``,
@@ -67,6 +67,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -85,7 +86,7 @@ EMPO2_PAPER = ["empo2.p=0.25", "empo2.q=0.68", "empo2.mode_granularity=rollout"]
 drawing its own mode, so a group mixes tip-free and tipped rollouts and an iteration without memory is never a copy
 of GRPO's (with ``mode_granularity: iteration`` and the same seed it would be)."""
 ORACLE_RETRIEVAL = ["empo2.memory.threshold=0.99", "empo2.memory.top_k=1"]
-"""Retrieval of the ``*_oracle`` arms: only the state's own tip. An oracle memory (``empo2 memory oracle``) keys
+"""Retrieval of the ``*_oracle`` arms: only the state's own tip. An oracle memory (``experiments.empo2_oracle.memory``) keys
 each "Next action: …" tip by the exact state text a rollout on the gold path embeds (cosine 1), but on 7-1 the
 keys of a path's other states are up to 0.97 alike with all-MiniLM-L6-v2, and retrieval ranks the tips that
 pass τ by score, newest first among equal scores — not by similarity: at the config's τ 0.5 / k 4 a gold state
@@ -99,6 +100,10 @@ alike: on the TextWorld coin collector (level 5, one base-policy episode through
 *different* rooms had cosine ≥ 0.9, the novelty threshold, and so counted as one state (a new room earned
 r_int ≈ 1/n like a revisit). Keyed by the observation, the same room is cosine 1.0 and different rooms at most
 0.73 (mean 0.59): the novelty count is a count of rooms."""
+LIVE_ORACLE = ["run.plugins=[experiments.empo2_oracle]", "trainer.method=empo2_live_oracle"]
+"""The tips of the ``*_live_oracle`` arms: the next gold action at every memory-mode step, from the plug-in
+``experiments/empo2_oracle`` (importable in the ``empo2`` subprocesses: ``_cli`` puts the repository root on their
+``PYTHONPATH``; it needs ``env.variations``: the gold path of each is played at the start)."""
 ARMS: dict[str, list[str]] = {
     "base": ["trainer.iterations=0"],
     "grpo": ["empo2.p=0.0"],
@@ -117,8 +122,8 @@ ARMS: dict[str, list[str]] = {
     "empo2_q0": [*EMPO2, "empo2.q=0.0"],
     "memory_only": ["empo2.p=1.0", "empo2.q=0.0", "trainer.update=false"],
     "empo2_oracle": [*EMPO2, *ORACLE_RETRIEVAL],
-    "empo2_live_oracle": [*EMPO2, "empo2.memory.source=oracle"],
-    "empo2_live_oracle_q0": [*EMPO2, "empo2.memory.source=oracle", "empo2.q=0.0"],
+    "empo2_live_oracle": [*EMPO2, *LIVE_ORACLE],
+    "empo2_live_oracle_q0": [*EMPO2, *LIVE_ORACLE, "empo2.q=0.0"],
 }
 """arm → overrides on top of the shared config. EMPO² settings other than those named here (memory,
 tips, q, granularity) live in the config file, so GRPO is exactly EMPO² with p = 0. The ``init_<arm>``
@@ -141,12 +146,17 @@ QUICK = ["model.name_or_path=tiny-random", "env.name=tiny", "env.tasks=[fetch-ke
 
 
 def _cli(*args: str, log: Path) -> float:
-    """Run ``python -m empo2.cli ARGS`` (output appended to ``log``); return seconds. Raises on failure."""
+    """Run ``python -m empo2.cli ARGS`` (output appended to ``log``); return seconds. Raises on failure.
+
+    The repository root is on the subprocess's ``PYTHONPATH``, so the plug-ins under ``experiments/`` that arms name
+    (``run.plugins=[experiments.…]``, e.g. ``LIVE_ORACLE``) import there, in training and in evaluation alike."""
     t0 = time.perf_counter()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH")) if p)}
     with log.open("a") as f:
         f.write(f"$ empo2 {' '.join(args)}\n")
         f.flush()
-        r = subprocess.run([sys.executable, "-m", "empo2.cli", *args], cwd=REPO_ROOT, stdout=f, stderr=subprocess.STDOUT)
+        r = subprocess.run([sys.executable, "-m", "empo2.cli", *args], cwd=REPO_ROOT, stdout=f, stderr=subprocess.STDOUT,
+                           env=env)
     if r.returncode != 0:
         raise RuntimeError(f"empo2 {' '.join(args[:3])} … failed (exit {r.returncode}); see {log}")
     return time.perf_counter() - t0

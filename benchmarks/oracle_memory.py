@@ -1,6 +1,6 @@
 """Oracle memory replay: does a rollout on the gold path retrieve the oracle tip of its own state? (issue #18)
 
-An oracle memory (``empo2 memory oracle``, docs/notes/learning.md "An oracle memory") holds one tip per gold-path
+An oracle memory (``python -m experiments.empo2_oracle.memory``, docs/notes/learning.md "An oracle memory") holds one tip per gold-path
 state, "Next action: <the gold action of that state>", keyed by the state text a rollout embeds there.
 This check imports such a file into a fresh run folder exactly as ``benchmarks.learn`` does for its
 ``empo2_oracle`` arm (``empo2 memory import RUN FILE --config CFG``), then plays the gold path of each
@@ -64,7 +64,8 @@ class GoldSelector:
 
 
 def _tip_line(entry: str) -> str:
-    """An oracle entry's imperative line: the `` (step j)`` suffix ``oracle_memory_rows`` gives a repeated action dropped."""
+    """An oracle entry's imperative line: the `` (step j)`` suffix ``experiments.empo2_oracle.memory.oracle_memory_rows``
+    gives a repeated action dropped."""
     return entry.split(" (step ")[0]
 
 
@@ -116,7 +117,7 @@ def replay(cfg_path: str | None, memory_file: Path, variations: list[int], overr
     try:
         pairs = variation_pairs(setup.family, setup.tasks, variations, 0)
         # the path the file was written from: its rows' actions in step order (with action.mode constrained
-        # `memory oracle` leaves inadmissible gold actions out, so this is what a constrained policy can play)
+        # the oracle memory leaves inadmissible gold actions out, so this is what a constrained policy can play)
         gold: dict[tuple[str, int], list[str]] = {}
         for r in sorted(read_import_file(memory_file, setup.family), key=lambda r: r.step):
             _, task, var = r.bucket.split("/")
@@ -182,7 +183,8 @@ def _setting(text: str) -> tuple[int, float]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--config", default=None, help="the run config (default: the built-in defaults)")
-    p.add_argument("--file", type=Path, required=True, help="the oracle memory (JSON Lines, `empo2 memory oracle`)")
+    p.add_argument("--file", type=Path, required=True, help="the oracle memory (JSON Lines, "
+                   "`python -m experiments.empo2_oracle.memory`)")
     p.add_argument("--variations", nargs="+", type=int, default=[0], help="train variations whose gold paths are replayed")
     p.add_argument("--settings", nargs="*", type=_setting, default=[(4, 0.5), (1, 0.5), (1, 0.9)],
                    help="other (k, τ) to re-query the replayed states with, as K:TAU")

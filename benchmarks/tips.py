@@ -427,10 +427,11 @@ def _read_table(args: argparse.Namespace, res: dict[str, Any]) -> dict[str, Any]
 # ------------------------------------------------------------------------------------------ play
 class OracleTips(StepHook):
     """``StepHook`` showing ``"Next action: <next gold action>"`` at every step (diagnostic only): the
-    tips of ``methods.empo2.oracle.OracleTipSource``, none for a variation without a gold path."""
+    tips of the live oracle's ``OracleTipSource`` (``experiments/empo2_oracle``), none for a variation without a
+    gold path."""
 
     def __init__(self, gold: dict[tuple[str, int], list[str]]):
-        from empo2.methods.empo2.oracle import OracleTipSource
+        from experiments.empo2_oracle import OracleTipSource
 
         self.source = OracleTipSource(gold, missing_ok=True)
         self.shown = 0

@@ -37,3 +37,23 @@ def test_the_reference_lists_every_builtin_key_once():
                                             check=True).stdout))
     assert builtin == set(keys), (sorted(builtin - set(keys))[:5], sorted(set(keys) - builtin)[:5])
     assert "| `trainer.lr` |" in text and "| `env.textworld.objective` |" in text
+
+
+def test_install_lines_name_the_extras_of_the_clone():
+    """``pip install empo2[ray]`` (the ``env.backend`` help, docs/scaling.md) is not how empo2 is installed: from
+    its clone, ``pip install -e .``. Every install line of an extra, in the sources, docs/*.md and the README,
+    is ``pip install -e '.[name]'`` and names an extra that pyproject.toml defines."""
+    import re
+    import tomllib
+
+    root = DOC.parents[1]
+    extras = set(tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"])
+    files = [*sorted((root / "src").rglob("*.py")), *sorted((root / "docs").glob("*.md")), root / "README.md"]
+    bad, named = [], set()
+    for f in files:
+        text = f.read_text(encoding="utf-8")
+        bad += [f"{f.relative_to(root)}: {m}" for m in re.findall(r"pip install ['\"]?empo2\[[^\]]*\]", text)]
+        named |= {x for m in re.findall(r"""-e ['"]?\.\[([\w,]+)\]""", text) for x in m.split(",")}
+    assert not bad, bad
+    named.discard("extra")  # the placeholder of trainer/trackers.py's docstring (``pip install -e '.[extra]'``)
+    assert "ray" in named and named <= extras, sorted(named - extras)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from empo2.configschema import ConfigError, doc, from_dict, load_yaml, parse_overrides, set_dotted, to_dict
+from empo2.configschema import ConfigError, did_you_mean, doc, from_dict, load_yaml, parse_overrides, set_dotted, to_dict
 from empo2.envs.scienceworld.config import SciWorldConfig
 from empo2.envs.tiny.config import TinyConfig
 from empo2.envs.webshop.config import WebShopConfig
@@ -77,7 +77,7 @@ class EnvConfig:
     num_workers: int = doc("environment instances stepped concurrently (threads or Ray actors' envs)", default=4)
     backend: Literal["thread", "ray"] = doc(
         "where the environments run: 'thread' (this process, a thread pool) or 'ray' (Ray actors, "
-        "env.ray.envs_per_actor each, on the cluster of the `ray` section; needs `pip install empo2[ray]`)",
+        "env.ray.envs_per_actor each, on the cluster of the `ray` section; needs `pip install -e '.[ray]'` in the clone)",
         default="thread")
     ray: EnvRayConfig = field(default_factory=EnvRayConfig)
     scienceworld: SciWorldConfig = field(default_factory=SciWorldConfig)
@@ -338,11 +338,6 @@ class MemoryConfig:
         default=None)
     capacity: int = doc("entries per bucket; the oldest are evicted (FIFO)", default=1000)
     max_tip_tokens: int = doc("token budget of the tip block of one step (longer blocks are cut, counted)", default=512)
-    source: Literal["memory", "oracle"] = doc(
-        "where the tips of memory-mode steps come from: 'memory' (retrieval, the method) or 'oracle' (a diagnostic: "
-        "'Next action: <the next admissible gold action>' of the episode's variation, whatever state it is in; "
-        "needs env.variations and an environment with gold paths; docs/notes/learning.md 'A live oracle')",
-        default="memory")
     backend: Literal["local", "ray"] = doc(
         "where the memory and the novelty counts live: 'local' (this process) or 'ray' (one Ray actor per run "
         "folder, shared by every process of the run on the cluster of the `ray` section; same results)",
@@ -727,8 +722,6 @@ def jvm_heap_mb(heap: str) -> float:
 
 
 def _check_sciworld(cfg: Config) -> None:
-    import difflib
-
     sw = cfg.env.scienceworld
     heap = jvm_heap_mb(sw.jvm_heap)
     if not JVM_HEAP_MIN_MB <= heap <= JVM_HEAP_MAX_MB:
@@ -736,8 +729,7 @@ def _check_sciworld(cfg: Config) -> None:
                           f"{JVM_HEAP_MIN_MB}m to {JVM_HEAP_MAX_MB // 1024}g per JVM (default 256m)")
     for part in (p.strip() for p in sw.simplification.split(",")):
         if part and part not in SCIWORLD_SIMPLIFICATIONS:
-            close = difflib.get_close_matches(part, SCIWORLD_SIMPLIFICATIONS, n=1, cutoff=0.5)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(part, SCIWORLD_SIMPLIFICATIONS, n=1, cutoff=0.5)
             raise ConfigError(f"env.scienceworld.simplification: unknown simplification {part!r}; use 'easy' or a "
                               f"comma list of {', '.join(SCIWORLD_SIMPLIFICATIONS[1:])}.{hint}")
 
@@ -840,15 +832,30 @@ def _check_sft(cfg: Config) -> None:
                           "(trainer.update=false takes no gradient steps); set algo.sft_coef=0 or trainer.update=true")
 
 
-def _check_oracle_memory(cfg: Config) -> None:
-    """``empo2.memory.source=oracle`` takes no ``min_score`` and needs ``env.variations``."""
-    if cfg.empo2.memory.source == "oracle" and cfg.empo2.memory.min_score is not None:
-        raise ConfigError("empo2.memory.min_score filters retrieved tips by their episode score, but "
-                          "empo2.memory.source=oracle shows oracle tips, which have no score; unset min_score "
-                          "(empo2.memory.min_score=null) or use source=memory")
-    if cfg.empo2.memory.source == "oracle" and not cfg.env.variations:
-        raise ConfigError("empo2.memory.source=oracle plays the gold path of every training variation at the start; "
-                          "restrict them with env.variations (e.g. env.variations=[0,1,2,3])")
+ORACLE_MOVED = ("empo2.memory.source: oracle moved to experiments/empo2_oracle, a training method plug-in: replace it "
+                "with 'run.plugins=[experiments.empo2_oracle]' trainer.method=empo2_live_oracle, with the repository "
+                "root on PYTHONPATH (experiments/README.md)")
+"""The error of a config that still sets the removed ``empo2.memory.source`` to ``oracle``."""
+
+
+def _without_removed_memory_source(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without the removed key ``empo2.memory.source``: its default ``memory`` (in the ``config.yaml`` of
+    every run saved before, so ``--resume`` and ``eval`` still read them) is dropped; ``oracle`` (the live oracle,
+    now the plug-in ``experiments/empo2_oracle``) or any other value is an error naming the replacement.
+
+    Raises:
+        ConfigError: ``empo2.memory.source`` other than ``memory``.
+    """
+    empo2 = data.get("empo2")
+    memory = empo2.get("memory") if isinstance(empo2, dict) else None
+    if not isinstance(empo2, dict) or not isinstance(memory, dict) or "source" not in memory:
+        return data
+    if memory["source"] == "oracle":
+        raise ConfigError(ORACLE_MOVED)
+    if memory["source"] != "memory":
+        raise ConfigError(f"empo2.memory.source={memory['source']}: the key was removed (tips come from the memory, "
+                          "its only value now); delete it")
+    return {**data, "empo2": {**empo2, "memory": {k: v for k, v in memory.items() if k != "source"}}}
 
 
 def _check_name_lists(cfg: Config) -> None:
@@ -905,7 +912,6 @@ def validate(cfg: Config) -> None:
     _check_device_and_run(cfg)
     _check_clip_ray_and_strategy(cfg)
     _check_sft(cfg)
-    _check_oracle_memory(cfg)
     _check_name_lists(cfg)
     _check_eval_every_and_tis_cap(cfg)
     _check_vllm(cfg)
@@ -938,7 +944,7 @@ def config_from_dict(data: dict[str, Any]) -> Config:
         from empo2.registry import load_plugins
 
         load_plugins(plugins if isinstance(plugins, list) else [plugins])
-    return from_dict(Config, data)
+    return from_dict(Config, _without_removed_memory_source(data))
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import difflib
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal, get_args, get_origin
+from typing import Any, Iterable, Literal, get_args, get_origin
 
 import yaml
 
@@ -30,10 +30,44 @@ def doc(help_text: str, **kw: Any) -> Any:
     return dataclasses.field(metadata={"help": help_text}, **kw)
 
 
+def close_matches(word: str, choices: Iterable[str], n: int = 2, cutoff: float = 0.6) -> list[str]:
+    """The ``choices`` closest to ``word``, best first: the one suggestion rule of every "Did you mean" of the
+    CLI and the config (registries, config keys and choices, task names, commands, options).
+
+    Case does not count: a choice equal to ``word`` but for case is the suggestion (``GiGPO`` → ``gigpo``,
+    ``GRPO`` → ``grpo``, not also ``gigpo``); otherwise the choices by ``difflib`` similarity of the
+    lowercased texts.
+
+    Args:
+        word: what was given.
+        choices: the valid names (any order; duplicates ignored).
+        n: at most this many suggestions.
+        cutoff: the least ``difflib.SequenceMatcher`` ratio, 0..1, of a suggestion.
+
+    Returns:
+        At most ``n`` choices, spelt as in ``choices``; ``[]`` when none is close.
+    """
+    folded: dict[str, list[str]] = {}
+    for c in dict.fromkeys(str(c) for c in choices):
+        folded.setdefault(c.casefold(), []).append(c)
+    key = str(word).casefold()
+    if key in folded and folded[key] != [word]:  # only the case differs: that is the one meant
+        return [c for c in folded[key] if c != word][:n]
+    ranked = difflib.get_close_matches(key, list(folded), n=max(n, 1), cutoff=cutoff)
+    return [c for f in ranked for c in folded[f] if c != word][:n]
+
+
+def did_you_mean(word: str, choices: Iterable[str], n: int = 2, cutoff: float = 0.6) -> str:
+    """``" Did you mean 'gigpo'?"`` (with a leading space, ``or`` between two) for ``close_matches(word, choices,
+    n, cutoff)``, or ``""`` when none is close: the hint an error message ends with."""
+    close = close_matches(word, choices, n, cutoff)
+    return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+
+
 def _suggest(key: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(key, valid, n=3, cutoff=0.5)
+    close = close_matches(key, valid, n=3, cutoff=0.5)
     if close:  # further suggestions only when nearly as close as the best (``iteratons``: not ``threads``)
-        score = {c: difflib.SequenceMatcher(None, key, c).ratio() for c in close}
+        score = {c: difflib.SequenceMatcher(None, key.casefold(), c.casefold()).ratio() for c in close}
         close = [c for c in close if score[c] >= score[close[0]] - 0.1]
     hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
     return f"valid keys: {', '.join(sorted(valid))}.{hint}"
@@ -48,7 +82,9 @@ def _coerce_literal(path: str, tp: Any, value: Any) -> Any:
             if word in choices:
                 return word
     if value not in choices:
-        raise ConfigError(f"{path}: {value!r} is not a valid choice; choose one of {list(choices)}")
+        hint = did_you_mean(value, [c for c in choices if isinstance(c, str)]) if isinstance(value, str) else ""
+        raise ConfigError(f"{path}: {value!r} is not a valid choice; choose one of {list(choices)}"
+                          + (f".{hint}" if hint else ""))
     return value
 
 
@@ -286,19 +322,47 @@ def _decode_text(p: Path, raw: bytes) -> str:
     return text
 
 
+CONFIG_SUFFIXES = (".yaml", ".yml")
+"""The file name endings ``config_path`` tries for a config named without one."""
+
+
+def config_path(path: str | Path) -> Path:
+    """The config file ``path`` names: ``path`` itself, or ``path.yaml`` / ``path.yml`` when ``path`` has no
+    such ending and does not exist (``--config configs/quickstart`` reads ``configs/quickstart.yaml``).
+
+    Raises:
+        ConfigError: a folder, or no such file (the message names the closest ``*.yaml`` beside it, if any:
+            ``configs/quikstart.yaml`` → ``did you mean configs/quickstart.yaml?``).
+    """
+    p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"config {str(p)!r} is a folder; pass a YAML file, e.g. --config configs/quickstart.yaml")
+    if p.is_file():
+        return p
+    if p.suffix.lower() not in CONFIG_SUFFIXES:
+        for suffix in CONFIG_SUFFIXES:
+            q = p.with_name(p.name + suffix)
+            if q.is_file():
+                return q
+    beside = {q.stem: q for q in sorted(p.parent.glob("*")) if q.suffix.lower() in CONFIG_SUFFIXES and q.is_file()} \
+        if p.parent.is_dir() else {}
+    close = close_matches(p.stem if p.suffix.lower() in CONFIG_SUFFIXES else p.name, beside, n=1)
+    if close:
+        raise ConfigError(f"config file {str(p)!r} does not exist; did you mean {str(beside[close[0]])!r}?")
+    raise ConfigError(f"config file {str(p)!r} does not exist (see configs/ for examples)")
+
+
 def load_yaml(path: str | Path) -> dict[str, Any]:
     """Read a YAML mapping from a config file.
+
+    ``path`` may leave out ``.yaml`` (``config_path``).
 
     Raises:
         ConfigError: the path is missing or a folder; the file is over ``MAX_CONFIG_BYTES``, not
             UTF-8 text (UTF-16, binary), not valid YAML, empty or only comments, repeats a key in
             one section, or does not hold a mapping. The message names the file and the fix.
     """
-    p = Path(path)
-    if p.is_dir():
-        raise ConfigError(f"config {str(p)!r} is a folder; pass a YAML file, e.g. --config configs/quickstart.yaml")
-    if not p.is_file():
-        raise ConfigError(f"config file {str(p)!r} does not exist (see configs/ for examples)")
+    p = config_path(path)
     try:
         size = p.stat().st_size
         if size > MAX_CONFIG_BYTES:

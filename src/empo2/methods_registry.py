@@ -124,7 +124,7 @@ def check_method(cfg: Any) -> None:
     if name == "auto":
         return
     if name not in METHODS:
-        raise ConfigError(METHODS.unknown_message(name).replace("choose one of ", "choose auto or one of "))
+        raise ConfigError(METHODS.unknown_message(name, also=("auto",)))
     meta = METHODS.meta(name)
     auto = auto_method(cfg)
     if meta.get("builtin") and name != auto:

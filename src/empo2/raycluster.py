@@ -1,7 +1,7 @@
 """Joining or starting the Ray cluster that hosts environment workers and the memory service.
 
-Ray is an optional dependency (``pip install 'empo2[ray]'``); nothing imports it unless
-``env.backend: ray`` or ``empo2.memory.backend: ray`` is set. Users of the cluster (the env pool,
+Ray is an optional dependency (the ``ray`` extra: ``pip install -e '.[ray]'`` in the clone); nothing
+imports it unless ``env.backend: ray`` or ``empo2.memory.backend: ray`` is set. Users of the cluster (the env pool,
 the memory service) call ``acquire`` when they start and ``release`` when they close: the first
 ``acquire`` connects (``ray.address``) or starts a private local cluster sized by ``ray.num_cpus``
 and ``ray.object_store_mb``; the last ``release`` shuts down what ``acquire`` started (a cluster

@@ -145,6 +145,9 @@ class Trajectory:
             '' for a crashed episode. No segment holds it: the acting policy never saw it, and it is
             not trained on. The tip prompt shows it (``Empo2Runtime.tip_prompts``).
         info: extras (e.g. crash message).
+        failed: the episode failed by its environment family's rule (``envs.base.FailureRule``:
+            ScienceWorld a score below 0, TextWorld, TextWorldExpress and WebShop no success), set by
+            the rollout engine when it ends; False for a crashed episode. Every failure count reads it.
     """
 
     iteration: int
@@ -163,6 +166,7 @@ class Trajectory:
     tip: str = ""
     final_observation: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    failed: bool = False
 
     @property
     def id(self) -> str:

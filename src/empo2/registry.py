@@ -20,7 +20,6 @@ A name that is not registered fails before any work starts, with the registered 
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import logging
 import sys
@@ -28,7 +27,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Generic, Iterator, TypeVar
 
-from empo2.configschema import ConfigError
+from empo2.configschema import ConfigError, did_you_mean
 
 log = logging.getLogger(__name__)
 
@@ -191,12 +190,14 @@ class Registry(Generic[T]):
             return dict(self._lazy[name][3])
         return dict(self.get(name).meta)
 
-    def unknown_message(self, name: str) -> str:
-        """The error text for an unregistered ``name``."""
+    def unknown_message(self, name: str, also: tuple[str, ...] = ()) -> str:
+        """The error text for an unregistered ``name``: the registered names and the closest of them
+        (``configschema.did_you_mean``: ``GiGPO`` → ``'gigpo'``). ``also``: words the config key takes
+        besides the registered names (``trainer.method``'s ``auto``), listed and suggested first."""
         names = self.names()
-        close = difflib.get_close_matches(name, names, n=2, cutoff=0.6)
-        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-        choose = f"choose one of {', '.join(names)}" if names else f"no {self.kind} is registered yet"
+        hint = did_you_mean(name, [*also, *names])
+        choose = f"choose {' or '.join(also)} or one of " if also else "choose one of "
+        choose = f"{choose}{', '.join(names)}" if names else f"no {self.kind} is registered yet"
         return (f"{self.config_key}: unknown {self.kind} {name!r}; {choose}.{hint} "
                 f"A plug-in's {self.kind} is registered by importing its module: add it to run.plugins "
                 f"(e.g. run.plugins=[my_pkg.my_module]) or install a package with an '{ENTRY_POINT_GROUP}' entry point")

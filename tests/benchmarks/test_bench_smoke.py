@@ -441,7 +441,7 @@ def test_learn_paired_difference_has_a_ci_over_seeds():
 def test_every_learn_arm_is_a_valid_config_and_the_q0_arms_never_train_tip_free():
     """Each ``benchmarks.learn`` arm's overrides load on the benchmark's config (a typo would only fail hours into a
     run); the ``*_q0`` arms differ from their q = 0.68 counterparts only by q (no off-policy distillation), and the
-    live-oracle ones keep the oracle tip source."""
+    live-oracle ones keep the oracle tip source (the plug-in ``experiments/empo2_oracle``)."""
     from benchmarks import learn
 
     from empo2.config import load_config
@@ -454,4 +454,4 @@ def test_every_learn_arm_is_a_valid_config_and_the_q0_arms_never_train_tip_free(
         assert [o for o in learn.ARMS[arm] if o not in with_q] == ["empo2.q=0.0"]
         cfg = load_config(learn.DEFAULT_CONFIG, [*four, *learn.ARMS[arm]])
         assert cfg.empo2.q == 0.0 and cfg.empo2.p == 0.5
-        assert (cfg.empo2.memory.source == "oracle") == ("live_oracle" in arm)
+        assert (cfg.trainer.method == "empo2_live_oracle") == ("live_oracle" in arm)  # experiments/empo2_oracle

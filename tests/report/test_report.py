@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from typing import Any
 
 import pytest
 from matplotlib.image import imread
@@ -453,6 +454,40 @@ def test_the_report_says_which_episodes_each_evaluation_is_over(tmp_path):
             "not comparable)") in comparison_table([s])
 
 
+def test_a_run_of_zero_iterations_reads_after_equals_before(tmp_path):
+    """A ``trainer.iterations=0`` run wrote its one evaluation as before and after; the table set "(before
+    5.0)" beside the same 5.0 as if training had been compared. It now says no iteration ran."""
+    import yaml
+
+    from empo2.report.table import comparison_table
+
+    run = tmp_path / "zero"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump({"env": {"name": "tiny", "tasks": ["fetch-key"]},
+                                                     "trainer": {"iterations": 0}}))
+    (run / "metrics.jsonl").write_text("")
+    for tag in ("before", "after"):
+        (run / f"eval_{tag}.json").write_text(json.dumps(_eval_file(5.0, 0.0, 4, 0)))
+    row = comparison_table([summarise_run(load_run(run))]).splitlines()[2]
+    assert "| 0/0 |" in row and "5.0 [0.0, 15.0] (after = before: 0 iterations) |" in row and "(before" not in row
+    trained = comparison_table([summarise_run(_measured_run(tmp_path, "trained"))]).splitlines()[2]
+    assert "(before 5.0)" in trained and "0 iterations" not in trained
+
+
+def test_the_per_task_failure_rate_says_what_it_counts(tmp_path):
+    """The per-task table's failure rate is the family's rule (the file's ``failure_rule``): ``(no success)`` for
+    TextWorld, ``(score < 0)`` for ScienceWorld and for files written before the rule was recorded."""
+    from empo2.report.table import per_task_table
+
+    run = _measured_run(tmp_path, "tw")
+    d = _eval_file(30.0, 0.25, 4, 4)
+    d["per_task"] = {"coin_collector-2": {**d["overall"], "failure_rate": 0.75}}
+    (run.path / "eval_after.json").write_text(json.dumps({**d, "failure_rule": "no_success"}))
+    assert "| 0.75 (no success) |" in per_task_table([load_run(run.path)])
+    (run.path / "eval_after.json").write_text(json.dumps(d))
+    assert "| 0.75 (score < 0) |" in per_task_table([load_run(run.path)])
+
+
 # --------------------------------------------------------------------------- the viewer's step order
 
 def test_a_step_carries_the_observation_its_action_produced(make_synthetic_run, tmp_path):
@@ -495,3 +530,48 @@ def test_the_step_card_reads_in_the_order_things_happened(make_synthetic_run, tm
     assert order == sorted(order)
     second = lines[steps[1]:steps[2]]
     assert second.index("span.badge.ok: valid") < second.index("pre.obs.result: Room 2 of episode 1.")
+
+
+# --------------------------------------------------------------------------- failures in the viewer
+
+def _render(viewer: Any, hash_: str) -> list[str]:
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    node = shutil.which("node") or shutil.which("nodejs")
+    if node is None:
+        pytest.skip("Node.js is not installed (test_browser.py renders the page in Chromium)")
+    out = subprocess.run([node, str(Path(__file__).with_name("render_viewer.js")), str(viewer), hash_],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return [ln.strip() for ln in out.stdout.splitlines()]
+
+
+def test_the_viewer_says_failed_where_an_environment_scored_minus_100(make_synthetic_run, tmp_path):
+    """A TextWorldExpress episode lost by the game (TWX's score −1, i.e. −100) showed "final score -100" and a
+    step "score -100": ScienceWorld's failure value on another family's page. A negative score now shows as 0,
+    the scale of every table, with a *failed* badge; the *failed* filter follows the episode's ``failed`` (the
+    family's rule: a TextWorld episode out of turns at 0 failed too), and files without it a score below 0."""
+    run = make_synthetic_run(iterations=1, episodes=4)
+    path = run / "trajectories" / "iter-00001.jsonl"
+    recs = [json.loads(line) for line in path.read_text().splitlines()]
+    recs[1].update(score=-100.0, success=False, failed=True)  # a TWX game lost at −1
+    recs[1]["steps"][-1].update(score=-100.0, reward=-150.0)
+    recs[2].update(score=0.0, success=False, failed=True)  # TextWorld: out of turns without the coin ("no success")
+    recs[3].update(score=-100.0, success=False)  # a file of an older empo2: no "failed" key
+    recs[3].pop("failed", None)
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    eps = viewer_run(load_run(run), ViewerLimits())["iterations"][0]["episodes"]
+    assert [e["failed"] for e in eps] == [None, True, True, None]
+    viewer = build_report([run], tmp_path / "out").viewer
+    lost = _render(viewer, "#run=0&it=0&ep=1")
+    assert "span.badge: final score 0" in lost and "span.badge.bad: failed" in lost
+    assert not [ln for ln in lost if "-100" in ln or "−100" in ln or "-150" in ln], lost
+    assert "span.badge.bad: failed" in _render(viewer, "#run=0&it=0&ep=2")  # no success, no negative score
+    assert "span.badge.ok: success" in _render(viewer, "#run=0&it=0&ep=0")
+    # the filter: ep=0 (a success) does not pass it, so the first failed episode is shown; old links still work
+    for hash_ in ("#run=0&it=0&ep=0&score=failed", "#run=0&it=0&ep=0&score=negative"):
+        shown = _render(viewer, hash_)
+        assert "h2: it1-t1-r2" in shown, shown[:3]
+    assert "span.badge.bad: failed" in _render(viewer, "#run=0&it=0&ep=3")  # an old file: −100 is a failure

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from empo2.rollout.engine import StepHook
-from empo2.envs.base import EnvError, Observation, StepResult, TaskSpec
+from empo2.envs.base import EnvError, FailureRule, Observation, StepResult, TaskSpec
 from empo2.envs.tiny.env import TinyEnv, TinyFamily
 from empo2.records import Mode, SegmentKind
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
@@ -93,6 +93,24 @@ def test_env_crash_marks_episode_and_run_continues(fake, chat_format):
     assert restarts == 1
     assert "simulated JVM death" in trajs[1].info["crash"]
     assert all(t.num_steps > 0 for t in (trajs[0], trajs[2]))
+
+
+class _NoSuccessFamily(TinyFamily):
+    """The tiny game counted as TextWorld counts: every episode that ends without success failed."""
+
+    failure_rule = FailureRule.NO_SUCCESS
+
+
+def test_the_engine_marks_failed_episodes_by_the_familys_rule(fake, chat_format):
+    """``Trajectory.failed`` (what every failure rate counts) follows the family's ``failure_rule``: tiny's pit
+    (−100) fails and an episode cut by the turn cap does not; under "no success" both failed."""
+    specs = _specs(12)
+    tiny, _ = _run(fake, chat_format, specs, _settings(max_turns=2))
+    assert all(t.failed == (t.final_score < 0) for t in tiny)
+    assert any(not t.success and t.final_score >= 0 and not t.failed for t in tiny)  # out of turns: not failed
+    other, _ = _run(fake, chat_format, specs, _settings(max_turns=2), family=_NoSuccessFamily())
+    assert [t.final_score for t in other] == [t.final_score for t in tiny]  # the same episodes
+    assert all(t.failed == (not t.success) for t in other) and sum(t.failed for t in other) > sum(t.failed for t in tiny)
 
 
 def test_turn_cap_and_context_cap(fake, chat_format):

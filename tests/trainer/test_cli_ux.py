@@ -304,12 +304,25 @@ def test_overrides_after_an_option_are_kept_in_order():
     assert args.resume and args.overrides == ["a=1", "b=2"]
 
 
+def _list_option_parser():
+    """A sub-command with list options and trailing overrides (as a plug-in's command may have; no built-in has one)."""
+    from empo2.cli import StrictParser
+
+    parser = StrictParser(prog="empo2")
+    cmd = parser.add_subparsers(dest="command").add_parser("cmd")
+    cmd.add_argument("--config")
+    cmd.add_argument("--task", nargs="+", default=None)
+    cmd.add_argument("--variations", nargs="+", default=None)
+    cmd.add_argument("overrides", nargs="*")
+    return parser
+
+
 def test_overrides_after_a_list_option_join_the_overrides(capsys):
-    args = build_parser().parse_args(["memory", "oracle", "--config", "x.yaml", "--out", "o.jsonl", "a=1",
-                                      "--task", "7-1", "b=2", "--variations", "0", "3", "c=3"])
+    args = _list_option_parser().parse_args(["cmd", "--config", "x.yaml", "a=1", "--task", "7-1", "b=2",
+                                             "--variations", "0", "3", "c=3"])
     assert args.task == ["7-1"] and args.variations == ["0", "3"] and args.overrides == ["a=1", "b=2", "c=3"]
     with pytest.raises(SystemExit):  # an override where a value was due: a clear error, not an empty list
-        build_parser().parse_args(["memory", "oracle", "--config", "x.yaml", "--out", "o.jsonl", "--variations", "a=1"])
+        _list_option_parser().parse_args(["cmd", "--config", "x.yaml", "--variations", "a=1"])
     assert "--variations: expected at least one value" in capsys.readouterr().err
 
 
@@ -405,6 +418,100 @@ def test_config_key_suggestions_are_only_the_close_ones():
     with pytest.raises(ConfigError) as e:
         load_config(None, ["trainer.iteratons=2"])
     assert "Did you mean 'iterations'?" in str(e.value)  # not also 'micro_batch_tokens', 'threads'
+
+
+@pytest.mark.parametrize("override,meant,not_meant", [
+    ("algo.advantage=GiGPO", "gigpo", "grpo"),
+    ("trainer.method=GRPO", "grpo", "gigpo"),
+    ("trainer.method=AUTO", "auto", "empo2"),
+    ("env.name=TextWorld", "textworld", "textworld_express"),
+    ("action.mode=Free", "free", "constrained"),
+    ("Trainer.iterations=2", "trainer", "train"),
+])
+def test_a_name_given_in_other_case_is_suggested_alone(override, meant, not_meant):
+    """``algo.advantage=GiGPO`` listed the estimators without "did you mean": difflib compares case, so
+    'GiGPO' was not close to 'gigpo'. The one suggestion rule (``configschema.close_matches``) ignores case,
+    and a name that differs only in case is the one suggestion."""
+    from empo2.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError) as e:
+        load_config(None, [override])
+    msg = str(e.value)
+    assert f"Did you mean {meant!r}?" in msg and f"{not_meant!r}?" not in msg and "\n" not in msg
+
+
+def test_close_matches_ignore_case_and_keep_the_spelling_of_the_choices():
+    from empo2.configschema import close_matches, did_you_mean
+
+    assert close_matches("GiGPO", ["grpo", "gigpo"]) == ["gigpo"]
+    assert close_matches("Gigp", ["grpo", "gigpo"]) == ["gigpo"]
+    assert close_matches("numlocations", ["numLocations", "includeDoors"], n=1) == ["numLocations"]
+    assert close_matches("zzz", ["grpo", "gigpo"]) == [] and did_you_mean("zzz", ["grpo"]) == ""
+    assert did_you_mean("Trian", ["train", "eval"]) == " Did you mean 'train'?"
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["evaluate", "--checkpoint", "c"], "empo2: error: unknown command 'evaluate'; did you mean 'eval'?"),
+    (["trian", "--config", "x.yaml"], "empo2: error: unknown command 'trian'; did you mean 'train'?"),
+    (["EVAL"], "empo2: error: unknown command 'EVAL'; did you mean 'eval'?"),
+    (["memory", "shwo"], "empo2 memory: error: unknown command 'shwo'; did you mean 'show'?"),
+])
+def test_an_unknown_command_is_one_line_with_the_closest_command(capsys, argv, line):
+    """``empo2 evaluate`` printed argparse's usage and "invalid choice: 'evaluate' (choose from …)" with no
+    suggestion; it is now one line naming the command meant."""
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    assert capsys.readouterr().err.splitlines() == [line]
+
+
+def test_an_unknown_command_without_a_close_one_lists_the_commands(capsys):
+    with pytest.raises(SystemExit):
+        main(["frobnicate"])
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("empo2: error: unknown command 'frobnicate'; the commands are train, eval")
+    with pytest.raises(SystemExit):  # an invalid choice of an option names the closest value too
+        main(["eval", "--checkpoint", "c", "--split", "tset"])
+    assert "invalid choice: 'tset'" in (err := capsys.readouterr().err) and "did you mean 'test'?" in err
+
+
+def test_a_config_named_without_yaml_is_read_and_a_misspelt_one_is_named(tmp_path, capsys):
+    """``--config configs/quickstart`` failed with "does not exist" beside configs/quickstart.yaml; it now
+    reads that file, and a misspelt name fails in one line naming the file that exists."""
+    from empo2.config import ConfigError, load_config
+    from empo2.configschema import config_path
+
+    cfg = write_config(tmp_path, BASE, "noext")
+    assert config_path(cfg.with_suffix("")) == cfg
+    assert load_config(str(cfg.with_suffix(""))).run.name == "noext"
+    typo = cfg.with_name(cfg.stem[:-1] + "x.yaml")
+    with pytest.raises(ConfigError) as e:
+        load_config(str(typo))
+    assert str(e.value) == f"config file {str(typo)!r} does not exist; did you mean {str(cfg)!r}?"
+    assert main(["config", "keys", "--config", str(cfg.with_suffix(""))]) == 0
+    assert capsys.readouterr().out.splitlines()[1] == "run.name = 'noext'  (default 'quickstart')"
+
+
+def test_a_positional_config_is_taken_as_the_config_and_two_configs_fail_in_one_line(tmp_path, capsys):
+    """``empo2 train configs/quickstart.yaml`` said "--config is required"; the one config-like argument
+    (no ``=``, a ``.yaml`` name or a file) is now the config, the key=value overrides stay overrides, and a
+    second config (or ``--config`` too) fails in one line saying to pass one with ``--config``."""
+    cfg = write_config(tmp_path, BASE, "positional")
+    args = build_parser().parse_args(["train", str(cfg), "trainer.iterations=0", "--resume", "eval.episodes=2"])
+    assert args.config == str(cfg) and args.overrides == ["trainer.iterations=0", "eval.episodes=2"] and args.resume
+    args = build_parser().parse_args(["train", str(cfg.with_suffix("")), "trainer.iterations=0"])
+    assert args.config == str(cfg.with_suffix("")) and args.overrides == ["trainer.iterations=0"]
+    args = build_parser().parse_args(["config", "keys", str(cfg)])
+    assert args.config == str(cfg) and args.overrides == []
+    for argv in (["train", str(cfg), "--config", str(cfg)], ["train", str(cfg), "other.yaml", "a=1"]):
+        with pytest.raises(SystemExit) as e:
+            build_parser().parse_args(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0].startswith("empo2 train: error: ") and "pass one config, with --config" in err[0]
+    # not a config and not key=value: the overrides' own error, unchanged
+    assert main(["train", "--config", str(cfg), "notanoverride"]) == 2
+    assert "must look like key=value" in capsys.readouterr().err
 
 
 def _memory_with(folder: Path, *tips: str) -> Path:

@@ -273,77 +273,55 @@ def test_retrieved_count_novelty_uses_each_states_own_retrieval(tmp_path, tiny_p
     assert all(s.intrinsic == 0.0 for s in by[0, Mode.PLAIN].steps)
 
 
-def test_oracle_source_shows_the_next_gold_action_of_the_state_reached(tmp_path, tiny_policy, chat_format):
-    """``empo2.memory.source: oracle`` (docs/notes/learning.md "A live oracle"): every memory-mode step is shown
-    exactly "Next action: <the next gold action given the actions taken so far>", whichever state the
-    episode is in; plain steps keep the same tip unshown (the baseline of tip_follow_rate); the memory's
-    own entries are not retrieved."""
-    from empo2.configschema import ConfigError
+def test_a_tip_source_replaces_retrieval(tmp_path, tiny_policy, chat_format):
+    """``make_runtime(..., tip_source=f)`` (the hook a training method plug-in uses, e.g. experiments/empo2_oracle):
+    every memory-mode step is shown exactly ``f(state)`` of the state it is in, plain steps keep the same tips unshown
+    (the baseline of tip_follow_rate), ``intrinsic.count: retrieved`` counts them, the memory's own entries are
+    never retrieved (nor filtered by min_score), and the memory still receives the run's tips."""
     from empo2.memory.store import MemoryEntry
-    from empo2.demos.gold_tips import imperative_tip, oracle_next_action
+
+    calls = []
+
+    def source(st):  # a tip naming the episode's turn and how many actions it took so far
+        calls.append((st.spec.task.variation, st.turn))
+        return [f"turn {st.turn} after {len(st.steps)}"] if st.turn % 2 == 0 else []
 
     fam = TinyFamily()
-    with pytest.raises(ConfigError, match="env.variations"):
-        load_config(None, ["env.name=tiny", "env.tasks=[fetch-key]", "empo2.memory.source=oracle", "empo2.p=0.5"])
-    with pytest.raises(ConfigError, match="min_score"):  # oracle tips have no score to filter by
-        load_config(None, ["env.name=tiny", "env.tasks=[fetch-key]", "env.variations=[0]", "empo2.memory.source=oracle",
-                           "empo2.p=0.5", "empo2.memory.min_score=10"])
     with EnvPool(fam, 4) as pool:
         eng = RolloutEngine(tiny_policy.model, chat_format, fam, pool)
         cfg = load_config(None, ["empo2.memory.embedder=hashing", "empo2.p=1.0", "empo2.tips.max_new_tokens=4",
-                                 "run.seed=3", "env.name=tiny", "env.tasks=[fetch-key]", "env.variations=[0,1]",
-                                 "empo2.memory.source=oracle", "empo2.memory.threshold=-1.0",
-                                 "empo2.write_memory=never"])
+                                 "run.seed=3", "env.name=tiny", "env.tasks=[fetch-key]", "empo2.memory.threshold=-1.0",
+                                 "empo2.memory.min_score=60", "empo2.intrinsic.enabled=true",
+                                 "empo2.intrinsic.count=retrieved"])
         setup = SimpleNamespace(cfg=cfg, policy=tiny_policy, fmt=chat_format, engine=eng, family=fam,
                                 tasks=["fetch-key"])
-        with pytest.raises(ConfigError, match="training diagnostic"):  # eval --with-memory, adapt
-            make_runtime(cfg, setup, tmp_path / "eval", read_only=True)
-        rt = make_runtime(cfg, setup, tmp_path, training=True)
+        rt = make_runtime(cfg, setup, tmp_path, tip_source=source)
         try:
-            gold = {v: TinyEnv().gold_path(TaskSpec("tiny", "fetch-key", v)) for v in (0, 1)}
-            assert rt.oracle.gold == {("fetch-key", v): g for v, g in gold.items()}
+            assert rt.tip_source is source
             bucket = TaskSpec("tiny", "fetch-key", 0).bucket  # a memory entry that τ = −1 would pass: never shown
             rt.memory.add([MemoryEntry(bucket, rt.embedder.encode(["seed"])[0], "seed", "stored tip", "stored tip",
-                                       50.0, -1, -1)])
+                                       90.0, -1, -1)])
             specs = [EpisodeSpec(TaskSpec("tiny", "fetch-key", v), v, r, v, Mode.PLAIN if r == 0 else Mode.ON_TIPS)
                      for v in (0, 1) for r in range(2)]
             settings = RolloutSettings(temperature=1.0, max_new_tokens=4, max_turns=4, action_mode="constrained",
                                        correction="none", seed=7)
             trajs = eng.run(specs, settings, iteration=IT, hook=rt.step_hook())
             m = rt.after_rollout(trajs, IT)
+            stored = rt.memory.snapshot()["entries"]
         finally:
             rt.close()
     checked = 0
     for t in trajs:
-        g = gold[t.task.variation]
         shown = t.info["hidden_tips"] if t.mode is Mode.PLAIN else [s.tips for s in t.steps]
         assert len(shown) == t.num_steps
         for k, tips in enumerate(shown):
-            nxt = oracle_next_action(g, [s.action for s in t.steps[:k]])
-            assert tips == ([imperative_tip(nxt)] if nxt else [])
+            assert tips == ([f"turn {k} after {k}"] if k % 2 == 0 else [])
             checked += 1
+            if t.mode is Mode.ON_TIPS:  # intrinsic.count: retrieved counts the source's tips, 1/(n + 1)
+                assert t.steps[k].intrinsic == pytest.approx(1.0 / (len(tips) + 1))
         if t.mode is Mode.PLAIN:
             assert all(not s.tips for s in t.steps)
-    assert checked >= 8
-    assert m["memory/tip_follow_steps"] == sum(t.num_steps for t in trajs if t.mode is Mode.ON_TIPS)
-
-
-def test_oracle_tip_source_names_an_unplayed_variation_or_gives_none_when_missing_ok():
-    """``OracleTipSource``: a (task, variation) whose gold path was not played is a KeyError naming it
-    (training: every trained variation is played at the start); with ``missing_ok`` (``benchmarks.tips
-    play`` on test variations) it gets no tips; a finished gold path gives none either."""
-    from empo2.methods.empo2.oracle import OracleTipSource
-    from empo2.demos.gold_tips import imperative_tip
-
-    def state(v, actions):
-        return SimpleNamespace(spec=SimpleNamespace(task=TaskSpec("tiny", "fetch-key", v)),
-                               steps=[SimpleNamespace(action=a) for a in actions])
-
-    gold = {("fetch-key", 0): ["go east", "take key"]}
-    src = OracleTipSource(gold)
-    assert src(state(0, [])) == [imperative_tip("go east")]
-    assert src(state(0, ["go east"])) == [imperative_tip("take key")]
-    assert src(state(0, ["go east", "take key"])) == []
-    with pytest.raises(KeyError, match="fetch-key variation 5"):
-        src(state(5, []))
-    assert OracleTipSource(gold, missing_ok=True)(state(5, [])) == []
+    assert checked >= 8 and len(calls) == checked
+    assert m["memory/tip_follow_steps"] == sum(bool(s.tips) for t in trajs for s in t.steps)  # the tipped steps
+    assert m["memory/retrieval_hit_rate"] < 1.0  # odd turns: the source gave none, and no stored tip stood in
+    assert stored > 1  # the seeded entry and the tips this rollout wrote

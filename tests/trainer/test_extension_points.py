@@ -103,6 +103,38 @@ def test_failure_handling_comes_from_the_family():
         family_failure(SimpleNamespace(failure="drop"))
 
 
+def test_what_counts_as_a_failed_episode_comes_from_the_family():
+    """The failure rate counted only scores below 0 (ScienceWorld's −100) in every family, so a TextWorld
+    evaluation whose episodes all failed printed 0.00. Each family now says which finished episodes failed
+    (``envs.base.FailureRule``): ScienceWorld and tiny a negative score, the others no success."""
+    from empo2.envs.base import FailureRule, failure_rule
+    from empo2.envs.game import GameFamily, TextGame
+    from empo2.envs.scienceworld.env import SciWorldFamily
+    from empo2.envs.textworld.env import TextWorldGame
+    from empo2.envs.textworld_express.env import TWXGame
+    from empo2.envs.tiny.env import TinyFamily
+    from empo2.envs.webshop.config import WebShopConfig
+    from empo2.envs.webshop.env import WebShopFamily
+
+    neg, no = FailureRule.NEGATIVE_SCORE, FailureRule.NO_SUCCESS
+    assert failure_rule(SciWorldFamily()) is neg and failure_rule(TinyFamily()) is neg
+    assert failure_rule(GameFamily("textworld", TextWorldGame)) is no
+    assert failure_rule(GameFamily("textworld_express", TWXGame)) is no
+    assert failure_rule(WebShopFamily(WebShopConfig())) is no
+    assert failure_rule(GameFamily("user", TextGame)) is no and failure_rule(None) is no  # the default
+
+    class Scored(TextGame):
+        failure_rule = FailureRule.NEGATIVE_SCORE
+
+    assert failure_rule(GameFamily("scored", Scored)) is neg
+    # (final score, success) → failed: out of turns at 50, a TWX/ScienceWorld failure at −100, a win, at 0
+    cases = [(50.0, False), (-100.0, False), (100.0, True), (0.0, False)]
+    assert [neg.failed(*c) for c in cases] == [False, True, False, False]
+    assert [no.failed(*c) for c in cases] == [True, True, False, True]
+    with pytest.raises(ValueError):
+        failure_rule(SimpleNamespace(failure_rule="sometimes"))
+
+
 def test_step_advantages_use_the_failure_handling_they_are_given():
     cfg = _cfg()
     trajs = [_traj(0, -100.0, [0.0, -100.0]), _traj(0, 50.0, [50.0, 0.0])]

@@ -32,7 +32,8 @@ def _traj(group: int, variation: int, score: float, success: bool = False, crash
                         env_valid=True, reward=0.0, score=score) for i, a in enumerate(actions)]
     return Trajectory(iteration=0, task_index=group, rollout=0, task=TaskSpec("scienceworld", "t", variation, "train"),
                       group=group, mode=Mode.PLAIN, segments=[], steps=steps, initial_score=0.0,
-                      final_score=score, done=True, success=success, crashed=crashed)
+                      final_score=score, done=True, success=success, crashed=crashed,
+                      failed=not crashed and score < 0)  # ScienceWorld's rule, as the rollout engine sets it
 
 
 def test_group_score_rows_flag_groups_without_signal():

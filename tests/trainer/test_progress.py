@@ -232,6 +232,47 @@ def test_the_final_table_says_which_episodes_each_row_is_over():
     assert "not over the same episodes" not in buf.getvalue()
 
 
+def test_a_run_of_zero_iterations_says_after_is_before_instead_of_comparing():
+    """``trainer.iterations=0`` printed a "before training" and an "after training" row with the same numbers,
+    as if training had changed nothing; the table now has one row saying so, and a line that no iteration ran."""
+    from empo2.trainer.progress import NO_ITERATIONS_ROW, table_before_after
+
+    res = _result(4)
+    buf = io.StringIO()
+    table_before_after(res, res, Console(file=buf, width=200), env="tiny", iterations=0)
+    out = buf.getvalue()
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    assert len(rows) == 1 and rows[0].startswith(f"│ {NO_ITERATIONS_ROW} ")
+    assert NO_ITERATIONS_ROW == "after = before: 0 iterations"
+    assert "before training" not in out and "after training" not in out
+    assert "no training iterations ran (trainer.iterations=0)" in out
+    buf = io.StringIO()  # a run that trained keeps its two rows
+    table_before_after(res, res, Console(file=buf, width=200), env="tiny", iterations=2)
+    assert "before training" in buf.getvalue() and "after training" in buf.getvalue()
+
+
+def test_the_failure_column_says_what_the_family_counts():
+    """A TextWorld run printed "failure rate (scored 0)" 0.00 beside episodes that all failed: only a score of
+    −100 (ScienceWorld's failure) was counted. The header now comes from the evaluation's ``failure_rule``."""
+    from empo2.envs.base import FailureRule
+    from empo2.trainer.progress import FAILURE_HEADER, failure_header, table_before_after
+
+    tw, sw = _result(4), _result(4)
+    tw.failure_rule, tw.overall.failure_rate = FailureRule.NO_SUCCESS.value, 1.0
+    assert failure_header(tw) == "failure rate (no success)" and failure_header(sw) == FAILURE_HEADER
+    assert FAILURE_HEADER == "failure rate (scored 0)"
+    buf = io.StringIO()
+    table_before_after(None, tw, Console(file=buf, width=220), env="textworld")
+    out = buf.getvalue()
+    assert "failure rate (no success)" in out and "scored 0" not in out
+    assert next(line for line in out.splitlines() if "after training" in line).rstrip().endswith("1.00 │")
+    assert "failure rate: the share of episodes that ended without success" in out
+    buf = io.StringIO()  # rows counted by different rules (a resumed older file): each cell says its rule
+    table_before_after(sw, tw, Console(file=buf, width=220), env="textworld")
+    out = buf.getvalue()
+    assert " failure rate ┃" in out and "1.00 (no success)" in out and "0.00 (score < 0)" in out
+
+
 def test_eval_command_prints_its_phases(tmp_path, capsys):
     _train(tmp_path, capsys, "ev", "eval.before_after=false", iterations=1)
     ckpt = tmp_path / "runs" / "ev" / "checkpoints" / "last"
@@ -267,3 +308,22 @@ def test_tips_note_names_tips_and_entries_apart_and_adds_the_rollout_share():
     # the phase's own "done in" plus this share is the iteration summary's "tips" time
     assert tips_note(m, during_rollout=89.6).endswith("; tips sampled during the rollout took 1 min 30 s more")
     assert tips_note({}) == ""
+
+
+def test_the_tip_following_note_says_a_missing_share_in_words():
+    """The tips line printed ``tip followed - (plain 1.00)``: a dash for "no step showed a tip" beside the
+    plain-step baseline. Each share is now said with the steps it is over, and a share of no steps in words."""
+    from empo2.trainer.progress import tip_follow_note, tips_note
+
+    none_shown = {"memory/tip_follow_steps": 0.0, "memory/tip_follow_steps_plain": 5.0,
+                  "memory/tip_follow_rate_plain": 1.0}
+    assert tip_follow_note(none_shown) == "tip followed: no step showed a tip (plain baseline 1.00 of 5 steps)"
+    assert tips_note({"memory/tips_written": 2.0, **none_shown}).endswith(
+        "; tip followed: no step showed a tip (plain baseline 1.00 of 5 steps)")
+    both = {"memory/tip_follow_steps": 12.0, "memory/tip_follow_rate": 0.4, "memory/tip_follow_steps_plain": 30.0,
+            "memory/tip_follow_rate_plain": 0.1}
+    assert tip_follow_note(both) == "tip followed 0.40 of 12 tipped steps (plain baseline 0.10 of 30 steps)"
+    no_plain = {"memory/tip_follow_steps": 12.0, "memory/tip_follow_rate": 0.4, "memory/tip_follow_steps_plain": 0.0}
+    assert tip_follow_note(no_plain) == "tip followed 0.40 of 12 tipped steps (plain baseline: no plain step had a tip)"
+    assert tip_follow_note({"memory/tip_follow_steps": 0.0, "memory/tip_follow_steps_plain": 0.0}) == ""
+    assert " - " not in tips_note(none_shown) and "-)" not in tips_note(no_plain)

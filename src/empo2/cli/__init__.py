@@ -90,7 +90,7 @@ class StrictParser(argparse.ArgumentParser):
         ``key=value`` overrides given after an option (``train --config X a=1 --resume b=2``),
         which argparse leaves over once its positionals are matched, join the sub-command's
         trailing ``nargs="*"`` positional, in the order given; so do those a list option (``nargs="+"``) took
-        in after its values (``memory oracle --variations 0 1 a=1``: ``a=1`` is an override) and the one an
+        in after its values (``cmd --items 0 1 a=1``: ``a=1`` is an override) and the one an
         option with an optional value (``nargs="?"``) took as its value (``train --resume a=1``: ``--resume``
         without a value, ``a=1`` an override).
 
@@ -107,15 +107,17 @@ class StrictParser(argparse.ArgumentParser):
                 if isinstance(value, str) and _OVERRIDE.match(value):
                     setattr(ns, a.dest, a.const)
                     setattr(ns, tail[-1].dest, list(getattr(ns, tail[-1].dest) or []) + [value])
+        if extras and tail and not any(x.startswith("-") for x in extras):
+            setattr(ns, tail[-1].dest, list(getattr(ns, tail[-1].dest) or []) + extras)
+            extras = []
+        if not extras:  # an unknown option (``--conifg x.yaml``) is reported as it is, not read around
+            _positional_config(parser, ns)
         check = getattr(parser, "check_args", None)
         missing = check(ns) if callable(check) else None
         if missing:
             parser.error(missing)
         if extras:
-            if tail and not any(x.startswith("-") for x in extras):
-                setattr(ns, tail[-1].dest, list(getattr(ns, tail[-1].dest) or []) + extras)
-            else:
-                parser.error(unrecognized_message(extras, parser))
+            parser.error(unrecognized_message(extras, parser))
         if tail:
             for a in parser._actions:
                 values = getattr(ns, a.dest, None) if a.option_strings and a.nargs == "+" else None
@@ -134,19 +136,90 @@ class StrictParser(argparse.ArgumentParser):
     _argv: list[str] = []
     """The arguments of the current ``parse_args`` call (read by ``error`` of any sub-command parser)."""
 
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        """``ArgumentParser._check_value``, with the closest choice named: an unknown sub-command is one
+        line, ``unknown command 'evaluate'; did you mean 'eval'?`` (``unknown_command_message``), printed
+        without the usage (``error``); another option's invalid choice gets ``; did you mean 'test'?``."""
+        if isinstance(action, argparse._SubParsersAction) and value not in (action.choices or {}):
+            raise argparse.ArgumentError(None, unknown_command_message(value, list(action.choices or {})))
+        try:
+            super()._check_value(action, value)
+        except argparse.ArgumentError as e:
+            from empo2.configschema import close_matches
+
+            close = close_matches(str(value), [str(c) for c in action.choices or []], n=1)
+            if not close:
+                raise
+            raise argparse.ArgumentError(action, f"{e.message}; did you mean {close[0]!r}?") from None
+
     def error(self, message: str) -> NoReturn:  # type: ignore[override]
         """``ArgumentParser.error``; a missing required option that was probably mistyped
-        (``--conifg`` for ``--config``) also names the unknown option and its closest match."""
+        (``--conifg`` for ``--config``) also names the unknown option and its closest match. An unknown
+        sub-command (``_check_value``) is one line without the usage: ``empo2: error: unknown command
+        'evaluate'; did you mean 'eval'?``."""
+        if message.startswith(UNKNOWN_COMMAND):
+            self.exit(2, f"{self.prog}: error: {message}\n")
         if message.startswith("the following arguments are required"):
-            own = {o for a in self._actions for o in a.option_strings}
-            import difflib
+            from empo2.configschema import close_matches
 
+            own = {o for a in self._actions for o in a.option_strings}
             longs = [o for o in own if o.startswith("--")]
             unknown = [a for a in self._argv if a.startswith("--") and a.split("=", 1)[0] not in own
-                       and difflib.get_close_matches(a.split("=", 1)[0], longs, n=1)]
+                       and close_matches(a.split("=", 1)[0], longs, n=1)]
             if unknown:
                 message += "; " + unrecognized_message(unknown, self)
         super().error(message)
+
+
+UNKNOWN_COMMAND = "unknown command "
+"""The start of the one-line error of an unknown sub-command (``unknown_command_message``)."""
+
+
+def unknown_command_message(name: str, commands: list[str]) -> str:
+    """``unknown command 'evaluate'; did you mean 'eval'?``, or without a close one ``unknown command 'x';
+    the commands are train, eval, …`` (``configschema.close_matches``, the CLI's one suggestion rule)."""
+    from empo2.configschema import close_matches
+
+    close = close_matches(name, commands, n=2)
+    if close:
+        return f"{UNKNOWN_COMMAND}{name!r}; did you mean {' or '.join(repr(c) for c in close)}?"
+    return f"{UNKNOWN_COMMAND}{name!r}; the commands are {', '.join(commands)} (see --help)"
+
+
+def _positional_config(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
+    """A config file given without ``--config`` (``empo2 train configs/quickstart.yaml``) where a command takes
+    ``--config`` and ``key=value`` overrides: moved from the overrides to ``--config`` when it is the only
+    one; otherwise (``--config`` given too, or two files) the command stops with one line saying to pass one
+    config with ``--config``. A config-like word has no ``=`` and ends in ``.yaml``/``.yml`` or names a
+    file (``configschema.config_path``: ``configs/quickstart`` for ``configs/quickstart.yaml``); an override
+    always has ``=``, so none is taken for a config."""
+    if "config" not in {a.dest for a in parser._actions if a.option_strings} or not isinstance(
+            getattr(ns, "overrides", None), list):
+        return
+    from empo2.configschema import CONFIG_SUFFIXES, ConfigError, config_path
+
+    def config_like(v: str) -> bool:
+        if "=" in v or v.startswith("-"):
+            return False
+        if v.lower().endswith(CONFIG_SUFFIXES):
+            return True
+        try:
+            return config_path(v).is_file()
+        except ConfigError:
+            return False
+
+    files = [v for v in ns.overrides if isinstance(v, str) and config_like(v)]
+    if not files:
+        return
+    if getattr(ns, "config", None) is None and len(files) == 1:
+        ns.config = files[0]
+        ns.overrides = [v for v in ns.overrides if v is not files[0]]
+        return
+    what = f"{files[0]} looks like a config file" if len(files) == 1 else \
+        f"{' and '.join(files)} look like config files"
+    also = f" and --config {ns.config} names one too" if getattr(ns, "config", None) is not None else ""
+    parser.exit(2, f"{parser.prog}: error: {what}{also}; pass one config, with --config FILE "
+                   f"(the other arguments are key=value overrides)\n")
 
 
 _OVERRIDE = re.compile(r"[A-Za-z_][\w.-]*=")
@@ -182,14 +255,14 @@ def _chosen_parser(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> a
 
 def unrecognized_message(extras: list[str], parser: argparse.ArgumentParser) -> str:
     """``unrecognized arguments: --resum (did you mean --resume?)``: each unknown option with the
-    closest option of ``parser`` (``difflib.get_close_matches``, similarity ≥ 0.6), if any."""
-    import difflib
+    closest option of ``parser`` (``configschema.close_matches``, similarity ≥ 0.6), if any."""
+    from empo2.configschema import close_matches
 
     options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
     parts = []
     for arg in extras:
         name = arg.split("=", 1)[0]
-        close = difflib.get_close_matches(name, options, n=1) if name.startswith("-") else []
+        close = close_matches(name, options, n=1) if name.startswith("-") else []
         parts.append(f"{arg} (did you mean {close[0]}?)" if close else arg)
     return "unrecognized arguments: " + " ".join(parts)
 

@@ -57,10 +57,9 @@ def cmd_envs(args: argparse.Namespace) -> int:
               "`empo2 envs check NAME [key=value ...]` checks an environment", file=sys.stderr)
         return 2
     if args.env and args.env not in FAMILIES:
-        import difflib
+        from empo2.configschema import did_you_mean
 
-        close = difflib.get_close_matches(args.env, sorted(FAMILIES), n=2, cutoff=0.6)
-        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        hint = did_you_mean(args.env, sorted(FAMILIES))
         print(f"error: unknown environment {args.env!r}; use one of {', '.join(sorted(FAMILIES))} "
               f"(or no name to list them all).{hint}", file=sys.stderr)
         return 2

@@ -194,13 +194,15 @@ def _print_eval_table(args: argparse.Namespace, plan: _EvalPlan, res: Any, conso
     per variation too with ``--per-variation``; then the score legend of the environment."""
     from rich.table import Table
 
-    from empo2.trainer.progress import FAILURE_HEADER, SCORE_HEADER, SUCCESS_HEADER, fmt_score, fmt_success, score_legend
+    from empo2.trainer.progress import (SCORE_HEADER, SUCCESS_HEADER, failure_cell, failure_header, failure_legend,
+                                        fmt_score, fmt_success, score_legend)
 
     t = Table(title=f"empo2 eval {plan.ckpt} — split {plan.split}, temperature {plan.temperature}, "
                     f"{'with memory ' + args.with_memory if args.with_memory else 'no memory'}"
                     f"{', Retrospex critic ' + args.retrospex if args.retrospex else ''}")
+    failure = failure_header(res)
     for c in ("task / variation" if args.per_variation else "task", "episodes", SCORE_HEADER, "successes",
-              SUCCESS_HEADER, "steps", FAILURE_HEADER):
+              SUCCESS_HEADER, "steps", failure):
         t.add_column(c)
     # the summary by default; one row per variation (often 1 episode each, no CI) only with --per-variation
     per_var = list(res.per_variation.items()) if args.per_variation else []
@@ -208,9 +210,9 @@ def _print_eval_table(args: argparse.Namespace, plan: _EvalPlan, res: Any, conso
     rows = per_var + per_task + [("ALL", res.overall)]
     for name, s in rows:
         t.add_row(name, str(s.episodes), fmt_score(s), f"{s.successes}/{s.episodes}", fmt_success(s),
-                  f"{s.steps:.1f}", f"{s.failure_rate:.2f}")
+                  f"{s.steps:.1f}", failure_cell(s, res, failure))
     console.print(t)
-    console.print(score_legend(plan.cfg.env.name))
+    console.print(f"{score_legend(plan.cfg.env.name)}; {failure_legend(res)}")
 
 
 def _print_eval_notes(args: argparse.Namespace, plan: _EvalPlan, res: Any, console: Any) -> None:

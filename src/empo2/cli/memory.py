@@ -1,5 +1,6 @@
-"""``empo2 memory show | import | export | oracle``: a run's tip memory (docs/algorithms.md, "EMPO² memory at
-run time"; an oracle memory: docs/notes/learning.md, "An oracle memory"); wired into ``empo2.cli`` with ``add_cli``.
+"""``empo2 memory show | import | export``: a run's tip memory (docs/algorithms.md, "EMPO² memory at run time");
+wired into ``empo2.cli`` with ``add_cli``. (``memory oracle``, which wrote oracle tips, moved to
+``experiments/empo2_oracle``: the command is kept only to say so.)
 Nothing imported at module level here may import torch (``empo2.cli``): ``memory show`` and ``export`` start
 in well under a second."""
 
@@ -30,17 +31,18 @@ def no_memory_message(path: Path) -> str:
     return f"{path} does not exist (was the run trained with empo2.p > 0?)"
 
 def add_cli(sub: Any) -> None:
-    """Register ``memory {show, import, export, oracle}`` on ``sub`` (``parser.add_subparsers()``). Every
-    command takes the run folder first; ``--run RUN`` works in each as well."""
+    """Register ``memory {show, import, export}`` on ``sub`` (``parser.add_subparsers()``). Every
+    command takes the run folder first; ``--run RUN`` works in each as well. ``memory oracle`` (moved to
+    ``experiments/empo2_oracle``) is registered unlisted, to fail with the replacement."""
     m = sub.add_parser("memory", help="inspect a run's tip memory",
                        description="Every memory command takes the run folder first: empo2 memory show RUN, "
                                    "empo2 memory export RUN --out FILE.jsonl, empo2 memory import RUN FILE.jsonl. "
                                    "--run RUN works in each as well (import's older form is FILE.jsonl --run RUN).")
-    msub = m.add_subparsers(dest="memory_command", required=True)
+    msub = m.add_subparsers(dest="memory_command", required=True, metavar="{show,import,export}")
     _add_show(msub)
     _add_import(msub)
     _add_export(msub)
-    _add_oracle(msub)
+    _add_moved_oracle(msub)
 
 
 def _add_show(msub: Any) -> None:
@@ -92,26 +94,32 @@ def _add_export(msub: Any) -> None:
     me.set_defaults(fn=cmd_memory_export)
 
 
-def _add_oracle(msub: Any) -> None:
-    """``memory oracle --config CFG --out FILE.jsonl [--task T ...] [--variations V ...] [key=value ...]``."""
-    mo = msub.add_parser("oracle", help="write oracle tips (\"Next action: <gold action>\" per gold-path state) "
-                                        "as JSON Lines to import",
-                         usage="%(prog)s --config CFG --out FILE.jsonl [--task T ...] [--variations V ...] "
-                               "[key=value ...]",
-                         description="Plays the gold path of each train variation (with action.mode "
-                                     "constrained only its admissible actions, the path a constrained policy can "
-                                     "take) and writes one import row per state: text = entry = 'Next action: <the gold action of that state>', score "
-                                     "100, state = the key text a rollout on the gold path embeds there (the "
-                                     "config's empo2.memory.key_text / recent_turns; the first env.max_turns "
-                                     "states). Import with `empo2 memory import RUN FILE.jsonl --config CFG`; "
-                                     "see docs/notes/learning.md 'An oracle memory'.")
-    mo.add_argument("--config", required=True, help="the config the run will train with (env, key text, max turns)")
-    mo.add_argument("--out", required=True, help="JSON Lines output file")
-    mo.add_argument("--task", nargs="+", default=None, help="task names or ids (default: the config's env.tasks)")
-    mo.add_argument("--variations", nargs="+", default=None,
-                    help="train variations (default: the config's env.variations, or every train variation)")
-    mo.add_argument("overrides", nargs="*", help="key=value overrides of the config")
-    mo.set_defaults(fn=cmd_memory_oracle)
+ORACLE_MOVED = ("`empo2 memory oracle` moved to experiments/empo2_oracle: from the repository root run "
+                "python -m experiments.empo2_oracle.memory --config CFG --out FILE.jsonl [--task T ...] "
+                "[--variations V ...] [key=value ...] (experiments/README.md)")
+"""The error of the removed ``empo2 memory oracle``."""
+
+
+def _add_moved_oracle(msub: Any) -> None:
+    """``memory oracle ...``: removed (``experiments/empo2_oracle``); any arguments, one error line naming the
+    replacement."""
+    mo = msub.add_parser("oracle", add_help=False)
+    for opt in ("--config", "--out", "--help", "-h"):  # the old command line parses, so its one error line is this
+        mo.add_argument(opt, nargs="?", default=None)
+    mo.add_argument("--task", "--variations", nargs="*", default=None)
+    mo.add_argument("overrides", nargs="*")
+    mo.set_defaults(fn=cmd_memory_oracle_moved)
+
+
+def cmd_memory_oracle_moved(args: argparse.Namespace) -> int:
+    """``empo2 memory oracle``: moved to ``experiments/empo2_oracle`` (``python -m experiments.empo2_oracle.memory``).
+
+    Raises:
+        ConfigError: always, naming the replacement.
+    """
+    from empo2.configschema import ConfigError
+
+    raise ConfigError(ORACLE_MOVED)
 
 
 def memory_run(args: argparse.Namespace) -> Path:
@@ -274,61 +282,6 @@ def cmd_memory_import(args: argparse.Namespace) -> int:
           f"({snap['duplicates']} already there, {snap['evicted']} evicted by the cap of "
           f"{cfg.empo2.memory.capacity} per bucket); it now holds {snap['entries']} entries in "
           f"{len(snap['buckets'])} buckets")
-    return 0
-
-
-def cmd_memory_oracle(args: argparse.Namespace) -> int:
-    """``empo2 memory oracle --config CFG --out FILE.jsonl``: an oracle memory as import rows, one per gold-path
-    state (``methods.empo2.oracle.oracle_memory_rows``; docs/notes/learning.md "An oracle memory").
-
-    Returns:
-        0, after one line saying how many tips of how many gold paths were written and how to import them.
-
-    Raises:
-        ConfigError: a non-numeric ``--variations``, a variation that is not a train variation of a task,
-            ``--out`` a folder, or no gold path that ended in success. UnknownTaskError: a bad ``--task``.
-    """
-    import json
-
-    from empo2.config import load_config
-    from empo2.configschema import ConfigError
-    from empo2.envs.registry import make_family
-    from empo2.demos.expert import policy_gold_records, variation_pairs
-    from empo2.methods.empo2.oracle import oracle_memory_rows
-
-    # key=value overrides after --task / --variations are in args.overrides already (StrictParser.parse_args)
-    task_names = args.task or []
-    given = args.variations or []
-    bad = [x for x in given if not x.isdigit()]
-    if bad:
-        raise ConfigError(f"--variations takes variation indices (e.g. --variations 0 1 2 3), got {bad}")
-    cfg = load_config(args.config, args.overrides)
-    family = make_family(cfg.env)
-    tasks = [family.resolve_task(t) for t in (task_names or cfg.env.tasks)]
-    only = [int(x) for x in given] if given else list(cfg.env.variations)
-    for t in tasks:
-        train = set(family.variations(t, "train"))
-        missing = sorted(set(only) - train)
-        if missing:
-            raise ConfigError(f"{t} has no train variation(s) {missing}: gold paths are played on train variations "
-                              f"({min(train)}..{max(train)} of {t})")
-    pairs = variation_pairs(family, tasks, only, 0)
-    out = Path(args.out)
-    if out.is_dir():
-        raise ConfigError(f"--out {out} is a folder; give a file path, e.g. --out {out / 'oracle.jsonl'}")
-    mcfg = cfg.empo2.memory
-    records = policy_gold_records(cfg, family, pairs)
-    rows = [row for r in records
-            for row in oracle_memory_rows(r, mcfg.key_text, mcfg.recent_turns, cfg.env.max_turns)]
-    if not rows:
-        raise ConfigError(f"no gold path of {len(pairs)} task variation(s) ended in success; nothing to write")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
-    skipped = sorted({a for r in records for a in r.get("skipped_actions", [])})
-    print(f"{len(rows)} oracle tips of {len(records)} gold paths ({len(pairs) - len(records)} failed) written to "
-          f"{out} (key_text={mcfg.key_text}, recent_turns={mcfg.recent_turns}, max_turns={cfg.env.max_turns}"
-          + (f"; inadmissible gold actions left out: {', '.join(skipped)}" if skipped else "")
-          + f"); import them with: empo2 memory import RUN {out} --config CFG")
     return 0
 
 

@@ -132,7 +132,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     trainer = Trainer(cfg, resume=bool(args.resume), console=console, on_checked=lambda: console.print(run_line))
     out = trainer.train()
     if out["after"] is not None:
-        table_before_after(out["before"], out["after"], console, env=cfg.env.name)
+        table_before_after(out["before"], out["after"], console, env=cfg.env.name, iterations=cfg.trainer.iterations)
     console.print(f"run folder: {cfg.run_dir}  (metrics.jsonl, checkpoints/last, eval_*.json)")
     if out.get("checkpoint_error"):
         print(f"error: the run finished but its final checkpoint was not written: {out['checkpoint_error']}",

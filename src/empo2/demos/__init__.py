@@ -4,6 +4,6 @@ environments, trajectory JSONL files, both rebuilt as rollout chats: ``gold_reco
 action of an episode).
 
 Readers: supervised fine-tuning (``sft.train``), the RL loss's demonstration term (``trainer.demo_term``,
-``algo.sft_coef``), EMPO²'s oracle tips (``methods.empo2.oracle``), Retrospex's critic data
-(``retrospex.collect``) and ``empo2 memory oracle``.
+``algo.sft_coef``), Retrospex's critic data (``retrospex.collect``), and outside the package the oracle tips of
+``experiments/empo2_oracle``.
 """

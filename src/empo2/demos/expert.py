@@ -1,5 +1,5 @@
-"""Expert demonstrations (``empo2 sft``, the RL loss's ``algo.sft_coef`` term, EMPO²'s oracle tips, Retrospex's
-critic data): gold paths and trajectory JSONL files.
+"""Expert demonstrations (``empo2 sft``, the RL loss's ``algo.sft_coef`` term, Retrospex's critic data, the oracle
+tips of ``experiments/empo2_oracle``): gold paths and trajectory JSONL files.
 
 A demonstration is an episode record in our trajectory JSONL format (what ``empo2 train`` writes to
 ``runs/<name>/trajectories/iter-K.jsonl``)::
@@ -25,7 +25,7 @@ from typing import Any
 
 from empo2.agent.prompts import EpisodeChat, first_user_text, later_user_text
 from empo2.configschema import ConfigError
-from empo2.envs.base import EnvError, EnvFamily, TaskSpec
+from empo2.envs.base import EnvError, EnvFamily, TaskSpec, failure_rule
 from empo2.policy.chat import ChatFormat
 from empo2.policy.sampling import Generation
 from empo2.records import StepRecord, Trajectory
@@ -36,7 +36,8 @@ from empo2.demos.gold_tips import SHOWN_TIPS_KEY, with_gold_tips
 
 log = logging.getLogger(__name__)
 
-__all__ = ["demo_trajectory", "gold_records", "load_demos", "record_from_jsonl", "variation_pairs"]
+__all__ = ["demo_trajectory", "gold_records", "load_demos", "policy_gold_records", "record_from_jsonl",
+           "variation_pairs"]
 
 
 def variation_pairs(family: EnvFamily, tasks: list[str], only: list[int], per_task: int,
@@ -132,8 +133,7 @@ def policy_gold_records(cfg: Any, family: EnvFamily, pairs: list[tuple[str, int]
 
     A constrained policy (``action.mode: constrained``) can emit only admissible actions, so its path skips the
     others (e.g. ScienceWorld's ``open door to …`` once the ``easy`` simplification opened every door); with
-    them no rollout would ever reach the later states. Used by ``empo2 memory oracle`` and
-    ``empo2.memory.source: oracle``.
+    them no rollout would ever reach the later states. Used by the oracle tips of ``experiments/empo2_oracle``.
 
     Raises:
         ConfigError: as ``gold_records``.
@@ -275,7 +275,8 @@ def demo_trajectory(record: dict[str, Any], fmt: ChatFormat, family: EnvFamily, 
                                score=float(st.get("score", 0.0))))
     task = TaskSpec(family.name, str(record["task"]), int(record.get("variation", 0)),
                     str(record.get("split", "train")))
+    score, success = float(record.get("score", 0.0)), bool(record.get("success", False))
     return Trajectory(iteration=0, task_index=index, rollout=0, task=task, group=index, segments=chat.segments,
                       steps=recs, initial_score=float(record.get("initial_score", 0.0)),
-                      final_score=float(record.get("score", 0.0)), done=bool(record.get("done", True)),
-                      success=bool(record.get("success", False)))
+                      final_score=score, done=bool(record.get("done", True)),
+                      success=success, failed=failure_rule(family).failed(score, success))

@@ -18,8 +18,8 @@ The loss is on the gold action in every case (``sft.train``). Use tasks other th
 run on (docs/notes/learning.md: never warm up on the target task's own gold paths for a method comparison).
 
 ``oracle_next_action`` gives, for a diagnostic, the next gold action of an episode that may have left
-the gold path (tips "naming the right steps"; docs/notes/learning.md "Tips at 135M"). EMPO²'s oracle tip source and
-oracle memories are built on it (``methods.empo2.oracle``).
+the gold path (tips "naming the right steps"; docs/notes/learning.md "Tips at 135M"). The oracle tips of
+``experiments/empo2_oracle`` and the tip benchmarks (``benchmarks.tips``) are built on it.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ in ``StepResult.score``; normalisation to a return happens in ``algo.returns``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Mapping, Protocol, runtime_checkable
 
 
@@ -133,6 +134,51 @@ class TaskInfo:
     n_test: int
 
 
+class FailureRule(str, Enum):
+    """Which finished episodes an environment family calls failed: its ``failure_rule`` (``failure_rule``
+    reads it), an environment fact the generic code never guesses from scores (docs/environments.md).
+
+    The rollout engine applies it when an episode ends (``Trajectory.failed``); every failure count
+    follows from that flag: the failure rate of the evaluation tables (``header``), ``rollout/failure_rate``,
+    ``failures`` of ``trajectories/scores.tsv``, ``failed`` of the evaluation and trajectory files, and the
+    viewer's "failed" filter. An evaluation file records the rule it counted by (``EvalResult.failure_rule``).
+    """
+
+    NEGATIVE_SCORE = "negative_score"
+    """Failed = ended with a score below 0: the environment's own failure (ScienceWorld's −100, the tiny
+    pit). An episode that ran out of turns short of success has not failed; it keeps its partial score."""
+    NO_SUCCESS = "no_success"
+    """Failed = ended without success, however (out of turns, lost, a wrong purchase): TextWorld,
+    TextWorldExpress, WebShop and user games, whose games have no failure score of their own."""
+
+    def failed(self, final_score: float, success: bool) -> bool:
+        """Whether a finished (not crashed) episode with this final score (0..100, negative on an
+        environment's failure) and success flag failed under this rule."""
+        return final_score < 0 if self is FailureRule.NEGATIVE_SCORE else not success
+
+    @property
+    def header(self) -> str:
+        """The failure-rate column header of the CLI's evaluation tables, saying what is counted:
+        ``failure rate (scored 0)`` (a negative score, counted 0 in the score) or ``failure rate (no success)``."""
+        return "failure rate (scored 0)" if self is FailureRule.NEGATIVE_SCORE else "failure rate (no success)"
+
+    @property
+    def short(self) -> str:
+        """What a failure is, in a few words (report cells, the viewer): ``score < 0`` or ``no success``."""
+        return "score < 0" if self is FailureRule.NEGATIVE_SCORE else "no success"
+
+
+def failure_rule(family: object) -> FailureRule:
+    """An environment family's ``FailureRule``: its ``failure_rule`` attribute (ScienceWorld and tiny:
+    ``NEGATIVE_SCORE``), ``NO_SUCCESS`` for a family without one (TextWorld, TextWorldExpress, WebShop,
+    OpenEnv, user games: ``TextGame.failure_rule``).
+
+    Raises:
+        ValueError: the attribute is not a ``FailureRule`` value.
+    """
+    return FailureRule(getattr(family, "failure_rule", FailureRule.NO_SUCCESS))
+
+
 @runtime_checkable
 class TextEnv(Protocol):
     """A single live environment instance (one episode at a time).
@@ -189,6 +235,8 @@ class EnvFamily(Protocol):
             is lowercase; WebShop's search text is kept as written).
         two_word_verbs: verbs whose next word belongs to them in the ``rollout/verb_share/<verb>``
             metrics (ScienceWorld's ``go to``, ``pick up``, ...); empty for the others.
+        failure_rule: optional, which finished episodes failed (``FailureRule``; read with
+            ``failure_rule(family)``, which gives ``NO_SUCCESS`` to a family without it).
     """
 
     name: str

@@ -37,12 +37,12 @@ and name the module in ``run.plugins`` (or an ``empo2.plugins`` entry point); do
 
 from __future__ import annotations
 
-import difflib
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Sequence
 
-from empo2.envs.base import (EnvError, EnvFamily, Observation, StepResult, TaskInfo, TaskSpec, TipExample,
+from empo2.configschema import did_you_mean
+from empo2.envs.base import (EnvError, EnvFamily, FailureRule, Observation, StepResult, TaskInfo, TaskSpec, TipExample,
                              UnknownTaskError)
 
 DEFAULT_SYSTEM = (
@@ -101,6 +101,9 @@ class TextGame:
         max_score: the score of a full success in game units, unless ``info["max_score"]`` says.
         lowercase_actions: lowercase parsed actions before ``step`` (parsers that only know lowercase).
         two_word_verbs: verbs whose next word belongs to them in the ``rollout/verb_share`` metrics.
+        failure_rule: which finished episodes failed (``FailureRule``): by default every one that ended
+            without success; ``NEGATIVE_SCORE`` for a game whose failure is a negative score and whose
+            episodes cut short keep their partial score.
     """
 
     tasks: ClassVar[Mapping[str, Splits]] = {}
@@ -110,6 +113,7 @@ class TextGame:
     max_score: ClassVar[float] = 1.0
     lowercase_actions: ClassVar[bool] = False
     two_word_verbs: ClassVar[Mapping[str, frozenset[str]]] = {}
+    failure_rule: ClassVar[FailureRule] = FailureRule.NO_SUCCESS
     call_timeout_s: ClassVar[float | None] = 300.0
     """Seconds one ``reset`` or ``step`` may take before the episode is marked crashed (``EnvError``) and the
     environment rebuilt; None = no limit. A hung call's thread is abandoned, not killed."""
@@ -139,8 +143,7 @@ class TextGame:
         names = list(self.task_splits())
         if name in names:
             return name
-        close = difflib.get_close_matches(name, names, n=2, cutoff=0.6)
-        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        hint = did_you_mean(name, names)
         raise UnknownTaskError(f"unknown task {name!r}; the tasks are {', '.join(names)}.{hint}")
 
     def variations(self, task: str, split: str) -> list[int]:
@@ -348,6 +351,7 @@ class GameFamily:
         self.score_scale = 100.0
         self.lowercase_actions = bool(game_cls.lowercase_actions)
         self.two_word_verbs = dict(game_cls.two_word_verbs)
+        self.failure_rule = FailureRule(game_cls.failure_rule)
         self._catalogue: TextGame | None = None
 
     def _probe(self) -> TextGame:

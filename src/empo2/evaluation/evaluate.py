@@ -1,7 +1,9 @@
 """Evaluation (docs/algorithms.md, Evaluation statistics): held-out variations, no memory by default, temperature 0.4.
 
-Reports mean score (0..100; a failed episode counts as 0 — its −100 is reported separately as
-the failure rate), success rate and mean steps, each with a 95% confidence interval (Student t
+Reports mean score (0..100; a negative score, ScienceWorld's −100 failure, counts as 0), the failure
+rate (the share of episodes the environment family calls failed, ``Trajectory.failed``: ScienceWorld
+a score below 0, TextWorld, TextWorldExpress and WebShop no success; ``envs.base.FailureRule``, recorded
+as ``EvalResult.failure_rule``), success rate and mean steps, each with a 95% confidence interval (Student t
 for means, Wilson for rates), per task and overall. ``score_last_nonneg`` is the mean under the
 SwiftSage/Retrospex convention instead: a failed episode scores the last non-negative score it
 reached before failing (``last_nonnegative_score``), which is higher than counting it as 0.
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from empo2.algo.stats import mean_ci, proportion_ci
-from empo2.envs.base import EnvFamily, TaskSpec
+from empo2.envs.base import EnvFamily, FailureRule, TaskSpec, failure_rule
 from empo2.records import Mode, Trajectory
 from empo2.rollout.engine import ActionSelector, EpisodeSpec, RolloutEngine, RolloutSettings, StepHook
 from empo2.algo.compare import EVAL_STREAM, episode_score, pair_episodes
@@ -48,6 +50,7 @@ class EvalSummary:
     steps: float
     steps_ci: tuple[float, float]
     failure_rate: float
+    """Share of the finished episodes that failed by the family's rule (``Trajectory.failed``)."""
     crashed: int = 0
     score_last_nonneg: float = float("nan")
     """Mean score with each failure replaced by its last non-negative score (the authors' convention)."""
@@ -78,6 +81,9 @@ class EvalResult:
     trained on); ``variations`` is the part of them that was played."""
     max_turns: int | None = None
     """``env.max_turns`` of the episodes (None in files written before it was recorded)."""
+    failure_rule: str = FailureRule.NEGATIVE_SCORE.value
+    """What ``failure_rate`` counts (a ``FailureRule`` value): the environment family's rule; files written
+    before it was recorded counted scores below 0 (the default)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -98,7 +104,8 @@ def last_nonnegative_score(traj: Trajectory) -> float:
 
 
 def summarise(trajs: list[Trajectory], level: float = 0.95) -> EvalSummary:
-    """``EvalSummary`` of finished (non-crashed) trajectories."""
+    """``EvalSummary`` of finished (non-crashed) trajectories; ``failure_rate`` counts ``Trajectory.failed``
+    (the family's rule, set by the rollout engine)."""
     ok = [t for t in trajs if not t.crashed]
     scores = [max(t.final_score, 0.0) for t in ok]
     steps = [float(t.num_steps) for t in ok]
@@ -113,7 +120,7 @@ def summarise(trajs: list[Trajectory], level: float = 0.95) -> EvalSummary:
     succ = sum(t.success for t in ok)
     p, plo, phi = proportion_ci(succ, n, level)
     return EvalSummary(n, m, (lo, hi), p, (plo, phi), sm, (slo, shi),
-                       sum(t.final_score < 0 for t in ok) / n, len(trajs) - n,
+                       sum(t.failed for t in ok) / n, len(trajs) - n,
                        sum(last_nonnegative_score(t) for t in ok) / n, int(succ))
 
 
@@ -202,7 +209,8 @@ def evaluate(engine: RolloutEngine, family: EnvFamily, tasks: list[str], split: 
                      variations=played_variations(trajs, tasks), restricted=variations is not None,
                      per_variation={k: summarise(v) for k, v in sorted(per_var.items(),
                                                                        key=lambda kv: _var_order(kv[0]))},
-                     split_variations=pool, max_turns=settings.max_turns)
+                     split_variations=pool, max_turns=settings.max_turns,
+                     failure_rule=failure_rule(family).value)
     if selector is not None:
         report = getattr(selector, "report", None)
         res.retrospex = report(trajs) if callable(report) else {}
@@ -214,11 +222,12 @@ def evaluate(engine: RolloutEngine, family: EnvFamily, tasks: list[str], split: 
 def episode_records(trajs: list[Trajectory], seed: int, stream: int) -> list[dict[str, Any]]:
     """The evaluation file's entry of each episode: ``id`` (its index k), task, variation, ``seed``
     (``[seed, stream, k, rollout]``, the pairing key of ``algo.compare.pair_episodes``), raw
-    ``score`` (−100 on failure), ``score_last_nonnegative``, success, steps, crashed, tips shown, actions."""
+    ``score`` (−100 on failure), ``score_last_nonnegative``, success, ``failed`` (``Trajectory.failed``: by the
+    family's rule), steps, crashed, tips shown, actions."""
     return [{"id": t.task_index, "task": t.task.task, "variation": t.task.variation,
              "seed": [seed, stream, t.task_index, t.rollout], "score": t.final_score,
              "score_last_nonnegative": last_nonnegative_score(t),
-             "success": t.success, "steps": t.num_steps, "crashed": t.crashed,
+             "success": t.success, "failed": t.failed, "steps": t.num_steps, "crashed": t.crashed,
              "tips_shown": sum(len(s.tips) for s in t.steps),
              "actions": [s.action for s in t.steps]} for t in trajs]
 
@@ -367,7 +376,8 @@ def read_eval(path: Path) -> EvalResult:
                           episodes=episodes, variations=variations,
                           restricted=bool(d.get("restricted", False)),
                           per_variation={k: _summary(v) for k, v in d.get("per_variation", {}).items()},
-                          split_variations=pool or {}, max_turns=d.get("max_turns"))
+                          split_variations=pool or {}, max_turns=d.get("max_turns"),
+                          failure_rule=str(d.get("failure_rule", FailureRule.NEGATIVE_SCORE.value)))
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"{path} is not an evaluation file written by empo2 ({type(e).__name__}: {e}); "
                          "delete it or re-run the evaluation") from None

@@ -1,6 +1,6 @@
 """Training methods: the interface every method implements (``base.Method``, ``base.make_method``), the hook-free
 GRPO / GiGPO methods (``grpo``) and EMPO² with its memory-only baseline (the ``empo2`` subpackage: runtime,
-factories, modes, tips, the oracle tip source); and, re-exported here, the ``trainer.method`` registry
+factories, modes, tips); and, re-exported here, the ``trainer.method`` registry
 (``empo2.methods_registry``: ``METHODS``, ``register_method``, ``method_name``, …).
 
 The registry is a module of its own, outside this package, because ``config.validate`` reads it and the methods

@@ -197,7 +197,9 @@ def _row_cells(s: RunSummary) -> list[str]:
     its = f"{s.iterations_done}" + (f"/{s.iterations_planned}" if s.iterations_planned is not None else "")
     score = fmt_value_ci(s.eval_score, s.eval_score_ci, 1)
     if s.eval_score_before is not None and s.eval_score is not None:
-        score += (f" (before {s.eval_score_before:.1f})" if s.before_unmatched is None else
+        untrained = s.iterations_planned == 0 and s.iterations_done == 0  # trainer.iterations=0: after is before
+        score += (" (after = before: 0 iterations)" if untrained and s.before_unmatched is None else
+                  f" (before {s.eval_score_before:.1f})" if s.before_unmatched is None else
                   f" (before {s.eval_score_before:.1f} over other episodes: {s.before_over}; {s.before_unmatched}; "
                   "not comparable)")
     source = DASH if s.eval_tag is None else s.eval_tag + (
@@ -234,8 +236,24 @@ def comparison_table(summaries: list[RunSummary], marks: dict[str, str] | None =
     return "\n".join(lines)
 
 
+def _failure_cell(summary: dict[str, Any], res: dict[str, Any]) -> str:
+    """``0.50 (no success)``: a summary's failure rate with what it counts, the evaluation file's
+    ``failure_rule`` (``envs.base.FailureRule``; a file written before it was recorded counted scores < 0)."""
+    from empo2.envs.base import FailureRule
+
+    rate = finite(summary.get("failure_rate"))
+    if rate is None:
+        return DASH
+    try:
+        rule = FailureRule(res.get("failure_rule", FailureRule.NEGATIVE_SCORE.value))
+    except ValueError:
+        return fmt_value_ci(rate, None, 2)
+    return f"{fmt_value_ci(rate, None, 2)} ({rule.short})"
+
+
 def per_task_table(runs: list[RunData]) -> str | None:
-    """Markdown table of each run's final evaluation per task, or ``None`` if no run has one."""
+    """Markdown table of each run's final evaluation per task, or ``None`` if no run has one; the failure
+    rate says what it counts (``_failure_cell``)."""
     lines: list[str] = []
     for run in runs:
         fe = final_eval(run)
@@ -248,7 +266,7 @@ def per_task_table(runs: list[RunData]) -> str | None:
                 md_escape(str(res.get("temperature", DASH))), md_escape(task),
                 str(t.get("episodes", DASH)), fmt_value_ci(finite(t.get("score")), _ci(t.get("score_ci")), 1),
                 fmt_value_ci(finite(t.get("success_rate")), _ci(t.get("success_ci")), 2),
-                fmt_value_ci(finite(t.get("failure_rate")), None, 2),
+                _failure_cell(t, res),
                 fmt_value_ci(finite(t.get("steps")), _ci(t.get("steps_ci")), 1)]) + " |")
     if not lines:
         return None

@@ -141,7 +141,8 @@ def _episode(rec: dict[str, Any], limit: int, iteration: int) -> dict[str, Any]:
     stored = str(rec.get("id", ""))
     return {"id": display_id(stored, iteration), "stored_id": stored, "task": str(rec.get("task", "")),
             "variation": rec.get("variation"), "mode": str(rec.get("mode", "")), "score": rec.get("score"),
-            "success": rec.get("success"), "crashed": rec.get("crashed"), "tip": cut(rec.get("tip"), limit),
+            "success": rec.get("success"), "failed": rec.get("failed"), "crashed": rec.get("crashed"),
+            "tip": cut(rec.get("tip"), limit),
             "task_description": cut(rec.get("task_description"), limit),
             "initial_observation": None if first is None else cut(first, limit), "steps": steps}
 
@@ -201,7 +202,7 @@ def eval_views(run: RunData, cap: int, limit: int) -> list[dict[str, Any]]:
                 for a in e.get("actions") or []]
             eps.append({"id": f"eval-{tag}-e{k + 1}", "stored_id": "", "task": str(e.get("task", "")),
                         "variation": e.get("variation"), "mode": "eval", "score": e.get("score"),
-                        "success": e.get("success"), "crashed": e.get("crashed"), "tip": None,
+                        "success": e.get("success"), "failed": e.get("failed"), "crashed": e.get("crashed"), "tip": None,
                         "task_description": None, "initial_observation": None, "steps": steps, "eval": True})
         title = _EVAL_TITLES.get(tag, f"evaluation after iteration {tag[4:]}")
         out.append({"kind": "eval", "index": -1, "iteration": None, "title": f"{title} ({d.get('split', '?')} split)",

@@ -67,8 +67,9 @@ JS = r"""
   var DATA = JSON.parse(document.getElementById("viewer-data").textContent);
   var MODES = {eval: "evaluation · no memory", plain: "plain · no tips", on_policy_tips: "tips · on-policy update",
                off_policy: "tips · off-policy update"};
-  var SCORES = [["all", "any score"], ["success", "success"], ["positive", "score > 0"], ["zero", "score = 0"],
-                ["negative", "score < 0 (failed)"]];
+  var SCORES = [["all", "any score"], ["success", "success"], ["failed", "failed"], ["positive", "score > 0"],
+                ["zero", "score = 0"]];
+  var ALIASES = {negative: "failed"};  // links made before the "failed" filter
   var state = {run: 0, it: 0, ep: 0, variation: "all", mode: "all", score: "all"};
   var $ = function (id) { return document.getElementById(id); };
 
@@ -84,6 +85,12 @@ JS = r"""
     return Number.isInteger(v) ? String(v) : v.toFixed(d === undefined ? 1 : d);
   }
   function signed(v) { return typeof v === "number" && v > 0 ? "+" + num(v) : num(v); }
+  // Failed by the environment family's rule (the episode's "failed", Trajectory.failed: ScienceWorld a score
+  // below 0, TextWorld / TextWorldExpress / WebShop no success); files without it: a score below 0.
+  function failed(e) { return typeof e.failed === "boolean" ? e.failed : typeof e.score === "number" && e.score < 0; }
+  // A score on the 0–100 scale every table uses: a negative one (an environment's failure, e.g. −100) counts 0.
+  function shownScore(v) { return typeof v === "number" ? num(Math.max(v, 0)) : num(v); }
+  function rawNote(v) { return typeof v === "number" && v < 0 ? "the environment scored " + num(v) + ", counted 0" : ""; }
   function badge(parent, text, kind, title) {
     var b = el("span", "badge" + (kind ? " " + kind : ""), text);
     if (title) b.title = title;
@@ -101,7 +108,7 @@ JS = r"""
     if (state.score === "success") return !!e.success;
     if (state.score === "positive") return sc > 0;
     if (state.score === "zero") return sc === 0;
-    if (state.score === "negative") return sc < 0;
+    if (state.score === "failed") return failed(e);
     return true;
   }
   function shown() {  // indices of the current iteration's episodes that pass the filters
@@ -133,6 +140,7 @@ JS = r"""
     var i = curIt();
     state.ep = i ? clamp(h.ep, i.episodes.length) : 0;
     ["variation", "mode", "score"].forEach(function (k) { state[k] = h[k] ? decodeURIComponent(h[k]) : "all"; });
+    state.score = ALIASES[state.score] || state.score;
   }
   function writeHash() {
     var h = "#run=" + state.run + "&it=" + state.it + "&ep=" + state.ep;
@@ -186,7 +194,8 @@ JS = r"""
       var b = el("button", k === state.ep ? "active" : null);
       b.appendChild(el("div", "ep-id", e.id));
       var meta = el("div", "ep-meta", e.task + " v" + e.variation + " · " + e.mode + " ");
-      badge(meta, (e.success ? "✓ " : "") + num(e.score), e.success ? "ok" : e.score > 0 ? "info" : "bad");
+      badge(meta, (e.success ? "✓ " : failed(e) ? "✗ " : "") + shownScore(e.score),
+            e.success ? "ok" : failed(e) ? "bad" : e.score > 0 ? "info" : null, failed(e) ? "failed" : null);
       if (e.crashed) badge(meta, "crashed", "bad");
       b.appendChild(meta);
       b.addEventListener("click", function () { state.ep = k; update(); });
@@ -223,8 +232,12 @@ JS = r"""
     if (s.valid === false) badge(verdict, "invalid action", "bad", "the environment rejected the action");
     else if (s.valid === true) badge(verdict, "valid", "ok");
     if (s.corrected) badge(verdict, "corrected", "warn", "the model text was corrected to a valid action");
-    if (typeof s.reward === "number") badge(verdict, "reward " + signed(s.reward), s.reward > 0 ? "ok" : s.reward < 0 ? "bad" : null);
-    if (typeof s.score === "number") badge(verdict, "score " + num(s.score), "info");
+    if (typeof s.score === "number" && s.score < 0) {  // the environment's failure score (−100): said as a failure
+      badge(verdict, "failed", "bad", rawNote(s.score) + (typeof s.reward === "number" ? "; reward " + signed(s.reward) : ""));
+    } else {
+      if (typeof s.reward === "number") badge(verdict, "reward " + signed(s.reward), s.reward > 0 ? "ok" : s.reward < 0 ? "bad" : null);
+      if (typeof s.score === "number") badge(verdict, "score " + num(s.score), "info");
+    }
     if (typeof s.intrinsic === "number" && s.intrinsic !== 0) badge(verdict, "r_int " + num(s.intrinsic, 3), "tip");
     if (verdict.firstChild) card.appendChild(verdict);
     if (s.result !== null && s.result !== undefined) {
@@ -243,8 +256,8 @@ JS = r"""
     var b = el("div", "badges");
     badge(b, e.task + " · variation " + e.variation, "info");
     badge(b, MODES[e.mode] || e.mode, e.mode === "plain" ? null : "tip");
-    badge(b, "final score " + num(e.score), e.score > 0 ? "ok" : e.score < 0 ? "bad" : null);
-    badge(b, e.success ? "success" : "no success", e.success ? "ok" : "bad");
+    badge(b, "final score " + shownScore(e.score), e.score > 0 ? "ok" : null, rawNote(e.score) || null);
+    badge(b, e.success ? "success" : failed(e) ? "failed" : "no success", e.success ? "ok" : failed(e) ? "bad" : "warn");
     if (e.crashed) badge(b, "environment crashed", "bad");
     badge(b, e.steps.length + (e.steps.length === 1 ? " step" : " steps"));
     main.appendChild(b);

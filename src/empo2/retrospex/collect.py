@@ -42,7 +42,7 @@ def trajectory_record(t: Trajectory) -> dict[str, Any]:
     per step, ``initial_score``, ``final_observation``, ``done`` and ``split``."""
     return {"id": t.id, "task": t.task.task, "variation": t.task.variation, "split": t.task.split,
             "mode": t.mode.value, "score": t.final_score, "initial_score": t.initial_score, "success": t.success,
-            "done": t.done, "crashed": t.crashed, "tip": t.tip,
+            "failed": t.failed, "done": t.done, "crashed": t.crashed, "tip": t.tip,
             "task_description": t.info.get("task_description", ""),
             "final_observation": t.final_observation,
             "steps": [{"observation": s.observation, "tips": s.tips, "raw": s.raw_text, "action": s.action,
@@ -84,7 +84,7 @@ def collect_critic_data(cfg: Config, setup: Any, out_dir: Path, on_turn: Any = N
     ok = [t for t in trajs if not t.crashed]
     n = max(len(ok), 1)
     summary = {"episodes": len(trajs), "crashed": len(trajs) - len(ok), "transitions": len(trans),
-               "success_rate": sum(t.success for t in ok) / n, "failure_rate": sum(t.final_score < 0 for t in ok) / n,
+               "success_rate": sum(t.success for t in ok) / n, "failure_rate": sum(t.failed for t in ok) / n,
                "score_mean": sum(max(t.final_score, 0.0) for t in ok) / n,
                "steps_mean": sum(t.num_steps for t in ok) / n, "temperature": rc.collect_temperature,
                "seconds": time.perf_counter() - t0}

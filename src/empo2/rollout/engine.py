@@ -36,7 +36,7 @@ from typing import Any, Callable, Protocol
 
 from empo2.records import ROLLOUT_SHOWS_TIPS
 from empo2.agent.prompts import EpisodeChat, first_user_text, later_user_text, tip_block
-from empo2.envs.base import EnvFamily, TaskSpec
+from empo2.envs.base import EnvFamily, TaskSpec, failure_rule
 from empo2.policy.chat import ChatFormat
 from empo2.rollout.action import ActionOutcome, take_action  # noqa: F401  (re-exported: the action pipeline)
 from empo2.policy.generator import Generation, GenerationRequest, Generator, HFGenerator, SamplingParams
@@ -180,7 +180,8 @@ class RolloutEngine:
     Args:
         model: the causal LM used for sampling.
         fmt: its ``ChatFormat``.
-        family: the environment family (system prompt, few-shot turns).
+        family: the environment family (system prompt, few-shot turns, and which episodes failed:
+            ``Trajectory.failed`` by its ``envs.base.failure_rule``).
         pool: the environment pool (thread or Ray backend; one batched call per turn and method).
         generator: the generation backend (``policy.generator``); by default an ``HFGenerator`` over
             ``model``. Shared with EMPO²'s tip writer, which continues the caches this engine keeps.
@@ -191,6 +192,7 @@ class RolloutEngine:
         self.model = model
         self.fmt = fmt
         self.family = family
+        self.failure = failure_rule(family)
         self.pool = pool
         self.generator: Generator = generator if generator is not None else HFGenerator(model, fmt)
         self.end_id = min(fmt.eos_ids) if fmt.eos_ids else int(fmt.tokenizer.eos_token_id)
@@ -445,6 +447,7 @@ class RolloutEngine:
             iteration=iteration, task_index=sp.task_index, rollout=sp.rollout, task=sp.task, group=sp.group,
             mode=sp.mode, segments=st.chat.segments, steps=st.steps, initial_score=st.initial_score,
             final_score=st.score, done=st.done, success=st.success, crashed=st.crashed,
+            failed=not st.crashed and self.failure.failed(st.score, st.success),
             final_observation="" if st.crashed else st.observation,
             info={k: v for k, v in st.info.items() if k not in ("shown_tips",)} | {"messages": st.chat.messages,
                                                                                    "task_description": st.task_description})

@@ -486,7 +486,8 @@ class Trainer:
             for t in trajs:
                 f.write(json.dumps({
                     "id": t.id, "task": t.task.task, "variation": t.task.variation, "mode": t.mode.value,
-                    "score": t.final_score, "success": t.success, "crashed": t.crashed, "tip": t.tip,
+                    "score": t.final_score, "success": t.success, "failed": t.failed, "crashed": t.crashed,
+                    "tip": t.tip,
                     "task_description": t.info.get("task_description", ""),
                     "steps": [{"observation": s.observation, "tips": s.tips, "raw": s.raw_text, "action": s.action,
                                "valid": s.env_valid, "corrected": s.corrected, "reward": s.reward, "score": s.score,

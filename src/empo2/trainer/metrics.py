@@ -35,7 +35,7 @@ def rollout_metrics(trajs: list[Trajectory], two_word: Mapping[str, Collection[s
         "rollout/score_mean": sum(max(t.final_score, 0.0) for t in ok) / n,
         "rollout/raw_score_mean": sum(t.final_score for t in ok) / n,
         "rollout/success_rate": sum(t.success for t in ok) / n,
-        "rollout/failure_rate": sum(t.final_score < 0 for t in ok) / n,
+        "rollout/failure_rate": sum(t.failed for t in ok) / n,  # the family's rule (Trajectory.failed)
         "rollout/steps_mean": sum(t.num_steps for t in ok) / n,
         "rollout/env_steps": float(len(steps)),
         "rollout/done_rate": sum(t.done for t in ok) / n,
@@ -99,7 +99,7 @@ def group_score_rows(trajs: list[Trajectory], iteration: int) -> list[dict[str, 
     ``score_mean``, ``score_min``, ``score_max`` count a failed episode (ScienceWorld's −100) as 0, the
     convention of ``rollout/score_mean`` and every printed score (README, "One score"), so the groups of
     an iteration average to its logged score when they hold equal numbers of rollouts. ``failures``
-    counts the failed episodes and ``raw_score_mean`` is the mean of the raw final scores (−100 kept).
+    counts the failed episodes (``Trajectory.failed``: the environment family's rule) and ``raw_score_mean`` is the mean of the raw final scores (−100 kept).
     ``signal`` is 1 when the group's raw final scores differ (GRPO has a non-zero advantage to use), 0
     when every rollout scored the same (no learning signal from this group), the stall the logs must
     show; ``distinct_scores`` counts raw scores too (a failure and a 0 differ). Columns:
@@ -117,7 +117,7 @@ def group_score_rows(trajs: list[Trajectory], iteration: int) -> list[dict[str, 
                      "episodes": len(ts), "score_mean": round(sum(scores) / len(scores), 3),
                      "score_min": min(scores), "score_max": max(scores), "distinct_scores": len(set(raw)),
                      "success": sum(t.success for t in ts), "signal": int(len(set(raw)) > 1),
-                     "failures": sum(x < 0 for x in raw), "raw_score_mean": round(sum(raw) / len(raw), 3)})
+                     "failures": sum(t.failed for t in ts), "raw_score_mean": round(sum(raw) / len(raw), 3)})
     return rows
 
 

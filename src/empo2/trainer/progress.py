@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
+from empo2.envs.base import FailureRule
 from empo2.console import make_console  # noqa: F401 - used here and re-exported (callers import it from here too)
 
 
@@ -331,20 +332,74 @@ def tips_note(metrics: dict[str, float], during_rollout: float | None = None) ->
     text = "; ".join(parts)
     if during_rollout:
         text += f"; tips sampled during the rollout took {fmt_duration(during_rollout)} more"
+    follow = tip_follow_note(metrics)
+    if follow:
+        text += f"{'; ' if text else ''}{follow}"
+    return text
+
+
+def tip_follow_note(metrics: dict[str, float]) -> str:
+    """``tip followed 0.40 of 12 tipped steps (plain baseline 0.10 of 30 steps)``: the share of steps that
+    showed tips (memory mode) whose action a shown tip names, next to the same share in plain steps, whose
+    retrieved tips were hidden (the chance level; ``memory/tip_follow_rate`` and ``_plain``, counted over
+    ``memory/tip_follow_steps`` and ``_plain``: ``methods.empo2.tipinfo.tip_follow_shares``; docs/getting-started.md).
+
+    A share of no steps is said in words, never a bare dash: ``tip followed: no step showed a tip (plain
+    baseline 1.00 of 5 steps)``, ``… (plain baseline: no plain step had a tip)``. ``""`` when neither share
+    is in ``metrics`` (no memory, or no step had a tip at all).
+    """
     follow, plain = _num(metrics, "memory/tip_follow_rate", "{:.2f}"), _num(metrics, "memory/tip_follow_rate_plain",
                                                                             "{:.2f}")
-    if follow is not None or plain is not None:
-        text += f"{'; ' if text else ''}tip followed {follow or '-'} (plain {plain or '-'})"
-    return text
+    if follow is None and plain is None:
+        return ""
+    n, n_plain = (_num(metrics, k, "{:.0f}") for k in ("memory/tip_follow_steps", "memory/tip_follow_steps_plain"))
+    shown = "tip followed: no step showed a tip" if follow is None else \
+        f"tip followed {follow}" + (f" of {n} tipped steps" if n is not None else " in tipped steps")
+    base = (f"plain baseline {plain}" + (f" of {n_plain} steps" if n_plain is not None else "")) if plain is not None \
+        else "plain baseline: no plain step had a tip"
+    return f"{shown} ({base})"
 
 
 SCORE_HEADER = "score (0–100) [95% CI]"
 """Column header of a mean episode score in every table the CLI prints (eval, adapt, train)."""
 SUCCESS_HEADER = "success rate [95% CI]"
 """Column header of the share of successful episodes (0–1) in every table the CLI prints."""
-FAILURE_HEADER = "failure rate (scored 0)"
-"""Column header of the share of failed episodes (ScienceWorld's −100, the tiny pit), each of which
-enters the score as 0, in the evaluation tables the CLI prints."""
+FAILURE_HEADER = FailureRule.NEGATIVE_SCORE.header
+"""Column header of the share of failed episodes where failure is a negative score (ScienceWorld's −100, the
+tiny pit), each of which enters the score as 0; a family whose failure is "no success" (TextWorld,
+TextWorldExpress, WebShop) gets ``failure rate (no success)`` (``failure_header``)."""
+
+
+def failure_header(*results: Any) -> str:
+    """The failure-rate column header of a table of ``EvalResult`` s (``None`` ones skipped): what their
+    ``failure_rate`` counts, ``FailureRule.header`` of their ``failure_rule`` — ``failure rate (scored 0)``
+    (ScienceWorld, tiny) or ``failure rate (no success)`` (TextWorld, TextWorldExpress, WebShop); plain
+    ``failure rate`` when the results count by different rules (``failure_cell`` then says it per row)."""
+    rules = {_rule(r) for r in results if r is not None}
+    return rules.pop().header if len(rules) == 1 else "failure rate"
+
+
+def failure_cell(s: Any, res: Any, header: str) -> str:
+    """``0.50``: an ``EvalSummary``'s failure rate under ``header`` (``failure_header``); ``0.50 (no success)``
+    when the header does not say what ``res`` (its ``EvalResult``) counts."""
+    rule = _rule(res)
+    return f"{s.failure_rate:.2f}" + ("" if header == rule.header else f" ({rule.short})")
+
+
+def _rule(res: Any) -> FailureRule:
+    return FailureRule(getattr(res, "failure_rule", FailureRule.NEGATIVE_SCORE.value))
+
+
+def failure_legend(*results: Any) -> str:
+    """What the failure rate of these ``EvalResult`` s counts, for the line under a table: ``failure rate: the
+    share of episodes that ended without success`` (or ``… with a negative score, e.g. ScienceWorld's −100,
+    counted 0 in the score``); ``""`` for none."""
+    rules = sorted({_rule(r) for r in results if r is not None}, key=lambda r: r.value)
+    said = {FailureRule.NEGATIVE_SCORE: "ended with a negative score (the environment's failure, e.g. ScienceWorld's "
+                                        "−100; counted 0 in the score)",
+            FailureRule.NO_SUCCESS: "ended without success"}
+    return "; ".join(f"failure rate{'' if len(rules) == 1 else f' ({r.short})'}: the share of episodes that "
+                     f"{said[r]}" for r in rules)
 
 
 def fmt_score(s: Any) -> str:
@@ -383,7 +438,7 @@ def score_legend(env: str) -> str:
     """What the score and the success rate of environment ``env`` mean, for a table caption: one
     0–100 score per episode (ScienceWorld's own score; WebShop's reward × 100) and a success flag
     (``StepResult.success``; docs/environments.md). An unknown name gets the generic sentence."""
-    return _SCORE_MEANING.get(env, "score: 0–100 per episode, a failed episode counts 0; success: the task "
+    return _SCORE_MEANING.get(env, "score: 0–100 per episode, a negative score counts 0; success: the task "
                                    "completed") + "; success rate: the share of successful episodes, 0–1"
 
 
@@ -410,16 +465,28 @@ def unmatched_evaluations(before: Any, after: Any) -> str | None:
     return unmatched_episodes(before.to_json(), after.to_json())
 
 
-def table_before_after(before: Any, after: Any, console: Any = None, env: str = "") -> None:
+NO_ITERATIONS_ROW = "after = before: 0 iterations"
+"""The one row of the before/after table of a run of ``trainer.iterations=0`` (``table_before_after``)."""
+
+
+def table_before_after(before: Any, after: Any, console: Any = None, env: str = "",
+                       iterations: int | None = None) -> None:
     """Print the before/after evaluation table (``EvalResult`` s; a ``None`` row is left out), each row
     saying which episodes its numbers are over (``episodes_over``: count, split, temperature, turn cap),
     a warning line when the two rows are not over the same episodes (``unmatched_evaluations``; a run
     resumed by an older empo2 with other evaluation settings: ``--resume`` now refuses that,
-    docs/reliability.md, Resume), then what ``env``'s score and success mean (``score_legend``)."""
+    docs/reliability.md, Resume), then what ``env``'s score and success mean (``score_legend``) and what
+    the failure rate counts (``failure_header``, ``failure_legend``: the environment family's rule).
+
+    A run of ``iterations == 0`` trained nothing, so its "after" is its "before" (``Trainer.train``): the
+    table has one row, ``after = before: 0 iterations``, and a line says no training iteration ran, rather
+    than presenting two equal rows as a comparison."""
     from rich.table import Table
 
     console = console or make_console()
-    rows = [(name, r) for name, r in (("before training", before), ("after training", after)) if r is not None]
+    untrained = iterations == 0 and (before if before is not None else after) is not None
+    rows = [(NO_ITERATIONS_ROW, before if before is not None else after)] if untrained else \
+        [(name, r) for name, r in (("before training", before), ("after training", after)) if r is not None]
     caps = {getattr(r, "max_turns", None) for _, r in rows}
     cap = caps.pop() if len(caps) == 1 else None  # one turn cap: said once, in the title
     t = Table(title="Evaluation on held-out variations (no memory" + (f", ≤ {cap} turns per episode" if cap else "")
@@ -429,19 +496,29 @@ def table_before_after(before: Any, after: Any, console: Any = None, env: str = 
     t.add_column(SCORE_HEADER, justify="right")
     t.add_column(SUCCESS_HEADER, justify="right")
     t.add_column("steps", justify="right")
-    t.add_column(FAILURE_HEADER, justify="right")
+    failure = failure_header(*(r for _, r in rows))
+    t.add_column(failure, justify="right")
     for name, r in rows:
         o = r.overall
-        t.add_row(name, episodes_over(r, short=True, turns=cap is None), fmt_score(o), fmt_success(o), f"{o.steps:.1f}", f"{o.failure_rate:.2f}")
+        t.add_row(name, episodes_over(r, short=True, turns=cap is None), fmt_score(o), fmt_success(o), f"{o.steps:.1f}",
+                  failure_cell(o, r, failure))
     console.print(t)
+    legend = "; ".join(x for x in (score_legend(env), failure_legend(*(r for _, r in rows))) if x)
+    if untrained:
+        console.print("no training iterations ran (trainer.iterations=0): this is the untrained model's evaluation, "
+                      "written as both eval_before.json and eval_after.json; raise trainer.iterations to train",
+                      markup=False, highlight=False, soft_wrap=True)
+        console.print(legend)
+        return
     why = unmatched_evaluations(before, after) if before is not None else None
     if why is not None:
         console.print(f"[bold red]warning:[/] 'before' and 'after' are not over the same episodes ({why}): "
                       "the two rows are not a before/after comparison of this run")
-    console.print(score_legend(env))
+    console.print(legend)
 
 
 __all__ = ["Phase", "Progress", "make_console", "iteration_line", "table_before_after", "score_legend",
            "episodes_over", "unmatched_evaluations",
-           "SCORE_HEADER", "SUCCESS_HEADER", "FAILURE_HEADER", "fmt_score", "fmt_success", "fmt_duration", "fmt_bytes",
-           "trajectories_note", "eval_note", "update_note", "checkpoint_note", "model_note", "tips_note"]
+           "SCORE_HEADER", "SUCCESS_HEADER", "FAILURE_HEADER", "failure_header", "failure_cell", "failure_legend", "fmt_score", "fmt_success", "fmt_duration", "fmt_bytes",
+           "trajectories_note", "eval_note", "update_note", "checkpoint_note", "model_note", "tips_note",
+           "tip_follow_note", "NO_ITERATIONS_ROW"]

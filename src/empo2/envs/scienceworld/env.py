@@ -75,7 +75,7 @@ from typing import Any
 from py4j.protocol import Py4JError
 from scienceworld import ScienceWorldEnv
 
-from empo2.envs.base import EnvError, Observation, StepResult, TaskInfo, TaskSpec, UnknownTaskError
+from empo2.envs.base import EnvError, FailureRule, Observation, StepResult, TaskInfo, TaskSpec, UnknownTaskError
 from empo2.envs.scienceworld import jvm, prompts, tasks
 from empo2.envs.scienceworld.config import SciWorldConfig
 
@@ -652,6 +652,7 @@ class SciWorldFamily:
     score_scale = 100.0  # ScienceWorld's task score: 100 = completed (−100 = failed)
     lowercase_actions = True  # the simulator's parser is lowercase
     two_word_verbs = tasks.TWO_WORD_VERBS
+    failure_rule = FailureRule.NEGATIVE_SCORE  # the simulator's failure is −100; out of turns keeps the partial score
 
     def __init__(self, cfg: SciWorldConfig | None = None) -> None:
         self.cfg = cfg or SciWorldConfig()

@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib.metadata
 import importlib.resources
@@ -29,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from empo2.configschema import close_matches
 from empo2.envs.base import TaskInfo, UnknownTaskError
 
 TWO_WORD_VERBS: dict[str, frozenset[str]] = {
@@ -118,7 +118,7 @@ def resolve_task(name_or_id: str) -> str:
         The canonical name, e.g. ``"power-component"``.
 
     Raises:
-        UnknownTaskError: no task matches; the message lists close matches (difflib).
+        UnknownTaskError: no task matches; the message lists close matches (``configschema.close_matches``).
     """
     aliases = _aliases()
     key = _norm(str(name_or_id))
@@ -128,7 +128,7 @@ def resolve_task(name_or_id: str) -> str:
     if stripped in aliases:
         return aliases[stripped]
     by_id = {t.name: t.id for t in all_tasks()}
-    close = difflib.get_close_matches(stripped, list(aliases), n=8, cutoff=0.6)
+    close = close_matches(stripped, aliases, n=8)
     names = list(dict.fromkeys(aliases[c] for c in close))[:4]
     hint = (" Did you mean " + ", ".join(f"{n!r} ({by_id[n]})" for n in names) + "?") if names else ""
     raise UnknownTaskError(

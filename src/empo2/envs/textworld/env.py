@@ -54,7 +54,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from empo2.envs.base import TipExample
+from empo2.envs.base import FailureRule, TipExample
 from empo2.envs.game import Splits, TextGame
 from empo2.envs.textworld import games, prompts, text
 from empo2.envs.textworld.config import SPLIT_BASE, TextWorldConfig
@@ -73,6 +73,7 @@ class TextWorldGame(TextGame):
     tip_example: ClassVar[TipExample | None] = prompts.TIP_EXAMPLE
     max_score: ClassVar[float] = 1.0
     lowercase_actions: ClassVar[bool] = False
+    failure_rule: ClassVar[FailureRule] = FailureRule.NO_SUCCESS  # coin collector cannot be lost, only not won
 
     def __init__(self, config: TextWorldConfig | None = None):
         super().__init__(config or TextWorldConfig())

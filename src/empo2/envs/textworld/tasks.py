@@ -24,10 +24,10 @@ generated from (docs/environments.md, TextWorld). Names (case-insensitive; a ``t
 
 from __future__ import annotations
 
-import difflib
 import re
 from dataclasses import dataclass, field
 
+from empo2.configschema import did_you_mean
 from empo2.envs.base import UnknownTaskError
 
 CHALLENGES = ("coin_collector", "treasure_hunter", "cooking")
@@ -95,8 +95,7 @@ def _coin_rooms(level: int) -> int:
 
 
 def _close(name: str, candidates: list[str]) -> str:
-    close = difflib.get_close_matches(name, candidates, n=2, cutoff=0.6)
-    return f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return did_you_mean(name, candidates)
 
 
 def _level(challenge: str, rest: str, name: str) -> int:

@@ -49,7 +49,7 @@ import threading
 from collections import OrderedDict
 from typing import Any, Mapping
 
-from empo2.envs.base import EnvError, UnknownTaskError
+from empo2.envs.base import EnvError, FailureRule, UnknownTaskError
 from empo2.envs.game import SPLITS, Splits, TextGame
 from empo2.envs.textworld_express import jvm, prompts
 from empo2.envs.textworld_express.config import TWXConfig
@@ -166,6 +166,7 @@ class TWXGame(TextGame):
     max_score = 1.0
     lowercase_actions = False  # TWX spells some objects with capitals ("box of Q-tips"); matched in step
     two_word_verbs = prompts.TWO_WORD_VERBS
+    failure_rule = FailureRule.NO_SUCCESS  # taskfailure ends some games at −100 and others at a partial score (cooking)
 
     @classmethod
     def preflight(cls, config: Any) -> None:

@@ -24,10 +24,10 @@ were measured on all 3000 seeds (docs/environments.md, TextWorldExpress).
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 from typing import Mapping
 
+from empo2.configschema import did_you_mean
 from empo2.envs.base import UnknownTaskError
 
 
@@ -174,8 +174,7 @@ def parse_task(name: str) -> TWXTask:
     game_part, *parts = name.strip().split("-")
     game = game_part.lower()
     if game not in GAMES:
-        close = difflib.get_close_matches(game, list(GAMES), n=2, cutoff=0.6)
-        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        hint = did_you_mean(game, GAMES)
         raise UnknownTaskError(f"unknown TextWorldExpress game {game_part!r} in task {name!r}; the games are "
                                f"{', '.join(GAMES)} (a task is <game> or <game>-<param>=<int>-…, e.g. "
                                f"'coin-numLocations=5-includeDoors=0').{hint}")
@@ -187,8 +186,7 @@ def parse_task(name: str) -> TWXTask:
         key = by_lower.get(key_text.strip().lower())
         if not eq or key is None:
             what = f"parameter {key_text!r}" if eq else f"part {part!r} (not <param>=<int>)"
-            close = difflib.get_close_matches(key_text, list(known), n=1, cutoff=0.6)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(key_text, known, n=1)
             raise UnknownTaskError(f"task {name!r}: unknown {what}; {_describe(game)}.{hint}")
         if key in values:
             raise UnknownTaskError(f"task {name!r}: parameter {key} is given twice")

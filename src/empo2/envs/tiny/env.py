@@ -10,7 +10,7 @@ n steps (n−1 × ``go east`` + ``take key``) and scores 100.
 
 from __future__ import annotations
 
-from empo2.envs.base import EnvFamily, Observation, StepResult, TaskInfo, TaskSpec, UnknownTaskError
+from empo2.envs.base import EnvFamily, FailureRule, Observation, StepResult, TaskInfo, TaskSpec, UnknownTaskError
 from empo2.envs.tiny.config import TinyConfig
 
 TASK = "fetch-key"
@@ -117,6 +117,7 @@ class TinyFamily:
     score_scale = 100.0  # 100 = the key fetched
     lowercase_actions = False
     two_word_verbs = {"look": frozenset({"around"})}  # "look around" is one verb of its grammar
+    failure_rule = FailureRule.NEGATIVE_SCORE  # the pit scores −100, as ScienceWorld's failure
 
     def __init__(self, cfg: TinyConfig | None = None):
         self.cfg = cfg or TinyConfig()

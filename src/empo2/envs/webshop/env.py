@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from empo2.envs.base import Observation, StepResult, TaskInfo, TaskSpec, UnknownTaskError
+from empo2.envs.base import FailureRule, Observation, StepResult, TaskInfo, TaskSpec, UnknownTaskError
 from empo2.envs.webshop import pages
 from empo2.envs.webshop.catalogue import ensure_catalogue
 from empo2.envs.webshop.config import WebShopConfig
@@ -458,6 +458,7 @@ class WebShopFamily:
     score_scale = 100.0  # score = 100 × the WebShop reward in [0, 1]
     lowercase_actions = False  # search text is sent as written
     two_word_verbs: dict[str, frozenset[str]] = {}
+    failure_rule = FailureRule.NO_SUCCESS  # no failure score: a purchase that is not a full match failed
 
     def __init__(self, cfg: WebShopConfig) -> None:
         self.cfg = cfg

@@ -5,8 +5,10 @@
 * ``runtime``: ``Empo2Runtime``, the ``Method`` whose hooks retrieve tips, count novelty and write tips to memory;
 * ``hooks``: the factories (``make_training_runtime``, registered for both methods; ``make_runtime`` for
   evaluation and adaptation with a memory);
-* ``tips``: the tip prompts and tip cleaning; ``tipinfo``: tip informativeness and tip following;
-* ``oracle``: the oracle tip source (``empo2.memory.source: oracle``) and oracle memories (``empo2 memory oracle``).
+* ``tips``: the tip prompts and tip cleaning; ``tipinfo``: tip informativeness and tip following.
+
+Research diagnostics built on the runtime (oracle tips from gold paths) are plug-ins outside the package:
+``experiments/`` (``experiments/README.md``).
 
 The memory itself (store, embedder, retrieval, novelty, entry and key texts) is ``empo2.memory``.
 """

@@ -108,8 +108,8 @@ def rollout_state_text(messages: list[tuple[str, str]], task_description: str, o
         task_description, observation, turn: the coming user turn (``turn`` counted from 0).
         mode, recent_turns: ``empo2.memory.key_text`` / ``recent_turns``.
 
-    Oracle memories (``oracle.oracle_memory_rows``) build their keys with it, so a rollout on
-    the gold path queries with exactly the key of its state's tip.
+    A memory written outside a run keys its rows with it (``empo2 memory import``'s ``state``; the oracle
+    memories of ``experiments/empo2_oracle``), so a rollout in that state queries with exactly the row's key.
     """
     return key_text(list(messages) + [("user", user_text(task_description, observation, turn))], mode, recent_turns)
 
@@ -126,15 +126,20 @@ class Empo2Runtime(Method):
         read_only: never write to the memory (evaluation/adaptation with another run's memory).
         generator: the run's generation backend (``policy.generator``), shared with the rollout
             engine: tips continue the KV caches it kept for the finished episodes (same keys).
-        oracle: ``empo2.memory.source: oracle`` (a diagnostic): state → its tips, e.g.
-            ``oracle.OracleTipSource`` (``"Next action: <the next gold action>"`` given the actions taken
-            so far); memory-mode steps are shown these instead of retrieved tips, and plain steps keep them
-            unshown. ``None``: retrieval (the method).
+        tip_source: where the tips of a state come from instead of retrieval (``None``: retrieval from
+            ``memory``, the method): ``tip_source(state) -> list[str]``, called in ``before_turn`` for every
+            live ``EpisodeState`` (``spec.task``, ``steps[*].action``, ``observation``, ``turn`` …). Memory-mode
+            steps are shown its tips, plain steps keep them unshown (``info["hidden_tips"]``, the baseline of
+            ``memory/tip_follow_rate``), ``intrinsic.count: retrieved`` counts them; ``empo2.memory.min_score``
+            does not apply (they have no score). Everything else is unchanged: the memory still receives the
+            run's own tips, novelty still counts the embedded states. A diagnostic tip source — e.g. the next
+            gold action, ``experiments/empo2_oracle`` — is a training method plug-in whose factory passes it
+            to ``hooks.make_runtime`` (docs/architecture.md, "Extending").
     """
 
     def __init__(self, cfg: Any, setup: Any, memory: MemoryBackend, embedder: Any, read_only: bool = False,
                  generator: Generator | None = None,
-                 oracle: Callable[[EpisodeState], list[str]] | None = None):
+                 tip_source: Callable[[EpisodeState], list[str]] | None = None):
         if generator is None:
             raise ValueError("Empo2Runtime needs the run's generator (the rollout engine's), to sample tips")
         self.cfg = cfg
@@ -151,7 +156,7 @@ class Empo2Runtime(Method):
         (``_defer_tips``), else later, so that the tips of several waves (of all, usually) are sampled in one
         call; True: each wave's tips when the wave ends, from its kept caches; False: all in ``write_tips``
         (the engine then keeps every wave's caches until the rollout ends, within its byte cap)."""
-        self.oracle = oracle
+        self.tip_source = tip_source
         self._early_tips: dict[str, Generation] = {}
         """Tips ``after_wave`` sampled, by ``Trajectory.id``, until ``write_tips`` stores them."""
         self._pending: list[Trajectory] = []
@@ -199,8 +204,8 @@ class Empo2Runtime(Method):
         embs = self.embedder.encode([self._state_text(st) for st in states])
         # plain states are queried too, and their tips kept unseen (``info["hidden_tips"]``): the baseline of
         # memory/tip_follow_rate (``tipinfo.tip_follow_shares``); they are never shown nor counted as hits
-        if self.oracle is not None:
-            found = [self.oracle(st) for st in states]
+        if self.tip_source is not None:
+            found = [list(self.tip_source(st)) for st in states]
             n_found = [len(f) for f in found]
         else:
             hits = self.memory.query([self.bucket(st.spec.task) for st in states], embs, self.mcfg.threshold,
