@@ -260,7 +260,7 @@ def test_the_failure_column_says_what_the_family_counts():
     tw, sw = _result(4), _result(4)
     tw.failure_rule, tw.overall.failure_rate = FailureRule.NO_SUCCESS.value, 1.0
     assert failure_header(tw) == "failure rate (no success)" and failure_header(sw) == FAILURE_HEADER
-    assert FAILURE_HEADER == "failure rate (scored 0)"
+    assert FAILURE_HEADER == "failure rate (score < 0)"
     buf = io.StringIO()
     table_before_after(None, tw, Console(file=buf, width=220), env="textworld")
     out = buf.getvalue()

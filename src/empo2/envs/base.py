@@ -159,8 +159,9 @@ class FailureRule(str, Enum):
     @property
     def header(self) -> str:
         """The failure-rate column header of the CLI's evaluation tables, saying what is counted:
-        ``failure rate (scored 0)`` (a negative score, counted 0 in the score) or ``failure rate (no success)``."""
-        return "failure rate (scored 0)" if self is FailureRule.NEGATIVE_SCORE else "failure rate (no success)"
+        ``failure rate (score < 0)`` (a negative score: the family's own failure, counted 0 in the score) or
+        ``failure rate (no success)``."""
+        return "failure rate (score < 0)" if self is FailureRule.NEGATIVE_SCORE else "failure rate (no success)"
 
     @property
     def short(self) -> str:

@@ -372,7 +372,7 @@ TextWorldExpress, WebShop) gets ``failure rate (no success)`` (``failure_header`
 
 def failure_header(*results: Any) -> str:
     """The failure-rate column header of a table of ``EvalResult`` s (``None`` ones skipped): what their
-    ``failure_rate`` counts, ``FailureRule.header`` of their ``failure_rule`` — ``failure rate (scored 0)``
+    ``failure_rate`` counts, ``FailureRule.header`` of their ``failure_rule`` — ``failure rate (score < 0)``
     (ScienceWorld, tiny) or ``failure rate (no success)`` (TextWorld, TextWorldExpress, WebShop); plain
     ``failure rate`` when the results count by different rules (``failure_cell`` then says it per row)."""
     rules = {_rule(r) for r in results if r is not None}
