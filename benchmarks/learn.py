@@ -145,6 +145,32 @@ QUICK = ["model.name_or_path=tiny-random", "env.name=tiny", "env.tasks=[fetch-ke
 """``--quick`` overrides: the pipeline end to end in seconds (numbers meaningless)."""
 
 
+def merge_plugins(overrides: list[str]) -> list[str]:
+    """``overrides`` with every ``run.plugins=[...]`` merged into one, at the first one's place (each module once,
+    in order): an arm's plug-in (``LIVE_ORACLE``) and the call's own (e.g. ``run.plugins=[experiments.demo_term]``
+    with ``algo.aux_objectives=[sft]``) are both loaded, where a later ``run.plugins=`` would replace the earlier.
+
+    Raises:
+        ValueError: a ``run.plugins=`` value that is not a list or a module name.
+    """
+    import yaml
+
+    mods: list[str] = []
+    out: list[str] = []
+    for o in overrides:
+        if not o.startswith("run.plugins="):
+            out.append(o)
+            continue
+        value = yaml.safe_load(o.split("=", 1)[1])
+        items = value if isinstance(value, list) else [value] if isinstance(value, str) else None
+        if items is None:
+            raise ValueError(f"{o!r}: run.plugins takes a list of module names")
+        if not mods:
+            out.append("run.plugins=")  # its place; filled below
+        mods += [str(m) for m in items if str(m) not in mods]
+    return [f"run.plugins=[{','.join(mods)}]" if o == "run.plugins=" else o for o in out]
+
+
 def _cli(*args: str, log: Path) -> float:
     """Run ``python -m empo2.cli ARGS`` (output appended to ``log``); return seconds. Raises on failure.
 
@@ -238,9 +264,9 @@ def run_one(arm: str, seed: int, cfg: str, extra: list[str], out: Path, eval_epi
         run_dir.mkdir(parents=True)
         (run_dir / "learn_spec.json").write_text(json.dumps(spec))
     arm_over = list(ARMS[arm]) + ([f"model.name_or_path={init}"] if arm.startswith("init_") else [])
-    overrides = [f"run.name={name}", f"run.dir={out / 'runs'}", f"run.seed={seed}", "run.progress=false",
-                 "eval.before_after=false", "trainer.tensorboard=false", "trainer.keep_checkpoints=1",
-                 *extra, *arm_over]
+    overrides = merge_plugins([f"run.name={name}", f"run.dir={out / 'runs'}", f"run.seed={seed}",
+                               "run.progress=false", "eval.before_after=false", "trainer.tensorboard=false",
+                               "trainer.keep_checkpoints=1", *extra, *arm_over])
     times: dict[str, float] = {}
     if arm in ORACLE_ARMS and not resume:  # the seeded memory: imported entries (iteration -1) are kept by the run
         times["import_s"] = _cli("memory", "import", str(memory_import), *overrides, "--run", str(run_dir),

@@ -47,7 +47,7 @@ class GoldSelector:
     def select(self, engine: Any, live: list[Any], admissible: list[list[str] | None], settings: Any,
                iteration: int) -> list[Any]:
         from empo2.policy.sampling import Generation
-        from empo2.demos.gold_tips import oracle_next_action
+        from experiments.gold_tips import oracle_next_action
 
         out = []
         for st, adm in zip(live, admissible):
@@ -71,7 +71,7 @@ def _tip_line(entry: str) -> str:
 
 def _names(tips: list[str]) -> list[str]:
     """The actions an oracle block names (the text after "Next action: ", a "(step j)" suffix dropped)."""
-    from empo2.demos.gold_tips import NEXT_ACTION_PREFIX
+    from experiments.gold_tips import NEXT_ACTION_PREFIX
 
     out = []
     for t in map(_tip_line, tips):
@@ -105,7 +105,7 @@ def replay(cfg_path: str | None, memory_file: Path, variations: list[int], overr
     from empo2.methods.empo2.hooks import make_runtime
     from empo2.trainer.loop import build_setup
     from empo2.memory.transfer import read_import_file
-    from empo2.demos.gold_tips import NEXT_ACTION_PREFIX, imperative_tip
+    from experiments.gold_tips import NEXT_ACTION_PREFIX, imperative_tip
 
     rc = cli(["memory", "import", str(run_dir), str(memory_file), *overrides]
              + (["--config", cfg_path] if cfg_path else []))

@@ -34,7 +34,7 @@ resumes where it stopped; ``--redo STAGE`` recomputes one):
     P(gold next action) and the share of states where it is the argmax; for a misleading tip
     ("Next action: <another admissible action>"), P(the named action) vs its P without tip.
 ``play``     (with ``--episodes``) tip-free score on test variations, and the score when every step shows
-    an oracle tip ``"Next action: <next gold action>"`` (``demos.gold_tips.oracle_next_action`` along the
+    an oracle tip ``"Next action: <next gold action>"`` (``experiments.gold_tips.oracle_next_action`` along the
     gold path a constrained policy can take: tips naming the right, admissible steps; a diagnostic of
     reading only, no retrieval involved), with the share of steps that took the oracle's action in both.
 
@@ -350,7 +350,7 @@ def _narrative(rec: dict[str, Any]) -> str:
 def stage_read(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs: list[dict[str, Any]]) -> dict:
     from empo2.memory.text import step_entry_text
     from empo2.policy.kvcache import EpisodeKV
-    from empo2.demos.gold_tips import imperative_tip
+    from experiments.gold_tips import imperative_tip
 
     path = out / f"read-{args.label}.json"
     res: dict[str, Any] = json.loads(path.read_text()) if path.exists() and "read" not in args.redo else {}
@@ -449,7 +449,7 @@ def oracle_follow(actions: list[str], gold: list[str]) -> tuple[int, int]:
     shows there; in an episode played without tips it is the action such a tip would have named, so
     the two arms' rates are the tip-following rate and its no-tip baseline.
     """
-    from empo2.demos.gold_tips import oracle_next_action
+    from experiments.gold_tips import oracle_next_action
 
     took = named = 0
     for k, a in enumerate(actions):

@@ -15,9 +15,9 @@ action of that state>", score 100, state = the key text a rollout on the gold pa
 memory; ``benchmarks.oracle_memory`` replays the gold paths against it.
 
 Only empo2's public API is imported: ``empo2.config.load_config``, ``empo2.envs.registry.make_family``,
-``empo2.demos.expert`` (``policy_gold_records``, ``variation_pairs``), ``empo2.demos.gold_tips.imperative_tip``,
-``empo2.agent.prompts.user_text`` and ``empo2.methods.empo2.runtime.rollout_state_text`` (the state text a rollout
-embeds), ``empo2.configschema.ConfigError``.
+``empo2.demos.expert`` (``policy_gold_records``, ``variation_pairs``), ``empo2.agent.prompts.user_text`` and
+``empo2.methods.empo2.runtime.rollout_state_text`` (the state text a rollout embeds), ``empo2.configschema.ConfigError``;
+and the sibling plug-in's ``experiments.gold_tips.imperative_tip``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from empo2.configschema import ConfigError
-from empo2.demos.gold_tips import imperative_tip
+from experiments.gold_tips import imperative_tip
 
 __all__ = ["ORACLE_SCORE", "main", "oracle_memory_rows", "write_oracle_memory"]
 

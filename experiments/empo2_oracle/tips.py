@@ -2,7 +2,7 @@
 (docs/notes/learning.md "A live oracle").
 
 Every state of a memory-mode rollout is shown ``"Next action: <the next gold action>"`` — the next action of its
-variation's gold path given the actions the episode took so far (``empo2.demos.gold_tips.oracle_next_action``), from
+variation's gold path given the actions the episode took so far (``experiments.gold_tips.oracle_next_action``), from
 whatever state it is in — instead of the tips retrieved from the memory; plain steps keep the same tip unshown (the
 baseline of ``memory/tip_follow_rate``). The gold paths are played once at the start, on the run's training
 variations (``env.variations``; the paths a constrained policy can take under ``action.mode: constrained``).
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from empo2.configschema import ConfigError
-from empo2.demos.gold_tips import imperative_tip, oracle_next_action
+from experiments.gold_tips import imperative_tip, oracle_next_action
 from empo2.methods import auto_method, register_method
 from empo2.methods.empo2.hooks import make_runtime
 

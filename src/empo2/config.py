@@ -236,41 +236,37 @@ class AlgoConfig:
     dual_clip: float = doc("dual-clip constant c for A<0 (0 = off)", default=10.0)
     kl_coef: float = doc("coefficient of the k3 KL to the initial policy (0 = off, no reference model kept)", default=0.0)
     entropy_coef: float = doc("entropy bonus coefficient", default=0.0)
-    sft_coef: float = doc(
-        "λ_SFT: weight of a token-mean NLL term on demonstrations (algo.sft_data) added to every optimiser step "
-        "(InstructGPT's PPO-ptx; keeps e.g. a tip-reading warm-up's skill during RL); 0 = off", default=0.0)
-    sft_data: list[str] = doc(
-        "demonstrations of the algo.sft_coef term, as sft.data ('gold', 'gold_tips' of env.tasks, or trajectory "
-        "JSONL files such as a warm-up's <run>/sft_demos.jsonl); sft.min_score, sft.variations_per_task (gold "
-        "variations played) and sft.tip_right/tip_wrong apply; files are checked when training starts",
-        default_factory=list)
-    sft_episodes: int = doc("demonstration episodes drawn (seeded) for the algo.sft_coef term of each optimiser step "
-                            "(all of them when fewer; a warning says so)",
-                            default=4)
     aggregation: Literal["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = doc(
         "how token losses are aggregated", default="token-mean")
     loss_terms: list[str] = doc(
         "extra per-token terms added to the policy loss, by registered name (a plug-in's register_loss_term; "
         "docs/architecture.md, 'Extending'); each reads its weight and settings from its section algo.<name> "
         "(e.g. algo.<name>.coef) and is logged as train/<name>_loss", default_factory=list)
+    aux_objectives: list[str] = doc(
+        "auxiliary objectives added to every optimiser step, each a loss on data of its own (InstructGPT's PPO-ptx "
+        "pattern), by registered name (a plug-in's register_aux_objective; docs/architecture.md, 'Extending'); each "
+        "reads its weight and settings from its section algo.<name> (algo.<name>.coef) and is logged as "
+        "train/<name>_loss; one process only", default_factory=list)
     low_prob_mask: LowProbMaskConfig = field(default_factory=LowProbMaskConfig)
     mismatch: MismatchConfig = field(default_factory=MismatchConfig)
     sections: dict[str, Any] = field(default_factory=dict, metadata={"sections": True, "help": (
-        "the sections algo.<name> of registered advantage estimators and loss terms that have settings (plug-ins), "
+        "the sections algo.<name> of registered advantage estimators, loss terms and auxiliary objectives that have "
+        "settings (plug-ins), "
         "parsed with each one's own config class")})
 
     @classmethod
     def __extra_sections__(cls) -> dict[str, type]:
-        """``{name: config class}`` of every registered advantage estimator and loss term with a section.
+        """``{name: config class}`` of every registered advantage estimator, loss term and auxiliary objective with a
+        section.
 
         Raises:
             ConfigError: a registered name that is also a key of ``algo`` (its section would hide the key).
         """
-        from empo2.algo.registry import ADVANTAGES, LOSS_TERMS
+        from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS
 
         own = {f.name for f in dataclasses.fields(cls)}
         out = {}
-        for reg in (ADVANTAGES, LOSS_TERMS):
+        for reg in (ADVANTAGES, LOSS_TERMS, AUX_OBJECTIVES):
             for name in reg.names():
                 section = reg.config_class(name)
                 if section is None:
@@ -282,7 +278,8 @@ class AlgoConfig:
         return out
 
     def __getattr__(self, name: str) -> Any:
-        """``cfg.algo.<name>``: the section of a registered estimator or loss term (its defaults when unset)."""
+        """``cfg.algo.<name>``: the section of a registered estimator, loss term or auxiliary objective (its
+        defaults when unset)."""
         if name.startswith("__") or name == "sections" or "sections" not in self.__dict__:
             raise AttributeError(name)
         section = algo_section(self, name)
@@ -292,14 +289,14 @@ class AlgoConfig:
 
 
 def algo_section(algo: AlgoConfig, name: str) -> Any:
-    """The config section ``algo.<name>`` of a registered advantage estimator or loss term: the one the config
-    set, else its config class's defaults; None when ``name`` has no section (or is not registered)."""
-    from empo2.algo.registry import ADVANTAGES, LOSS_TERMS
+    """The config section ``algo.<name>`` of a registered advantage estimator, loss term or auxiliary objective: the
+    one the config set, else its config class's defaults; None when ``name`` has no section (or is not registered)."""
+    from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS
 
     sections = algo.__dict__.get("sections") or {}
     if name in sections:
         return sections[name]
-    for reg in (ADVANTAGES, LOSS_TERMS):
+    for reg in (ADVANTAGES, LOSS_TERMS, AUX_OBJECTIVES):
         if name in reg:
             cls = reg.config_class(name)
             if cls is not None:
@@ -593,8 +590,6 @@ RANGES: dict[str, Bound] = {
     "empo2.q": Bound(0.0, 1.0),
     "empo2.memory.recent_turns": Bound(0, 10_000),
     "empo2.memory.threshold": Bound(-1.0, 1.0),
-    "algo.sft_coef": Bound(0.0, 1e6),
-    "algo.sft_episodes": Bound(1, 100_000),
     "empo2.memory.top_k": Bound(0, 10_000),
     "empo2.memory.min_score": Bound(-100.0, 100.0),
     "empo2.memory.capacity": Bound(1, 100_000_000),
@@ -622,8 +617,6 @@ RANGES: dict[str, Bound] = {
     "sft.epochs": Bound(1, 1000),
     "sft.lr": Bound(0.0, 1.0, lo_open=True),
     "sft.batch_episodes": Bound(1, 100_000),
-    "sft.tip_right": Bound(0.0, 1.0),
-    "sft.tip_wrong": Bound(0.0, 1.0),
     "retrospex.k": Bound(1, 1024),
     "retrospex.d": Bound(0.0, 1.0, lo_open=True),
     "retrospex.b": Bound(0.0, 1.0),
@@ -748,9 +741,10 @@ def _check_env_name(cfg: Config) -> None:
 
 
 def _check_algo_names(cfg: Config) -> None:
-    """``algo.advantage``, ``algo.loss_terms`` and ``trainer.method`` name registered entries (plug-ins loaded by
-    ``_check_env_name``) that this config can use; every ``algo.<name>`` section set is used."""
-    from empo2.algo.registry import ADVANTAGES, LOSS_TERMS, advantage_spec
+    """``algo.advantage``, ``algo.loss_terms``, ``algo.aux_objectives`` and ``trainer.method`` name registered
+    entries (plug-ins loaded by ``_check_env_name``) that this config can use; every ``algo.<name>`` section set is
+    used."""
+    from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS, advantage_spec
     from empo2.methods_registry import check_method
 
     algo = cfg.algo
@@ -768,12 +762,38 @@ def _check_algo_names(cfg: Config) -> None:
     if algo.loss_terms and not cfg.trainer.update:
         raise ConfigError(f"algo.loss_terms={algo.loss_terms} has no effect in a memory-only run (trainer.update=false "
                           "takes no gradient steps); set algo.loss_terms=[] or trainer.update=true")
+    _check_aux_objectives(cfg)
     for name in algo.sections:
-        if name != algo.advantage and name not in algo.loss_terms:
-            what = "algo.loss_terms" if name in LOSS_TERMS else "algo.advantage"
+        if name != algo.advantage and name not in algo.loss_terms and name not in algo.aux_objectives:
+            what = ("algo.loss_terms" if name in LOSS_TERMS else "algo.aux_objectives" if name in AUX_OBJECTIVES
+                    else "algo.advantage")
             raise ConfigError(f"algo.{name} is set but {name!r} is not used, so it would have no effect; add it to "
                               f"{what} or remove algo.{name}")
     check_method(cfg)
+
+
+def _check_aux_objectives(cfg: Config) -> None:
+    """``algo.aux_objectives`` names registered objectives, each once, in a run that takes optimiser steps in one
+    process; each objective's own ``check`` accepts the config."""
+    from empo2.algo.registry import AUX_OBJECTIVES, aux_objective_spec
+
+    names = cfg.algo.aux_objectives
+    for name in names:
+        if name not in AUX_OBJECTIVES:
+            raise ConfigError(AUX_OBJECTIVES.unknown_message(name))
+    if len(set(names)) != len(names):
+        raise ConfigError(f"algo.aux_objectives lists an objective twice: {names}; name each once")
+    if names and not cfg.trainer.update:
+        raise ConfigError(f"algo.aux_objectives={names} has no effect in a memory-only run (trainer.update=false "
+                          "takes no gradient steps); set algo.aux_objectives=[] or trainer.update=true")
+    if names and cfg.trainer.strategy != "single":
+        raise ConfigError(f"algo.aux_objectives={names} is supported with trainer.strategy=single only (got "
+                          f"{cfg.trainer.strategy!r}: an auxiliary objective is not reduced across ranks); set "
+                          "algo.aux_objectives=[] or trainer.strategy=single")
+    for name in names:
+        check = aux_objective_spec(name).check
+        if check is not None:
+            check(cfg)
 
 
 def _check_token_budgets(cfg: Config) -> None:
@@ -815,23 +835,6 @@ def _check_clip_ray_and_strategy(cfg: Config) -> None:
                           "set empo2.memory.backend=ray and ray.address (e.g. 'auto' after `ray start --head`)")
 
 
-def _check_sft(cfg: Config) -> None:
-    """The demonstration (SFT) term: ``algo.sft_coef`` and ``algo.sft_data`` must go together and be usable."""
-    if cfg.algo.sft_coef > 0 and not cfg.algo.sft_data:
-        raise ConfigError("algo.sft_coef > 0 needs demonstrations: set algo.sft_data (e.g. "
-                          "'algo.sft_data=[runs/<warm-up>/sft_demos.jsonl]' or [gold_tips])")
-    if cfg.algo.sft_data and cfg.algo.sft_coef == 0:
-        raise ConfigError(f"algo.sft_data={cfg.algo.sft_data} is set but algo.sft_coef is 0, so it would not be used; "
-                          "set algo.sft_coef (e.g. 0.1) or remove algo.sft_data")
-    if cfg.algo.sft_coef > 0 and cfg.trainer.strategy != "single":
-        raise ConfigError(f"algo.sft_coef > 0 is supported with trainer.strategy=single only (got "
-                          f"{cfg.trainer.strategy!r}: the demonstration term is not sharded across ranks); set "
-                          "algo.sft_coef=0 or trainer.strategy=single")
-    if cfg.algo.sft_coef > 0 and not cfg.trainer.update:
-        raise ConfigError(f"algo.sft_coef = {cfg.algo.sft_coef} has no effect in a memory-only run "
-                          "(trainer.update=false takes no gradient steps); set algo.sft_coef=0 or trainer.update=true")
-
-
 ORACLE_MOVED = ("empo2.memory.source: oracle moved to experiments/empo2_oracle, a training method plug-in: replace it "
                 "with 'run.plugins=[experiments.empo2_oracle]' trainer.method=empo2_live_oracle, with the repository "
                 "root on PYTHONPATH (experiments/README.md)")
@@ -856,6 +859,64 @@ def _without_removed_memory_source(data: dict[str, Any]) -> dict[str, Any]:
         raise ConfigError(f"empo2.memory.source={memory['source']}: the key was removed (tips come from the memory, "
                           "its only value now); delete it")
     return {**data, "empo2": {**empo2, "memory": {k: v for k, v in memory.items() if k != "source"}}}
+
+
+class _Removed(NamedTuple):
+    """A key removed from a section: its old default (the value every ``config.yaml`` saved before holds unless the
+    run set it) and the line that names its replacement."""
+
+    default: Any
+    moved: str
+
+
+DEMO_TERM_MOVED = ("algo.sft_coef, algo.sft_data and algo.sft_episodes moved to experiments/demo_term, an auxiliary "
+                   "objective plug-in: replace them with 'run.plugins=[experiments.demo_term]' "
+                   "'algo.aux_objectives=[sft]' algo.sft.coef=C 'algo.sft.data=[...]' algo.sft.episodes=N, with the "
+                   "repository root on PYTHONPATH (experiments/README.md)")
+"""The error of a config that still sets the removed demonstration-term keys ``algo.sft_*`` to other than their
+defaults."""
+
+GOLD_TIPS_MOVED = ("sft.tip_right and sft.tip_wrong moved to experiments/gold_tips, a demonstration-source plug-in: "
+                   "replace them with 'run.plugins=[experiments.gold_tips]' sft.gold_tips.right=R "
+                   "sft.gold_tips.wrong=W, with the repository root on PYTHONPATH (experiments/README.md)")
+"""The error of a config that still sets the removed gold-tip rates ``sft.tip_right`` / ``sft.tip_wrong`` to other
+than their defaults."""
+
+REMOVED_KEYS: dict[str, dict[str, _Removed]] = {
+    "algo": {"sft_coef": _Removed(0.0, DEMO_TERM_MOVED), "sft_data": _Removed([], DEMO_TERM_MOVED),
+             "sft_episodes": _Removed(4, DEMO_TERM_MOVED)},
+    "sft": {"tip_right": _Removed(0.6, GOLD_TIPS_MOVED), "tip_wrong": _Removed(0.2, GOLD_TIPS_MOVED)},
+}
+"""section → removed key → its old default and the line naming its replacement (``_without_removed_keys``)."""
+
+
+def _is_default(value: Any, default: Any) -> bool:
+    """Whether a removed key's saved ``value`` is its old ``default`` (numbers compared as numbers: ``0`` is
+    ``0.0``)."""
+    if isinstance(default, (int, float)) and not isinstance(value, bool) and isinstance(value, (int, float)):
+        return float(value) == float(default)
+    return bool(value == default)
+
+
+def _without_removed_keys(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without the keys that left the package (``REMOVED_KEYS``; and ``empo2.memory.source``,
+    ``_without_removed_memory_source``): one at its old default (in the ``config.yaml`` of every run saved before,
+    so ``--resume``, ``eval`` and ``export`` still read them) is dropped; any other value is an error naming the
+    replacement, before any work.
+
+    Raises:
+        ConfigError: a removed key set to other than its old default (one line naming the plug-in that replaces it).
+    """
+    data = _without_removed_memory_source(data)
+    for section, removed in REMOVED_KEYS.items():
+        sec = data.get(section)
+        if not isinstance(sec, dict) or not any(k in sec for k in removed):
+            continue
+        for key, gone in removed.items():
+            if key in sec and not _is_default(sec[key], gone.default):
+                raise ConfigError(f"{section}.{key}={sec[key]}: {gone.moved}")
+        data = {**data, section: {k: v for k, v in sec.items() if k not in removed}}
+    return data
 
 
 def _check_name_lists(cfg: Config) -> None:
@@ -911,7 +972,6 @@ def validate(cfg: Config) -> None:
     _check_token_budgets(cfg)
     _check_device_and_run(cfg)
     _check_clip_ray_and_strategy(cfg)
-    _check_sft(cfg)
     _check_name_lists(cfg)
     _check_eval_every_and_tis_cap(cfg)
     _check_vllm(cfg)
@@ -944,7 +1004,7 @@ def config_from_dict(data: dict[str, Any]) -> Config:
         from empo2.registry import load_plugins
 
         load_plugins(plugins if isinstance(plugins, list) else [plugins])
-    return from_dict(Config, _without_removed_memory_source(data))
+    return from_dict(Config, _without_removed_keys(data))
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:

@@ -1,10 +1,12 @@
 """One registry mechanism: name → object, filled by the package and by plug-ins.
 
 Every kind of thing a config string chooses lives in a ``Registry``: environment families
-(``envs.registry.ENVS``, ``env.name``), advantage estimators and loss terms (``algo.registry.ADVANTAGES``,
-``algo.advantage``; ``algo.registry.LOSS_TERMS``, ``algo.loss_terms``) and training methods
-(``methods.METHODS``, ``trainer.method``), retrievers (``memory.retrieval.RETRIEVERS``,
-``empo2.memory.retriever``) and action corrections (``corrections.CORRECTIONS``, ``action.correction``). The
+(``envs.registry.ENVS``, ``env.name``), advantage estimators, loss terms and auxiliary objectives
+(``algo.registry.ADVANTAGES``, ``algo.advantage``; ``algo.registry.LOSS_TERMS``, ``algo.loss_terms``;
+``algo.registry.AUX_OBJECTIVES``, ``algo.aux_objectives``), training methods (``methods.METHODS``,
+``trainer.method``), retrievers (``memory.retrieval.RETRIEVERS``, ``empo2.memory.retriever``), action corrections
+(``corrections.CORRECTIONS``, ``action.correction``) and demonstration sources (``demo_sources.DEMO_SOURCES``,
+``sft.data``). The
 package registers its own entries when their module is imported; a *plug-in* is any importable
 module that registers entries when it is imported, named either
 
@@ -253,7 +255,8 @@ def load_plugins(modules: list[str]) -> None:
             _loaded_modules.add(mod)
             if _registered_count() == before:  # (-1 never equals a count)
                 log.warning("run.plugins: importing %r registered nothing (no environment, method, advantage "
-                            "estimator, loss term, retriever or correction); a plug-in registers when its module is "
+                            "estimator, loss term, auxiliary objective, retriever, correction or demonstration "
+                            "source); a plug-in registers when its module is "
                             "imported: name the module that calls register_* (a folder or package whose __init__ "
                             "does not import it registers nothing)", mod)
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
 
 from empo2.configschema import ConfigError, doc
+
+__all__ = ["SftConfig", "sft_section"]
 
 
 @dataclass
@@ -13,10 +17,11 @@ class SftConfig:
 
     data: list[str] = doc(
         "demonstration sources: 'gold' = the gold paths of env.tasks' train variations "
-        "(ScienceWorld's simulator; WebShop's rule expert, docs/webshop.md, Training; the tiny env's optimal path); 'gold_tips' = the same gold paths with a "
-        "'<tip>' block per step ('Next action: …', right with prob. sft.tip_right, misleading with "
-        "sft.tip_wrong; demos/gold_tips.py), to teach a policy to read tips; and/or paths of trajectory JSONL files in our format (runs/<name>/trajectories/"
-        "iter-K.jsonl, a previous sft_demos.jsonl, WebShop demonstrations)", default_factory=lambda: ["gold"])
+        "(ScienceWorld's simulator; WebShop's rule expert, docs/webshop.md, Training; the tiny env's optimal path); "
+        "the registered name of a plug-in's source (run.plugins; its settings in sft.<name>; `empo2 config "
+        "registries` lists them, e.g. experiments/gold_tips); and/or paths of trajectory JSONL files in our format "
+        "(runs/<name>/trajectories/iter-K.jsonl, a previous sft_demos.jsonl, WebShop demonstrations)",
+        default_factory=lambda: ["gold"])
     min_score: float = doc("keep JSONL episodes whose final score is >= this (0..100)", default=100.0)
     variations_per_task: int = doc(
         "gold: the first N train variations of each task (0 = all; env.variations restricts further)", default=0)
@@ -24,10 +29,9 @@ class SftConfig:
     lr: float = doc("AdamW learning rate (weight decay, gradient clip and micro-batches come from trainer.*)",
                     default=5e-5)
     batch_episodes: int = doc("demonstrations per optimiser step", default=4)
-    tip_right: float = doc("gold_tips: probability that a step shows a right tip naming its gold action",
-                           default=0.6)
-    tip_wrong: float = doc("gold_tips: probability that a step shows a misleading tip (another action of the "
-                           "same gold path); the other steps show none; tip_right + tip_wrong <= 1", default=0.2)
+    sections: dict[str, Any] = field(default_factory=dict, metadata={"sections": True, "help": (
+        "the sections sft.<name> of registered demonstration sources that have settings (plug-ins), parsed with "
+        "each one's own config class")})
 
     def __post_init__(self) -> None:
         if not self.data:
@@ -37,8 +41,50 @@ class SftConfig:
                 raise ConfigError(f"sft.{k} must be >= 1, got {getattr(self, k)}")
         if self.variations_per_task < 0:
             raise ConfigError(f"sft.variations_per_task must be >= 0, got {self.variations_per_task}")
-        if self.tip_right + self.tip_wrong > 1.0 + 1e-9:
-            raise ConfigError(f"sft.tip_right + sft.tip_wrong must be <= 1 (the rest of the steps show no tip), got "
-                              f"{self.tip_right} + {self.tip_wrong}")
         if not self.lr > 0:
             raise ConfigError(f"sft.lr must be > 0, got {self.lr}")
+
+    @classmethod
+    def __extra_sections__(cls) -> dict[str, type]:
+        """``{name: config class}`` of every registered demonstration source with a section ``sft.<name>``.
+
+        Raises:
+            ConfigError: a registered name that is also a key of ``sft`` (its section would hide the key).
+        """
+        from empo2.demo_sources import DEMO_SOURCES
+
+        own = {f.name for f in dataclasses.fields(cls)}
+        out = {}
+        for name in DEMO_SOURCES.names():
+            section = DEMO_SOURCES.config_class(name)
+            if section is None:
+                continue
+            if name in own:
+                raise ConfigError(f"the demonstration source {name!r} ({DEMO_SOURCES.get(name).source}) has a config "
+                                  f"section sft.{name}, but sft.{name} is a key of the sft section; rename it")
+            out[name] = section
+        return out
+
+    def __getattr__(self, name: str) -> Any:
+        """``cfg.sft.<name>``: the section of a registered demonstration source (its defaults when unset)."""
+        if name.startswith("__") or name == "sections" or "sections" not in self.__dict__:
+            raise AttributeError(name)
+        section = sft_section(self, name)
+        if section is None:
+            raise AttributeError(f"SftConfig has no key {name!r}")
+        return section
+
+
+def sft_section(sft: SftConfig, name: str) -> Any:
+    """The config section ``sft.<name>`` of a registered demonstration source: the one the config set, else its
+    config class's defaults; None when ``name`` has no section (or is not registered)."""
+    from empo2.demo_sources import DEMO_SOURCES
+
+    sections = sft.__dict__.get("sections") or {}
+    if name in sections:
+        return sections[name]
+    if name in DEMO_SOURCES:
+        cls = DEMO_SOURCES.config_class(name)
+        if cls is not None:
+            return cls()
+    return None

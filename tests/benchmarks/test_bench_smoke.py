@@ -411,6 +411,26 @@ def test_learn_compares_init_arms_with_grpo_from_the_same_start():
     assert agg["init_grpo"]["vs_grpo"]["test"] is None and agg["grpo"]["vs_grpo"]["test"] is None
 
 
+def test_learn_merges_the_plugins_of_an_arm_and_of_the_call():
+    """docs/notes/learning.md runs ``init_empo2_live_oracle`` (whose arm loads ``experiments.empo2_oracle``) with the
+    demonstration term (the call's ``run.plugins=[experiments.demo_term]``): both plug-ins must load, where a later
+    ``run.plugins=`` override would replace the earlier; the merged overrides load as one config."""
+    from benchmarks import learn
+
+    from empo2.config import load_config
+
+    call = ["run.plugins=[experiments.demo_term]", "algo.aux_objectives=[sft]", "algo.sft.data=[gold]"]
+    merged = learn.merge_plugins(["run.seed=1", *call, *learn.ARMS["empo2_live_oracle"],
+                                  "run.plugins=[experiments.demo_term]"])
+    assert merged[:2] == ["run.seed=1", "run.plugins=[experiments.demo_term,experiments.empo2_oracle]"]
+    assert sum(o.startswith("run.plugins=") for o in merged) == 1 and "trainer.method=empo2_live_oracle" in merged
+    assert learn.merge_plugins(["a=1"]) == ["a=1"] and learn.merge_plugins(["run.plugins=[]"]) == ["run.plugins=[]"]
+    cfg = load_config(None, ["env.name=tiny", "env.tasks=[fetch-key]", "env.variations=[0]", *merged])
+    assert cfg.trainer.method == "empo2_live_oracle" and cfg.algo.aux_objectives == ["sft"]
+    with pytest.raises(ValueError, match="list of module names"):
+        learn.merge_plugins(["run.plugins={a: 1}"])
+
+
 def test_learn_paired_difference_has_a_ci_over_seeds():
     """``paired_vs``: besides the CI over pooled episodes, the per-seed paired differences and a Student-t CI
     over them — wide when one seed reverses the difference, even though the episode CI excludes 0."""

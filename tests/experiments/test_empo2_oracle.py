@@ -18,7 +18,7 @@ from empo2.cli import USER_ERROR, main
 from empo2.config import load_config
 from empo2.configschema import ConfigError
 from empo2.demos.expert import gold_records
-from empo2.demos.gold_tips import imperative_tip, oracle_next_action
+from experiments.gold_tips import imperative_tip, oracle_next_action
 from empo2.envs.base import TaskSpec
 from empo2.envs.tiny.env import TinyEnv, TinyFamily
 from empo2.records import Mode

@@ -1,13 +1,14 @@
-"""Advantage estimators and extra loss terms by name: ``algo.advantage`` and ``algo.loss_terms``.
+"""Advantage estimators, extra loss terms and auxiliary objectives by name: ``algo.advantage``, ``algo.loss_terms``
+and ``algo.aux_objectives``.
 
-Both are tables of the project's one registry mechanism (``empo2.registry.Registry``), filled with the
+All three are tables of the project's one registry mechanism (``empo2.registry.Registry``), filled with the
 built-ins below and by plug-ins (``run.plugins: [my_module]`` or an ``empo2.plugins`` entry point) that call
-:func:`register_advantage` / :func:`register_loss_term` when imported (docs/architecture.md, "Extending").
-The config checks a name against them before any work starts (``config.validate``), and this module
-imports no torch, so that check stays cheap: the built-ins are registered lazily (``module:function``) and
-what the trainer must know about an entry before it calls it — an estimator's anchor states, its smallest
-group, a loss term's inputs — is read from the registration (:func:`advantage_spec`, :func:`loss_term_spec`)
-without importing it.
+:func:`register_advantage` / :func:`register_loss_term` / :func:`register_aux_objective` when imported
+(docs/architecture.md, "Extending"). The config checks a name against them before any work starts
+(``config.validate``), and this module imports no torch, so that check stays cheap: the built-ins are registered
+lazily (``module:function``) and what the trainer must know about an entry before it calls it — an estimator's
+anchor states, its smallest group, a loss term's inputs, an objective's config check — is read from the
+registration (:func:`advantage_spec`, :func:`loss_term_spec`, :func:`aux_objective_spec`) without importing it.
 
 **An advantage estimator** turns the returns of one iteration into one advantage per step-sample
 (docs/algorithms.md, GRPO advantages and GiGPO; named dims B trajectories, N step-samples)::
@@ -37,6 +38,21 @@ It returns ``[N]`` advantages (dtype of ``returns``) and a dict of plain floats,
 ``inputs`` holds the micro-batch's per-token tensors with masked positions already zeroed (T tokens); ``coef``
 and ``settings`` are the fields of the term's config section ``algo.<name>`` (``coef`` is required). The
 term's aggregated value is logged as ``train/<name>_loss``.
+
+**An auxiliary objective** is a loss on data of its own, added to every optimiser step of the policy update: the
+"PPO-ptx" pattern of InstructGPT (Ouyang et al. 2022, Eq. 2: the RL objective plus γ · the log-likelihood of
+pre-training data), here with any data and loss a plug-in brings (docs/algorithms.md, Policy loss, "Auxiliary
+objectives")::
+
+    factory(cfg: Config, family: EnvFamily, settings) -> trainer.auxiliary.AuxObjective
+
+``settings`` is its config section ``algo.<name>`` (``coef`` is required: the objective's weight). The factory is
+called when ``empo2 train`` starts, before the model loads (so its data can fail first); the object's ``prepare(setup)``
+runs once the model and tokenizer are loaded, and its ``backward(step)`` at every optimiser step, after the
+micro-batches of the policy loss and before gradient clipping: it backpropagates ``coef`` × its loss into the
+parameters' ``.grad`` and returns its metrics (``trainer.auxiliary`` has the contract). The learner logs
+``train/<name>_loss`` = coef × its loss and ``train/<name>_<key>`` for its other metrics, each the mean over the
+update's optimiser steps.
 """
 
 from __future__ import annotations
@@ -54,14 +70,19 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ADVANTAGES",
+    "AUX_OBJECTIVES",
     "LOSS_TERMS",
     "AdvantageFn",
     "AdvantageSpec",
+    "AuxObjectiveFactory",
+    "AuxObjectiveSpec",
     "LossTermFn",
     "LossTermSpec",
     "advantage_spec",
+    "aux_objective_spec",
     "loss_term_spec",
     "register_advantage",
+    "register_aux_objective",
     "register_loss_term",
 ]
 
@@ -74,11 +95,21 @@ LossTermFn = Callable[..., "Tensor"]
 ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator", "algo.advantage")
 """``algo.advantage`` → estimator function (see the module docstring for its signature)."""
 
+AuxObjectiveFactory = Callable[..., Any]
+"""``factory(cfg, family, settings) -> trainer.auxiliary.AuxObjective`` (see the module docstring)."""
+
 LOSS_TERMS: Registry[LossTermFn] = Registry("loss term", "algo.loss_terms")
 """``algo.loss_terms`` entry → per-token term function (see the module docstring)."""
 
+AUX_OBJECTIVES: Registry[AuxObjectiveFactory] = Registry("auxiliary objective", "algo.aux_objectives")
+"""``algo.aux_objectives`` entry → the factory of its run-time object (see the module docstring)."""
+
 RESERVED_LOSS_TERMS = ("pg", "kl", "entropy")
-"""Names a loss term may not take: ``policy_loss`` already reports ``pg_loss``, ``kl_loss``, ``entropy_loss``."""
+"""Names a loss term or an auxiliary objective may not take: ``policy_loss`` already reports ``pg_loss``,
+``kl_loss``, ``entropy_loss``."""
+
+_SECTION_TABLES = (ADVANTAGES, LOSS_TERMS, AUX_OBJECTIVES)
+"""The tables whose entries may have a section ``algo.<name>``: a name has a section in at most one of them."""
 
 
 @dataclass(frozen=True)
@@ -120,6 +151,22 @@ class LossTermSpec:
     config: type | None = None
 
 
+@dataclass(frozen=True)
+class AuxObjectiveSpec:
+    """What the trainer knows about an auxiliary objective before building it, declared when it is registered.
+
+    Attributes:
+        name: its name in ``algo.aux_objectives``.
+        config: the dataclass of its config section ``algo.<name>`` (has a float field ``coef``).
+        check: ``check(cfg)`` raising ``ConfigError`` for a config the objective cannot run (called by
+            ``config.validate`` when the objective is listed), or None.
+    """
+
+    name: str
+    config: type | None = None
+    check: Callable[[Any], None] | None = None
+
+
 def _accepts(fn: Callable[..., Any], names: list[str]) -> list[str]:
     """The ``names`` that ``fn`` cannot take as keyword arguments ([] when it has ``**kwargs``)."""
     params = inspect.signature(fn).parameters
@@ -128,22 +175,33 @@ def _accepts(fn: Callable[..., Any], names: list[str]) -> list[str]:
     return [n for n in names if n not in params or params[n].kind is inspect.Parameter.POSITIONAL_ONLY]
 
 
-def _check_section(kind: str, name: str, fn: Callable[..., Any], config: type | None, skip: tuple[str, ...]) -> None:
-    """``config`` is a dataclass whose fields (less ``skip``) ``fn`` takes as keywords; its name is not taken by
-    a section of the other table (both live under ``algo.<name>``)."""
+def _check_section(kind: str, name: str, fn: Callable[..., Any] | None, config: type | None,
+                   skip: tuple[str, ...]) -> None:
+    """``config`` is a dataclass whose fields (less ``skip``) ``fn`` takes as keywords (``fn`` None: not checked);
+    its name is not taken by a section of another table (all of them live under ``algo.<name>``)."""
     if config is None:
         return
     if not dataclasses.is_dataclass(config):
         raise ValueError(f"{kind} {name!r}: config must be a dataclass type, got {config!r}")
     fields = [f.name for f in dataclasses.fields(config) if f.name not in skip]
-    missing = _accepts(fn, fields)
+    missing = _accepts(fn, fields) if fn is not None else []
     if missing:
         raise ValueError(f"{kind} {name!r}: {getattr(fn, '__name__', fn)!r} does not take the keyword argument(s) "
                          f"{missing} of its config section algo.{name}; add them to its signature")
-    other = LOSS_TERMS if kind == "advantage estimator" else ADVANTAGES
-    if name in other and other.config_class(name) is not None:
-        raise ValueError(f"{kind} {name!r}: the {other.kind} {name!r} already has the config section algo.{name}; "
-                         "pick another name")
+    for other in _SECTION_TABLES:
+        if other.kind != kind and name in other and other.config_class(name) is not None:
+            raise ValueError(f"{kind} {name!r}: the {other.kind} {name!r} already has the config section "
+                             f"algo.{name}; pick another name")
+
+
+def _check_coef_section(kind: str, name: str, config: type) -> None:
+    """``name`` is not reserved and ``config`` is a dataclass with a field ``coef`` (a loss term's or an auxiliary
+    objective's weight)."""
+    if name in RESERVED_LOSS_TERMS:
+        raise ValueError(f"{kind} name {name!r} is reserved (the policy loss reports {name}_loss); pick another")
+    if not dataclasses.is_dataclass(config) or "coef" not in {f.name for f in dataclasses.fields(config)}:
+        raise ValueError(f"{kind} {name!r}: config must be a dataclass with a float field 'coef' (its weight), "
+                         f"got {config!r}")
 
 
 def register_advantage(name: str, fn: AdvantageFn, *, needs_anchor: bool = False, min_group_size: int = 1,
@@ -189,14 +247,38 @@ def register_loss_term(name: str, fn: LossTermFn, *, config: type, needs_entropy
         ValueError: a bad, reserved or taken name; ``config`` not a dataclass, without ``coef``, with a field
             ``fn`` does not take, or a section name an advantage estimator already uses.
     """
-    if name in RESERVED_LOSS_TERMS:
-        raise ValueError(f"loss term name {name!r} is reserved (the policy loss reports {name}_loss); pick another")
-    if not dataclasses.is_dataclass(config) or "coef" not in {f.name for f in dataclasses.fields(config)}:
-        raise ValueError(f"loss term {name!r}: config must be a dataclass with a float field 'coef' (the term's "
-                         f"weight), got {config!r}")
+    _check_coef_section("loss term", name, config)
     _check_section("loss term", name, fn, config, ("coef",))
     return LOSS_TERMS.register(name, fn, config=config, doc=doc, replace=replace,
                                needs_entropy_grad=bool(needs_entropy_grad), needs_ref=bool(needs_ref))
+
+
+def register_aux_objective(name: str, factory: AuxObjectiveFactory, *, config: type,
+                           check: Callable[[Any], None] | None = None, doc: str = "",
+                           replace: bool = False) -> AuxObjectiveFactory:
+    """Register an auxiliary objective under ``name`` (listed in ``algo.aux_objectives``); returns ``factory``.
+
+    Args:
+        name: its name in ``algo.aux_objectives``; its section is ``algo.<name>`` and its metrics
+            ``train/<name>_loss`` and ``train/<name>_<key>``. Not ``pg``, ``kl`` or ``entropy``.
+        factory: ``factory(cfg, family, settings) -> trainer.auxiliary.AuxObjective`` (module docstring), called
+            when ``empo2 train`` starts, before the model loads.
+        config: the dataclass of its section ``algo.<name>``: a float field ``coef`` (the objective's weight in
+            every optimiser step) and its own settings (fields documented with ``empo2.configschema.doc``). Its
+            defaults must construct (``empo2 config keys`` lists them); put checks that need the whole config in
+            ``check``.
+        check: ``check(cfg)`` raising ``ConfigError`` for a config it cannot run (called by ``config.validate``
+            when the objective is listed, before any work).
+        doc: one line for listings.
+        replace: allow replacing an entry registered by another module.
+
+    Raises:
+        ValueError: a bad, reserved or taken name; ``config`` not a dataclass or without ``coef``; a section name
+            an advantage estimator or a loss term already uses.
+    """
+    _check_coef_section("auxiliary objective", name, config)
+    _check_section("auxiliary objective", name, None, config, ("coef",))
+    return AUX_OBJECTIVES.register(name, factory, config=config, doc=doc, replace=replace, check=check)
 
 
 def advantage_spec(name: str) -> AdvantageSpec:
@@ -219,6 +301,17 @@ def loss_term_spec(name: str) -> LossTermSpec:
     meta = LOSS_TERMS.meta(name)
     return LossTermSpec(name, bool(meta.get("needs_entropy_grad", False)), bool(meta.get("needs_ref", False)),
                         LOSS_TERMS.config_class(name))
+
+
+def aux_objective_spec(name: str) -> AuxObjectiveSpec:
+    """What the trainer knows about auxiliary objective ``name``, read from its registration.
+
+    Raises:
+        ConfigError: ``name`` is not registered (the message lists the registered names).
+    """
+    meta = AUX_OBJECTIVES.meta(name)
+    check = meta.get("check")
+    return AuxObjectiveSpec(name, AUX_OBJECTIVES.config_class(name), check if callable(check) else None)
 
 
 ADVANTAGES.register_lazy("grpo", "empo2.algo.advantages:grpo_step_advantages", min_group_size=2,

@@ -14,8 +14,9 @@ def add_cli(sub: Any) -> None:
     c = sub.add_parser("config", help="config helpers")
     csub = c.add_subparsers(dest="config_command", required=True)
     ck = csub.add_parser("keys", help="list every config key with its default and meaning (plug-ins' sections too)")
-    cr = csub.add_parser("registries", help="list what env.name, trainer.method, algo.advantage, algo.loss_terms and "
-                                            "rollout.generator can name (plug-ins included)")
+    cr = csub.add_parser("registries", help="list what env.name, trainer.method, algo.advantage, algo.loss_terms, "
+                                            "algo.aux_objectives, sft.data and rollout.generator can name (plug-ins "
+                                            "included)")
     ck.add_argument("--config", default=None, help="show this config's values (with the overrides) instead of the "
                                                    "schema defaults; its run.plugins are loaded first")
     cr.add_argument("--config", default=None, help="a config whose run.plugins to load first")
@@ -45,18 +46,20 @@ def _load_plugins_of(args: argparse.Namespace) -> Any:
 def registry_rows() -> list[tuple[str, str, str, str]]:
     """(config key, name, where it comes from, one-line doc) for every registered entry of every registry:
     environments (``env.name``), training methods (``trainer.method``), advantage estimators
-    (``algo.advantage``), loss terms (``algo.loss_terms``), retrievers (``empo2.memory.retriever``), action
-    corrections (``action.correction``) and generation backends (``rollout.generator``).
+    (``algo.advantage``), loss terms (``algo.loss_terms``), auxiliary objectives (``algo.aux_objectives``),
+    retrievers (``empo2.memory.retriever``), action corrections (``action.correction``), demonstration sources
+    (``sft.data``) and generation backends (``rollout.generator``).
     Lazy built-ins are listed without importing them (docs/architecture.md, "Extending")."""
-    from empo2.algo.registry import ADVANTAGES, LOSS_TERMS
+    from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS
     from empo2.envs.registry import ENVS
     from empo2.config import RolloutConfig
     from empo2.corrections import CORRECTIONS
+    from empo2.demo_sources import DEMO_SOURCES
     from empo2.memory.retrieval import RETRIEVERS
     from empo2.methods import METHODS
 
     rows = []
-    for reg in (ENVS, METHODS, ADVANTAGES, LOSS_TERMS, RETRIEVERS, CORRECTIONS):
+    for reg in (ENVS, METHODS, ADVANTAGES, LOSS_TERMS, AUX_OBJECTIVES, RETRIEVERS, CORRECTIONS, DEMO_SOURCES):
         if not reg.names():  # listed, so a user sees the key exists and that nothing is registered under it
             rows.append((reg.config_key, "(none registered)", "built-in", ""))
         for name in reg.names():
@@ -72,8 +75,8 @@ def registry_rows() -> list[tuple[str, str, str, str]]:
 
 def cmd_config_registries(args: argparse.Namespace) -> int:
     """``empo2 config registries [--config F] [key=value …]``: what each config string can name — the registered
-    environments, methods, advantage estimators, loss terms, retrievers, action corrections and generators, plug-ins
-    included.
+    environments, methods, advantage estimators, loss terms, auxiliary objectives, retrievers, action corrections,
+    demonstration sources and generators, plug-ins included.
 
     Returns:
         0.

@@ -1,5 +1,6 @@
-"""Expert demonstrations (``empo2 sft``, the RL loss's ``algo.sft_coef`` term, Retrospex's critic data, the oracle
-tips of ``experiments/empo2_oracle``): gold paths and trajectory JSONL files.
+"""Expert demonstrations (``empo2 sft``, Retrospex's critic data, and outside the package the demonstration term of
+``experiments/demo_term`` and the oracle tips of ``experiments/empo2_oracle``): gold paths, trajectory JSONL files and
+the sources a plug-in registers (``demo_sources``).
 
 A demonstration is an episode record in our trajectory JSONL format (what ``empo2 train`` writes to
 ``runs/<name>/trajectories/iter-K.jsonl``)::
@@ -15,10 +16,12 @@ what the agent sees. ``demo_trajectory`` rebuilds the
 chat as token segments with the same ``EpisodeChat`` the rollout engine uses, the action segment of
 step j being ``encode(action) + [end-of-turn id]`` — what the policy emits when it ends its turn —
 so SFT trains the same ids, in the same context, that rollouts sample (loss on action tokens only).
+A record marked ``tips_shown`` (``SHOWN_TIPS_KEY``) shows each step's ``tips`` in that step's prompt as a tip block.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -32,12 +35,12 @@ from empo2.records import StepRecord, Trajectory
 from empo2.report.runs import finite
 from empo2.trajfile import TrajectoryFileError, read_records
 from empo2.rollout.pool import EnvPool
-from empo2.demos.gold_tips import SHOWN_TIPS_KEY, with_gold_tips
+from empo2.demo_sources import DEMO_SOURCES, MOVED_SOURCES, SHOWN_TIPS_KEY, DemoRequest
 
 log = logging.getLogger(__name__)
 
-__all__ = ["demo_trajectory", "gold_records", "load_demos", "policy_gold_records", "record_from_jsonl",
-           "variation_pairs"]
+__all__ = ["SHOWN_TIPS_KEY", "demo_trajectory", "gold_records", "gold_source", "load_demos", "policy_gold_records",
+           "record_from_jsonl", "variation_pairs"]
 
 
 def variation_pairs(family: EnvFamily, tasks: list[str], only: list[int], per_task: int,
@@ -190,41 +193,66 @@ def record_from_jsonl(record: Any, where: str) -> dict[str, Any]:
     return record
 
 
+def gold_source(request: DemoRequest) -> list[dict[str, Any]]:
+    """The built-in demonstration source ``gold`` (``demo_sources``): the gold-path episodes of the request's
+    (task, train variation) pairs that end in success (``DemoRequest.gold_records``, played once per load).
+
+    Raises:
+        ConfigError: the environment has no gold paths.
+    """
+    return request.gold_records()
+
+
 def load_demos(sources: list[str], family: EnvFamily, tasks: list[str], gold_pairs: list[tuple[str, int]],
-               min_score: float, num_workers: int, tip_plan: tuple[int, float, float] = (0, 0.6, 0.2),
+               min_score: float, num_workers: int, *, seed: int = 0, sections: dict[str, Any] | None = None,
                key: str = "sft.data") -> list[dict[str, Any]]:
-    """All demonstrations named by ``sft.data`` (or ``algo.sft_data``: ``key`` names it in errors).
+    """All demonstrations named by ``sft.data`` (or another key naming sources the same way, e.g. an auxiliary
+    objective's ``algo.<name>.data``: ``key`` names it in errors), in the order listed.
 
     Args:
-        sources: ``"gold"``, ``"gold_tips"`` (the gold paths with a tip block per step,
-            ``demos.gold_tips``) and/or JSONL paths.
+        sources: registered demonstration sources (``demo_sources.DEMO_SOURCES``: ``"gold"`` and the plug-ins') and/or
+            JSONL paths; a registered name is never read as a path.
         family: the environment family; tasks: canonical task names (JSONL episodes of other tasks are kept
             too: the chat does not depend on the task list).
-        gold_pairs: (task, train variation) pairs for ``gold``.
+        gold_pairs: (task, train variation) pairs for the gold paths (``DemoRequest.pairs``), played at most once.
         min_score: JSONL episodes with a final score below this are dropped (crashed ones always).
         num_workers: environments playing gold paths at once.
-        tip_plan: ``(seed, right, wrong)`` of the ``gold_tips`` tips (``gold_tips.gold_tip_plan``).
+        seed: the run's seed, given to every source (``DemoRequest.seed``).
+        sections: source name → its settings (the section ``sft.<name>``: ``sft_config.sft_section``); a source
+            with a config class and no entry here gets its defaults.
         key: the config key that named ``sources`` (in error messages).
 
     Raises:
-        ConfigError: a JSONL source does not exist, ``gold`` without gold paths, or no demonstration at all.
-        TrajectoryFileError: a JSONL source is malformed (names the file and episode).
+        ConfigError: a source that is neither registered nor an existing file (a moved built-in names its
+            plug-in: ``demo_sources.MOVED_SOURCES``), ``gold`` without gold paths, or no demonstration at all.
+        TrajectoryFileError: a JSONL source, or a plug-in source's records, malformed (names the file or source and
+            the episode).
     """
     out: list[dict[str, Any]] = []
     counts: list[str] = []  # per JSONL source, for the error when nothing is left
-    gold: list[dict[str, Any]] | None = None
+    request = DemoRequest(family, list(tasks), list(gold_pairs), num_workers, seed=seed, key=key,
+                          play_gold=lambda: gold_records(family, gold_pairs, num_workers))
     for src in sources:
-        if src in ("gold", "gold_tips"):
-            if gold is None:  # played once when both sources are given
-                gold = gold_records(family, gold_pairs, num_workers)
-                log.info("gold paths: %d of %d (task, variation) pairs reached 100", len(gold), len(gold_pairs))
-            out.extend(gold if src == "gold" else [with_gold_tips(r, *tip_plan) for r in gold])
+        if src in DEMO_SOURCES:
+            entry = DEMO_SOURCES.get(src)
+            section = (sections or {}).get(src)
+            if section is None and entry.config is not None:
+                section = entry.config()
+            settings = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)} if section else {}
+            recs = entry.obj(request, **settings)
+            if not entry.meta.get("builtin"):  # a plug-in's records are checked like a file's
+                recs = [record_from_jsonl(r, f"{key} {src} episode {i + 1}") for i, r in enumerate(recs)]
+            out.extend(recs)
             continue
         try:
             recs = read_records(Path(src))
         except FileNotFoundError:
-            raise ConfigError(f"{key}: {src!r} is neither 'gold', 'gold_tips' nor an existing trajectory JSONL file "
-                              "(e.g. a warm-up's runs/<name>/sft_demos.jsonl)") from None
+            if src in MOVED_SOURCES:
+                raise ConfigError(f"{key}: {MOVED_SOURCES[src]}") from None
+            names = ", ".join(repr(n) for n in DEMO_SOURCES.names())
+            raise ConfigError(f"{key}: {src!r} is neither a registered demonstration source ({names}; a plug-in's "
+                              "needs run.plugins) nor an existing trajectory JSONL file (e.g. a warm-up's "
+                              "runs/<name>/sft_demos.jsonl)") from None
         except TrajectoryFileError as e:
             raise TrajectoryFileError(f"{key}: {e}") from None
         checked = [record_from_jsonl(r, f"{key} {src} episode {i + 1}") for i, r in enumerate(recs)]
@@ -253,9 +281,9 @@ def demo_trajectory(record: dict[str, Any], fmt: ChatFormat, family: EnvFamily, 
 
     Returns:
         a trajectory with one ``ACTION`` segment per step: ``encode(action) + [end-of-turn id]``. Records
-        marked ``tips_shown`` (``gold_tips``) put each step's ``tips`` in that step's user turn as a tip
-        block (a TIP segment, exactly as the rollout engine shows retrieved tips); other records are
-        tip-free.
+        marked ``tips_shown`` (``SHOWN_TIPS_KEY``, e.g. ``experiments/gold_tips``) put each step's ``tips`` in that
+        step's user turn as a tip block (a TIP segment, exactly as the rollout engine shows retrieved tips); other
+        records are tip-free.
     """
     shown = bool(record.get(SHOWN_TIPS_KEY))
     end_id = min(fmt.eos_ids) if fmt.eos_ids else int(fmt.tokenizer.eos_token_id)

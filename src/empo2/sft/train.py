@@ -1,7 +1,7 @@
 """Supervised fine-tuning on expert trajectories (``empo2 sft``; Retrospex's imitation warm-up, docs/retrospex.md, 1. Imitation warm-up).
 
-    demonstrations (gold paths / trajectory JSONL)        [demos/expert.py]
-      → the rollout chat as token segments, one packed sequence per episode  [trainer/demo_term.demo_samples → trainer/batch.build_sample]
+    demonstrations (gold paths / a plug-in's source / trajectory JSONL)        [demos/expert.py, demo_sources.py]
+      → the rollout chat as token segments, one packed sequence per episode  [sft/objective.demo_samples → trainer/batch.build_sample]
       → for each epoch, shuffled batches of ``sft.batch_episodes`` episodes:
           loss = mean over the batch's action tokens of −log π(token | context)   (temperature 1)
           micro-batched by ``trainer.micro_batch_tokens``; AdamW ``sft.lr``; clip ``trainer.grad_clip``
@@ -12,7 +12,7 @@ few-shot turns and observations are context. The checkpoint is a full model fold
 adapters are merged first and the saved config says ``model.lora.enabled: false``. So it is what
 ``empo2 eval --checkpoint`` reads, and ``empo2 train ... model.name_or_path=<run>/checkpoints/last``
 starts RL from it (iteration 0 in ``state.json``: no RL iterations done). The demonstration samples and their
-NLL are ``trainer.demo_term``'s, shared with the RL loss's ``algo.sft_coef`` term.
+NLL are ``sft.objective``'s (which a plug-in may use too: ``experiments/demo_term``).
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from empo2.policy.chat import ChatFormat
 from empo2.policy.loading import load_policy, save_weights
 from empo2.trainer.batch import PackedSample
 from empo2.trainer.checkpoint import save_checkpoint
-from empo2.trainer.demo_term import demo_nll_backward, demo_samples
+from empo2.sft.objective import demo_nll_backward, demo_samples
+from empo2.sft_config import sft_section
 from empo2.trainer.metrics import RunLogger
 
 log = logging.getLogger(__name__)
@@ -67,12 +68,14 @@ class SftResult:
 
 def _load_sft_demos(cfg: Config) -> tuple[Any, list[dict[str, Any]]]:
     """The environment family and the demonstrations of ``cfg.sft.data`` for ``env.tasks`` (and
-    ``env.variations``, ``sft.variations_per_task``, ``sft.min_score``, the tip plan)."""
+    ``env.variations``, ``sft.variations_per_task``, ``sft.min_score``, ``run.seed`` and each source's section
+    ``sft.<name>``)."""
     family = make_family(cfg.env)
     tasks = [family.resolve_task(t) for t in cfg.env.tasks]
     pairs = variation_pairs(family, tasks, cfg.env.variations, cfg.sft.variations_per_task)
+    sections = {n: sft_section(cfg.sft, n) for n in cfg.sft.data}
     demos = load_demos(cfg.sft.data, family, tasks, pairs, cfg.sft.min_score, cfg.env.num_workers,
-                       tip_plan=(cfg.run.seed, cfg.sft.tip_right, cfg.sft.tip_wrong))
+                       seed=cfg.run.seed, sections={n: s for n, s in sections.items() if s is not None})
     return family, demos
 
 

@@ -48,6 +48,7 @@ from empo2.config import AlgoConfig, TrainerConfig, algo_section
 from empo2.policy.logprobs import target_logprobs
 from empo2.policy.precision import autocast
 from empo2.policy.tree_attention import TreeBlocks, supports_tree_blocks, use_tree_attention
+from empo2.trainer.auxiliary import AuxStep, AuxTerm
 from empo2.trainer.batch import MicroBatch, PackedSample, pack_prefix_tree, prefix_micro_batches
 from empo2.trainer.parallel import (  # noqa: F401 - FullOptimizerState, shard_fsdp: importable from here too
     NORMALISER_REDUCE, FullOptimizerState, ParallelStrategy, make_strategy, shard_fsdp)
@@ -333,6 +334,21 @@ def _forward_metrics(mbs: list[MicroBatch]) -> dict[str, float]:
     return {"train/forward_tokens": float(forwarded), "train/shared_token_frac": shared / total if total else 0.0}
 
 
+def _aux_means(terms: list[AuxTerm], per_step: dict[str, list[dict[str, float]]]) -> dict[str, float]:
+    """The metrics of the auxiliary objectives over an update's optimiser steps: ``train/<name>_<key>`` the mean of
+    each key an objective returned but ``loss``, then ``train/<name>_loss`` = coef × the mean of ``loss``;
+    nothing for an objective that took no step."""
+    out: dict[str, float] = {}
+    for term in terms:
+        rows = per_step.get(term.name) or []
+        if not rows:
+            continue
+        for k in dict.fromkeys(k for r in rows for k in r if k != "loss"):
+            out[f"train/{term.name}_{k}"] = float(np.mean([r[k] for r in rows if k in r]))
+        out[f"train/{term.name}_loss"] = term.coef * float(np.mean([r["loss"] for r in rows]))
+    return out
+
+
 class Learner:
     """Owns the optimiser (and the frozen reference for KL) and performs updates.
 
@@ -353,17 +369,17 @@ class Learner:
             ``ParallelStrategy`` (``trainer.parallel.make_strategy``): under ``ddp`` the model is wrapped
             with DDP; under ``fsdp`` the learner trains a sharded copy and copies the full weights back
             into ``model`` (which the rollout uses) after every update.
-        sft_samples: the packed demonstrations of the ``algo.sft_coef`` term (``trainer.demo_term.demo_samples``);
-            needed, and only used, when ``algo.sft_coef > 0``.
+        aux_objectives: the auxiliary objectives of ``algo.aux_objectives``, prepared
+            (``trainer.auxiliary.make_aux_objectives``, then ``prepare``): each adds ``coef`` × its own loss to
+            every optimiser step (docs/algorithms.md, Policy loss, "Auxiliary objectives"). None = none.
 
     Raises:
-        ValueError: ``algo.sft_coef > 0`` without demonstrations, or with more than one process (the term
-        is not yet reduced across ranks).
+        ValueError: auxiliary objectives with more than one process (their backward is not reduced across ranks).
     """
 
     def __init__(self, model: Any, algo: AlgoConfig, trainer: TrainerConfig, temperature: float, pad_id: int,
                  seed: int = 0, ref_model: Any | None = None, amp: str = "none", dist: DistContext | None = None,
-                 sft_samples: list[PackedSample] | None = None):
+                 aux_objectives: list[AuxTerm] | None = None):
         self.model = model
         self.amp = amp
         self.dist = dist or DistContext()
@@ -375,12 +391,10 @@ class Learner:
         self.seed = int(seed)
         params = [p for p in self.train_model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=trainer.lr, weight_decay=trainer.weight_decay)
-        self.sft_samples = [x for x in sft_samples or [] if x.num_targets > 0]
-        if algo.sft_coef > 0 and not self.sft_samples:
-            raise ValueError("algo.sft_coef > 0 but no demonstration has an action token to train (algo.sft_data)")
-        if algo.sft_coef > 0 and self.dist.world > 1:
-            raise ValueError(f"algo.sft_coef > 0 runs in one process only (this run has {self.dist.world}); "
-                             "set algo.sft_coef=0 or train with one process")
+        self.aux = list(aux_objectives or [])
+        if self.aux and self.dist.world > 1:
+            raise ValueError(f"auxiliary objectives ({', '.join(t.name for t in self.aux)}) run in one process only "
+                             f"(this run has {self.dist.world}); set algo.aux_objectives=[] or train with one process")
         self.terms = loss_terms(algo)
         self.needs_ref = needs_reference(algo)
         self.entropy_grad = algo.entropy_coef > 0 or any(loss_term_spec(t.name).needs_entropy_grad for t in self.terms)
@@ -474,6 +488,11 @@ class Learner:
         optimiser step (``train/zero_adv_minibatches_skipped``; verl would still apply AdamW's momentum
         there). When no trajectory of the whole batch has a non-zero advantage there is no step at all
         (``train/skipped_zero_advantage``).
+
+        Auxiliary objectives (``algo.aux_objectives``, ``trainer.auxiliary``): at every optimiser step, after the
+        micro-batches and before clipping, each backpropagates ``coef`` × its own loss; with any of them every
+        mini-batch takes a step (also when all its advantages are 0). Their metrics: ``train/<name>_loss`` (coef ×
+        the loss, mean over steps) and ``train/<name>_<key>``; ``train/loss`` stays the policy loss alone.
         """
         samples = [s for s in samples if s.num_targets > 0]
         P = self.parallel
@@ -487,8 +506,8 @@ class Learner:
             return {"train/skipped": 1.0, "train/masked_frac": masked_frac, "train/optimizer_steps": 0.0}
         signal = {id(s): any(a != 0.0 for a in s.advantages) for s in samples}
         can_skip = algo.kl_coef == 0 and algo.entropy_coef == 0 and not self.terms  # else A = 0 still has a gradient
-        sft_on = algo.sft_coef > 0  # every mini-batch takes a step: the demonstrations' term has a gradient
-        if can_skip and not sft_on and not P.any(any(signal.values())):
+        aux_on = bool(self.aux)  # every mini-batch takes a step: an auxiliary objective has a gradient anyway
+        if can_skip and not aux_on and not P.any(any(signal.values())):
             # Every loss term is A·(clipped ratio) with A = 0: the whole gradient is 0, no step at all.
             return {"train/skipped": 1.0, "train/skipped_zero_advantage": 1.0, "train/optimizer_steps": 0.0}
         skip = can_skip and self.cfg.skip_zero_advantage
@@ -505,11 +524,11 @@ class Learner:
         params = [p for p in self.train_model.parameters() if p.requires_grad]
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
         self.train_model.train()
-        sft_nll: list[float] = []
+        aux_metrics: dict[str, list[dict[str, float]]] = {t.name: [] for t in self.aux}
         fresh: list[tuple[MicroBatch, torch.Tensor]] = []  # (micro-batch, its detached log-probs) before any step
         stepped = False
         for step_index, (normaliser, mbs, n_run) in enumerate(steps_plan):  # one optimiser step per mini-batch
-            if n_run == 0 and not sft_on:
+            if n_run == 0 and not aux_on:
                 skipped_minibatches += 1
                 continue
             self.optimizer.zero_grad(set_to_none=True)
@@ -526,12 +545,12 @@ class Learner:
                         fresh.append((mbs[i], lp))
                 step_metrics.append(m)
                 progress.advance()
-            if sft_on:
-                sft_nll.append(self._sft_backward(iteration, step_index, checkpoint_head))
+            for term in self.aux:  # algo.aux_objectives: coef × its loss on its own batch, into the same gradient
+                aux_metrics[term.name].append(self._aux_backward(term, iteration, step_index, checkpoint_head))
             grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
             self.optimizer.step()
             stepped = True
-            # one host sync for the step's metrics (none: a step of the demonstrations' term alone)
+            # one host sync for the step's metrics (none: a step of the auxiliary objectives alone)
             meter.add_step(metric_floats(step_metrics), later)
         self.train_model.eval()
         P.after_update()
@@ -548,24 +567,25 @@ class Learner:
         out["train/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
         out["train/grad_norm_max"] = float(np.max(grad_norms)) if grad_norms else 0.0
         out["train/masked_frac"] = masked_frac
-        if sft_nll:  # algo.sft_coef: the demonstrations' NLL (nats per action token) before each step
-            out["train/sft_nll"] = float(np.mean(sft_nll))
-            out["train/sft_loss"] = algo.sft_coef * out["train/sft_nll"]
+        out.update(_aux_means(self.aux, aux_metrics))
         if meter.steps == 0:
             out["train/skipped"] = 1.0
         return out
 
-    def _sft_backward(self, iteration: int, step_index: int, checkpoint_head: bool) -> float:
-        """Backpropagate ``algo.sft_coef`` × the NLL of ``algo.sft_episodes`` demonstrations drawn for this
-        optimiser step (seeded by ``run.seed``, iteration and step; ``trainer.demo_term.demo_nll_backward``)."""
-        from empo2.trainer.demo_term import demo_nll_backward
+    def _aux_backward(self, term: AuxTerm, iteration: int, step_index: int, checkpoint_head: bool) -> dict[str, float]:
+        """``term``'s backward for this optimiser step (``trainer.auxiliary``); its metrics, checked.
 
-        rng = np.random.default_rng([self.seed, 23, iteration, step_index])
-        n = min(self.algo.sft_episodes, len(self.sft_samples))
-        batch = [self.sft_samples[i] for i in rng.choice(len(self.sft_samples), size=n, replace=False)]
-        return demo_nll_backward(self.train_model, batch, pad_id=self.pad_id,
-                                 micro_batch_tokens=self.cfg.micro_batch_tokens, logprob_chunk=self.cfg.logprob_chunk,
-                                 checkpoint_head=checkpoint_head, scale=self.algo.sft_coef, amp=self.amp)
+        Raises:
+            ValueError: the objective returned no float ``"loss"``.
+        """
+        step = AuxStep(model=self.train_model, coef=term.coef, iteration=iteration, step=step_index, seed=self.seed,
+                       pad_id=self.pad_id, micro_batch_tokens=self.cfg.micro_batch_tokens,
+                       logprob_chunk=self.cfg.logprob_chunk, checkpoint_head=checkpoint_head, amp=self.amp)
+        m = term.objective.backward(step)
+        if not isinstance(m, dict) or not isinstance(m.get("loss"), (int, float)):
+            raise ValueError(f"auxiliary objective {term.name!r}: backward must return a dict of floats with the key "
+                             f"'loss' (its unscaled loss), got {m!r}")
+        return {k: float(v) for k, v in m.items()}
 
     def _token_masks(self, samples: list[PackedSample]) -> tuple[dict[int, torch.Tensor], float]:
         """Per trajectory (by ``id``) its ``[num_targets]`` bool mask of trained tokens, and the masked

@@ -58,7 +58,7 @@ from empo2.trainer.progress import (
     Progress, checkpoint_note, eval_note, tips_note, trajectories_note, update_note)
 
 from empo2.trainer.mismatch import apply_mismatch, mismatch_mode, sample_mismatch, train_forward_is_deterministic
-from empo2.trainer.demo_term import rl_demo_samples, rl_demos
+from empo2.trainer.auxiliary import AuxTerm, make_aux_objectives
 from empo2.trainer.setup import Setup, build_setup, resolve_tasks  # noqa: F401  (re-exported: the composition root)
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ class Trainer:
         if resume and cfg.empo2.p > 0:
             check_memory_matches(self.run_dir / MEMORY_FILENAME, ckpt, state, self.start_iteration)
         weights = ckpt.resolve() if resumed else None
-        demos = rl_demos(cfg, self._family)  # algo.sft_data: a missing or malformed file fails before the model loads
+        aux = make_aux_objectives(cfg, self._family)  # algo.aux_objectives: their data fails before the model loads
         if on_checked is not None:
             on_checked()
         self.progress = Progress(enabled=cfg.run.progress and self.dist.is_main, console=console)
@@ -187,7 +187,7 @@ class Trainer:
         try:
             self._check_first_prompt_fits()  # before the run folder is written: a fixed re-run starts afresh
             self._write_run_folder(resume)
-            self._build_learner(resumed, demos)
+            self._build_learner(resumed, aux)
             self._start_run_state(resume)
             self._make_and_restore_method(resume, resumed, opt_state, extra, weights)
         except BaseException as e:  # the JVMs and the memory file are not left open by a refused resume
@@ -248,9 +248,12 @@ class Trainer:
                 remove_partial_writes(self.ckpt_root)
             (self.run_dir / "config.yaml").write_text(yaml.safe_dump(config_to_dict(cfg), sort_keys=False))
 
-    def _build_learner(self, resumed: bool, demos: list[dict[str, Any]]) -> None:
-        """``self.learner``, with the initial policy as KL reference when a resumed full-weight run needs one."""
+    def _build_learner(self, resumed: bool, aux: list[AuxTerm]) -> None:
+        """``self.learner``, with the initial policy as KL reference when a resumed full-weight run needs one and the
+        auxiliary objectives ``aux`` prepared on the loaded model (``AuxObjective.prepare``)."""
         cfg = self.cfg
+        for term in aux:
+            term.objective.prepare(self.setup)
         ref_model = None
         if resumed and needs_reference(cfg.algo) and not cfg.model.lora.enabled:
             # the KL reference is the initial policy, not the resumed checkpoint (docs/algorithms.md, Policy loss)
@@ -259,7 +262,7 @@ class Trainer:
         self.learner = Learner(self.setup.policy.model, cfg.algo, cfg.trainer, cfg.rollout.temperature,
                                int(self.setup.policy.tokenizer.pad_token_id or 0), seed=cfg.run.seed,
                                ref_model=ref_model, amp=cfg.model.autocast, dist=self.dist,
-                               sft_samples=rl_demo_samples(cfg, demos, self._family, self.setup.fmt))
+                               aux_objectives=aux)
 
     def _start_run_state(self, resume: bool) -> None:
         """The step counter, the mode sampler, the metrics logger (rank 0) and the thread info (logged)."""

@@ -1,12 +1,11 @@
-"""Tips attached to demonstrations (``sft.data: [gold_tips]``) and oracle tips for diagnostics.
+"""Tips attached to gold paths, and the next gold action of an episode (formerly ``empo2.demos.gold_tips``).
 
-docs/notes/learning.md ("Tips at 135M") measured that the 135M policy ignores a narrative tip ("The animals are outside. Go to the
-kitchen, then …": P(go to kitchen) 0.00 at the hallway state of task 7-1) but partly follows a short
-imperative one ("Next action: go to kitchen": 0.20). A policy that has never seen a ``<tip>`` block in
-training has no reason to read one. ``gold_tips`` teaches what a tip block is for: the gold paths of
-the SFT run's tasks are played as for ``gold`` (``demos.expert.gold_records``), and each step's user
-turn carries a tip block (``agent.prompts.tip_block``, the same TIP segment the rollout engine builds)
-chosen per step by ``gold_tip_plan``:
+docs/notes/learning.md ("Tips at 135M") measured that the 135M policy ignores a narrative tip ("The animals are
+outside. Go to the kitchen, then …": P(go to kitchen) 0.00 at the hallway state of task 7-1) but partly follows a
+short imperative one ("Next action: go to kitchen": 0.20). A policy that has never seen a ``<tip>`` block in training
+has no reason to read one. The demonstration source ``gold_tips`` (``source.py``) teaches what a tip block is for:
+the gold paths of the SFT run's tasks are played as for ``gold``, and each step's user turn carries a tip block (the
+same TIP segment the rollout engine builds) chosen per step by ``gold_tip_plan``:
 
 * with probability ``right``: ``"Next action: <the step's gold action>"`` (the tip is right);
 * with probability ``wrong``: ``"Next action: <another action of the same gold path>"`` (a misleading
@@ -14,12 +13,12 @@ chosen per step by ``gold_tip_plan``:
   tip blindly is not what the loss rewards — the observation has to agree;
 * otherwise no tip (the policy keeps acting without memory, as in plain rollouts).
 
-The loss is on the gold action in every case (``sft.train``). Use tasks other than the one RL will be
-run on (docs/notes/learning.md: never warm up on the target task's own gold paths for a method comparison).
+The loss is on the gold action in every case (``empo2 sft``). Use tasks other than the one RL will be run on
+(docs/notes/learning.md: never warm up on the target task's own gold paths for a method comparison).
 
-``oracle_next_action`` gives, for a diagnostic, the next gold action of an episode that may have left
-the gold path (tips "naming the right steps"; docs/notes/learning.md "Tips at 135M"). The oracle tips of
-``experiments/empo2_oracle`` and the tip benchmarks (``benchmarks.tips``) are built on it.
+``oracle_next_action`` gives, for a diagnostic, the next gold action of an episode that may have left the gold path
+(tips "naming the right steps"; docs/notes/learning.md "Tips at 135M"). The oracle tips of ``experiments/empo2_oracle``
+and the tip benchmarks (``benchmarks.tips``, ``benchmarks.oracle_memory``) are built on it. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -30,16 +29,14 @@ from typing import Any
 
 import numpy as np
 
+from empo2.demo_sources import SHOWN_TIPS_KEY
+
 __all__ = ["NEXT_ACTION_PREFIX", "SHOWN_TIPS_KEY", "gold_tip_plan", "imperative_tip", "oracle_next_action",
            "with_gold_tips"]
 
 NEXT_ACTION_PREFIX = "Next action: "
-"""The imperative tip form: ``"Next action: go to kitchen"`` (measured best-followed form, docs/notes/learning.md "Reading tips")."""
-
-SHOWN_TIPS_KEY = "tips_shown"
-"""Record key (``sft_demos.jsonl``): True = the record's per-step ``tips`` are put in the SFT prompt.
-Records without it are trained tip-free, even if their steps list tips (e.g. EMPO² trajectory files,
-whose update is tip-free by design)."""
+"""The imperative tip form: ``"Next action: go to kitchen"`` (measured best-followed form, docs/notes/learning.md
+"Reading tips")."""
 
 
 def imperative_tip(action: str) -> str:
@@ -88,11 +85,15 @@ def gold_tip_plan(actions: Sequence[str], seed: int, key: str, right: float, wro
 
 
 def with_gold_tips(record: dict[str, Any], seed: int, right: float, wrong: float) -> dict[str, Any]:
-    """A copy of a gold episode record whose steps carry ``gold_tip_plan`` tips, marked ``tips_shown``.
+    """A copy of a gold episode record whose steps carry ``gold_tip_plan`` tips, marked ``tips_shown``
+    (``empo2.demo_sources.SHOWN_TIPS_KEY``: the tips are shown in the demonstration's prompt).
 
     Args:
-        record: an episode record (``demos.expert`` format) with ``id`` and ``steps[j].action``.
+        record: an episode record (``empo2.demos.expert`` format) with ``id`` and ``steps[j].action``.
         seed, right, wrong: as in ``gold_tip_plan``.
+
+    Returns:
+        The copy, its id ``<id>-tips``; ``record`` is not changed.
     """
     actions = [str(s["action"]) for s in record["steps"]]
     plan = gold_tip_plan(actions, seed, str(record.get("id", "")), right, wrong)
