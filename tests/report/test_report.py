@@ -238,6 +238,29 @@ def test_fits_the_empo2_command_line(real_run, tmp_path):
     assert (tmp_path / "rep" / "report.md").is_file()
 
 
+def test_a_clip_fraction_panel_keeps_zero_on_its_axis(tmp_path):
+    """A new user read a clip fraction going 0.053 -> 0.043 as a collapse: matplotlib had zoomed the axis to the
+    data. Panels of quantities that are >= 0 keep 0 on the axis; a score-like automatic panel (KL) does not."""
+    from empo2.report.curves import _draw_panel
+    from matplotlib.figure import Figure
+
+    run_dir = tmp_path / "r"
+    run_dir.mkdir()
+    rows = [{"iteration": i, "rollout/score_mean": 1.0, "train/clip_frac": c, "train/policy_kl": 0.05 + 0.001 * i,
+             "train/optimizer_steps": 3.0} for i, c in enumerate((0.053, 0.048, 0.043), start=1)]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = load_run(run_dir)
+    clip = next(p for p in DIAGNOSTIC_PANELS if p.key == "train/clip_frac")
+    ax = Figure().add_subplot()
+    _draw_panel(ax, clip, [run], ["k"])
+    lo, hi = ax.get_ylim()
+    assert lo <= 0.0 and hi >= 0.053
+    kl = next(p for p in DIAGNOSTIC_PANELS if p.key == "train/policy_kl")
+    ax = Figure().add_subplot()
+    _draw_panel(ax, kl, [run], ["k"])
+    assert ax.get_ylim()[0] > 0.0  # not forced: KL estimates may be negative, its panel stays automatic
+
+
 def test_kl_and_clip_lines_have_gaps_where_no_step_was_taken(tmp_path):
     import math
 

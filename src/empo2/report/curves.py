@@ -93,6 +93,8 @@ class Panel:
             points joined across, and every point has a marker.
         need: which runs' methods compute the metric (``computes``); other runs are not drawn in it.
         all_zero: text written in the panel when every value drawn in it is 0 (``"no successes"``).
+        from_zero: the quantity is ≥ 0 (a fraction, a count): the y axis always includes 0, so that a change of
+            0.01 in a clip fraction of 0.05 is not drawn across the whole panel as if it were a collapse.
     """
 
     title: str
@@ -104,6 +106,7 @@ class Panel:
     per_step: bool = False
     need: Need = Need.ANY
     all_zero: str | None = None
+    from_zero: bool = False
 
 
 SCORE_LIM = (-3.0, 103.0)
@@ -120,19 +123,22 @@ LEARNING_PANELS = (
 )
 
 DIAGNOSTIC_PANELS = (
-    Panel("Intrinsic reward", "mean Σ r_int per episode", "rollout/intrinsic_sum_mean", need=Need.INTRINSIC),
-    Panel("Memory size", "memory entries (a tip with its state key)", "memory/size", need=Need.MEMORY),
+    Panel("Intrinsic reward", "mean Σ r_int per episode", "rollout/intrinsic_sum_mean", need=Need.INTRINSIC,
+          from_zero=True),
+    Panel("Memory size", "memory entries (a tip with its state key)", "memory/size", need=Need.MEMORY,
+          from_zero=True),
     Panel("Retrieval hit rate", "fraction of steps with ≥ 1 tip", "memory/retrieval_hit_rate", ylim=RATE_LIM,
           need=Need.MEMORY),
     Panel("Clip fraction", "fraction of action tokens clipped", "train/clip_frac", per_step=True, need=Need.UPDATE,
-          all_zero="no action token clipped"),
+          all_zero="no action token clipped", from_zero=True),
     Panel("Tip following: memory-mode steps", "share of actions a shown tip names", "memory/tip_follow_rate",
           ylim=RATE_LIM, need=Need.MEMORY),
     Panel("Tip following baseline: plain steps", "share of actions a retrieved, unshown tip names",
           "memory/tip_follow_rate_plain", ylim=RATE_LIM, need=Need.MEMORY),
     Panel("Policy shift per update: KL(before ‖ after)", "nats per token", "train/policy_kl", per_step=True,
           need=Need.UPDATE),
-    Panel("Optimiser steps per iteration (0 = stalled)", "AdamW steps", "train/optimizer_steps", need=Need.UPDATE),
+    Panel("Optimiser steps per iteration (0 = stalled)", "AdamW steps", "train/optimizer_steps", need=Need.UPDATE,
+          from_zero=True),
     Panel("Groups without a learning signal", "fraction of groups", "train/adv/zero_adv_group_frac", ylim=RATE_LIM,
           need=Need.UPDATE),
     Panel("Valid actions", "fraction accepted by the env", "rollout/valid_frac", ylim=RATE_LIM),
@@ -315,6 +321,9 @@ def _draw_panel(ax: Axes, panel: Panel, runs: list[RunData], colors: list,
     if panel.ylim is not None:  # the natural range, widened if the data leave it
         lo, hi = ax.get_ylim()
         ax.set_ylim(min(panel.ylim[0], lo), max(panel.ylim[1], hi))
+    elif panel.from_zero:
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(min(0.0, lo), hi if hi > 0 else 1.0)
     if xlim is not None and panel.x is XAxis.ITERATION:
         ax.set_xlim(xlim[0] - 0.5, xlim[1] + 0.5)
     if panel.all_zero and drawn and all(v == 0 for v in drawn):
