@@ -7,12 +7,12 @@ field is documented once, in its ``doc(...)`` help text; ``empo2 config keys`` p
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from empo2.configschema import ConfigError, did_you_mean, doc, from_dict, load_yaml, parse_overrides, set_dotted, to_dict
+from empo2.configschema import (ConfigError, did_you_mean, doc, from_dict, load_yaml, parse_overrides, plugin_sections,
+                                set_dotted, to_dict)
 from empo2.envs.scienceworld.config import SciWorldConfig
 from empo2.envs.tiny.config import TinyConfig
 from empo2.envs.webshop.config import WebShopConfig
@@ -264,18 +264,7 @@ class AlgoConfig:
         """
         from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS
 
-        own = {f.name for f in dataclasses.fields(cls)}
-        out = {}
-        for reg in (ADVANTAGES, LOSS_TERMS, AUX_OBJECTIVES):
-            for name in reg.names():
-                section = reg.config_class(name)
-                if section is None:
-                    continue
-                if name in own:
-                    raise ConfigError(f"the {reg.kind} {name!r} ({reg.get(name).source}) has a config section "
-                                      f"algo.{name}, but algo.{name} is a key of the algo section; rename it")
-                out[name] = section
-        return out
+        return plugin_sections(cls, (ADVANTAGES, LOSS_TERMS, AUX_OBJECTIVES), "algo")
 
     def __getattr__(self, name: str) -> Any:
         """``cfg.algo.<name>``: the section of a registered estimator, loss term or auxiliary objective (its

@@ -387,6 +387,28 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+
+def plugin_sections(cls: type, registries: Any, prefix: str) -> dict[str, type]:
+    """``{name: config class}`` of every entry of ``registries`` (``registry.Registry`` objects) registered with a
+    config section, for the ``__extra_sections__`` of the config class ``cls`` (its sections ``<prefix>.<name>``;
+    docs/architecture.md, "Extending").
+
+    Raises:
+        ConfigError: a registered name that is also a field of ``cls`` (its section would hide the key).
+    """
+    own = {f.name for f in dataclasses.fields(cls)}
+    out: dict[str, type] = {}
+    for reg in registries:
+        for name in reg.names():
+            section = reg.config_class(name)
+            if section is None:
+                continue
+            if name in own:
+                raise ConfigError(f"the {reg.kind} {name!r} ({reg.get(name).source}) has a config section "
+                                  f"{prefix}.{name}, but {prefix}.{name} is a key of the {prefix} section; rename it")
+            out[name] = section
+    return out
+
 def help_table(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     """(dotted key, default, help) rows for documentation (``empo2 config --help-keys``)."""
     rows = []

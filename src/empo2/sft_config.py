@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from empo2.configschema import ConfigError, doc
+from empo2.configschema import ConfigError, doc, plugin_sections
 
 __all__ = ["SftConfig", "sft_section"]
 
@@ -53,17 +52,7 @@ class SftConfig:
         """
         from empo2.demo_sources import DEMO_SOURCES
 
-        own = {f.name for f in dataclasses.fields(cls)}
-        out = {}
-        for name in DEMO_SOURCES.names():
-            section = DEMO_SOURCES.config_class(name)
-            if section is None:
-                continue
-            if name in own:
-                raise ConfigError(f"the demonstration source {name!r} ({DEMO_SOURCES.get(name).source}) has a config "
-                                  f"section sft.{name}, but sft.{name} is a key of the sft section; rename it")
-            out[name] = section
-        return out
+        return plugin_sections(cls, (DEMO_SOURCES,), "sft")
 
     def __getattr__(self, name: str) -> Any:
         """``cfg.sft.<name>``: the section of a registered demonstration source (its defaults when unset)."""
