@@ -28,7 +28,9 @@ rollouts are trained with their tips in the prompt, never tip-free — what the 
 the off-policy distillation); and the ``init_*`` arms, the same starting from the warm-up
 checkpoint ``--init CKPT`` (e.g. a tip-reading ``empo2 sft`` policy): ``init_base``, ``init_grpo``,
 ``init_empo2``, ``init_empo2_q0``, ``init_empo2_oracle``, ``init_empo2_live_oracle``,
-``init_empo2_live_oracle_q0``.
+``init_empo2_live_oracle_q0``. Every arm that writes tips (p > 0) also loads the tip-metric plug-in
+``experiments/tip_diagnostics`` (``TIP_DIAGNOSTICS``: ``memory/tip_informative_*``, ``memory/tip_copies_example``, the
+report's tip columns).
 
 Resumable per arm and seed: each finished (arm, seed) writes ``runs/<arm>-s<seed>/result.json`` (its
 evaluations, metrics rows and the settings it ran with); a later call with the same ``--out`` keeps
@@ -104,30 +106,35 @@ LIVE_ORACLE = ["run.plugins=[experiments.empo2_oracle]", "trainer.method=empo2_l
 """The tips of the ``*_live_oracle`` arms: the next gold action at every memory-mode step, from the plug-in
 ``experiments/empo2_oracle`` (importable in the ``empo2`` subprocesses: ``_cli`` puts the repository root on their
 ``PYTHONPATH``; it needs ``env.variations``: the gold path of each is played at the start)."""
+TIP_DIAGNOSTICS = ["run.plugins=[experiments.tip_diagnostics]", "empo2.tip_metrics=[informativeness,copies_example]"]
+"""Metrics of the written tips in every arm that writes tips (empo2.p > 0): ``memory/tip_informative_*`` and
+``memory/tip_copies_example``, the report's tip columns, from the plug-in ``experiments/tip_diagnostics`` (importable
+in the ``empo2`` subprocesses, as ``LIVE_ORACLE``). They never change what is trained, so ``run_spec`` leaves them out
+(a run finished before they moved out of the package is still reused)."""
 ARMS: dict[str, list[str]] = {
     "base": ["trainer.iterations=0"],
     "grpo": ["empo2.p=0.0"],
     "gigpo": ["empo2.p=0.0", "algo.advantage=gigpo", "algo.norm_std=false"],
-    "empo2": EMPO2,
-    "empo2_novelty": [*EMPO2, "empo2.intrinsic.enabled=true", "empo2.intrinsic.in_advantage=true"],
+    "empo2": [*EMPO2, *TIP_DIAGNOSTICS],
+    "empo2_novelty": [*EMPO2, "empo2.intrinsic.enabled=true", "empo2.intrinsic.in_advantage=true", *TIP_DIAGNOSTICS],
     "grpo_novelty": ["empo2.p=0.0", *NOVELTY],
-    "empo2_paper": [*EMPO2_PAPER, *NOVELTY],
-    "empo2_paper_q0": [*EMPO2_PAPER, *NOVELTY, "empo2.q=0.0"],
+    "empo2_paper": [*EMPO2_PAPER, *NOVELTY, *TIP_DIAGNOSTICS],
+    "empo2_paper_q0": [*EMPO2_PAPER, *NOVELTY, "empo2.q=0.0", *TIP_DIAGNOSTICS],
     "grpo_novelty_task": ["empo2.p=0.0", *NOVELTY, "empo2.memory.bucket=task"],
-    "empo2_paper_task": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task"],
+    "empo2_paper_task": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *TIP_DIAGNOSTICS],
     "grpo_novelty_obs": ["empo2.p=0.0", *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY],
-    "empo2_paper_obs": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY],
+    "empo2_paper_obs": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY, *TIP_DIAGNOSTICS],
     "empo2_authors": ["empo2.p=0.25", "empo2.q=0.68", "empo2.mode_granularity=iteration",
-                      "empo2.intrinsic.in_advantage=false"],
-    "empo2_q0": [*EMPO2, "empo2.q=0.0"],
-    "memory_only": ["empo2.p=1.0", "empo2.q=0.0", "trainer.update=false"],
-    "empo2_oracle": [*EMPO2, *ORACLE_RETRIEVAL],
-    "empo2_live_oracle": [*EMPO2, *LIVE_ORACLE],
-    "empo2_live_oracle_q0": [*EMPO2, *LIVE_ORACLE, "empo2.q=0.0"],
+                      "empo2.intrinsic.in_advantage=false", *TIP_DIAGNOSTICS],
+    "empo2_q0": [*EMPO2, "empo2.q=0.0", *TIP_DIAGNOSTICS],
+    "memory_only": ["empo2.p=1.0", "empo2.q=0.0", "trainer.update=false", *TIP_DIAGNOSTICS],
+    "empo2_oracle": [*EMPO2, *ORACLE_RETRIEVAL, *TIP_DIAGNOSTICS],
+    "empo2_live_oracle": [*EMPO2, *LIVE_ORACLE, *TIP_DIAGNOSTICS],
+    "empo2_live_oracle_q0": [*EMPO2, *LIVE_ORACLE, "empo2.q=0.0", *TIP_DIAGNOSTICS],
 }
 """arm → overrides on top of the shared config. EMPO² settings other than those named here (memory,
 tips, q, granularity) live in the config file, so GRPO is exactly EMPO² with p = 0. The ``init_<arm>``
-arms add ``model.name_or_path=<--init>`` to ``<arm>``."""
+arms add ``model.name_or_path=<--init>`` to ``<arm>``. Every arm that writes tips (p > 0) adds ``TIP_DIAGNOSTICS``."""
 for _a in ("base", "grpo", "empo2", "empo2_q0", "empo2_oracle", "empo2_live_oracle", "empo2_live_oracle_q0"):
     ARMS[f"init_{_a}"] = ARMS[_a]
 METHODS = ARMS  # the former name
@@ -198,10 +205,11 @@ def _digest(path: str | Path | None) -> str | None:
 def run_spec(arm: str, seed: int, cfg: str, extra: list[str], eval_episodes: int, init: str | None,
              memory_import: str | None) -> dict[str, Any]:
     """What a (arm, seed) run depends on: a finished run is reused only when this is unchanged (the
-    torch thread count is left out: a benchmark may be continued on another machine)."""
+    torch thread count is left out: a benchmark may be continued on another machine; so are the arms'
+    ``TIP_DIAGNOSTICS``, metrics that never change what is trained)."""
     kept = [o for o in extra if not o.startswith("trainer.threads=")]
     return {"arm": arm, "seed": seed, "config": cfg, "config_sha256": _digest(cfg), "overrides": kept,
-            "arm_overrides": ARMS[arm], "eval_episodes": eval_episodes,
+            "arm_overrides": [o for o in ARMS[arm] if o not in TIP_DIAGNOSTICS], "eval_episodes": eval_episodes,
             "init": init if arm.startswith("init_") else None,
             "memory_import_sha256": _digest(memory_import) if arm in ORACLE_ARMS else None}
 

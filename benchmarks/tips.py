@@ -8,7 +8,7 @@ resumes where it stopped; ``--redo STAGE`` recomputes one):
     (score 100), so that outcomes vary. → ``trajectories.jsonl`` (our trajectory JSONL format).
 ``write``    per setting (tip prompt × temperature × max tokens), one tip per episode, scored:
 
-    * informativeness (``methods.empo2.tipinfo.tip_informativeness``: outcome / task object / scoring action);
+    * informativeness (``experiments.tip_diagnostics.tip_informativeness``: outcome / task object / scoring action);
     * **coherence**: the share of tips that (1) ``methods.empo2.tips.clean_tip`` accepts, (2) are one sentence
       of at most ``MAX_COHERENT_WORDS`` words, and (3) are *grounded*: at least ``GROUNDED_SHARE`` of
       their content words (≥ 3 letters, not stop words) occur, as Snowball stems, in the episode's own
@@ -19,7 +19,7 @@ resumes where it stopped; ``--redo STAGE`` recomputes one):
     * **useful** = coherent and naming the outcome or a scoring action (restating the task's object
       alone is not counted).
     * **copy**: the tip reuses the ``summary_fewshot`` worked example's wording
-      (``methods.empo2.tipinfo.copies_example``, ≥ 3 shared word 4-grams); reported beside, not subtracted.
+      (``experiments.tip_diagnostics.copies_example``, ≥ 3 shared word 4-grams); reported beside, not subtracted.
 
     Tip prompts: ``trajectory`` (the run's: the whole tip-free chat + final observation and score +
     ``methods.empo2.tips.TIP_INSTRUCTION``, as ``methods.empo2.runtime.Empo2Runtime.tip_prompts``);
@@ -122,7 +122,7 @@ def _ci(xs: list[float]) -> list[float]:
 def stage_collect(args: argparse.Namespace, cfg: Any, setup: Any, out: Path) -> list[dict[str, Any]]:
     """Base-model rollouts (T 1.0) + gold paths of the first ``--variations`` train variations."""
     from empo2.envs.base import TaskSpec
-    from empo2.retrospex.collect import trajectory_record
+    from experiments.retrospex.collect import trajectory_record
     from empo2.rollout.engine import EpisodeSpec
     from empo2.demos.expert import gold_records, variation_pairs
 
@@ -144,9 +144,9 @@ def stage_collect(args: argparse.Namespace, cfg: Any, setup: Any, out: Path) -> 
 
 # ----------------------------------------------------------------------------------------- write
 def _stems(text: str) -> list[str]:
-    from empo2.methods.empo2.tipinfo import STOPWORDS, _stem_all
+    from empo2.methods.empo2.tipinfo import STOPWORDS, stem_all
 
-    return _stem_all([w for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 3 and w not in STOPWORDS])
+    return stem_all([w for w in re.findall(r"[a-z]+", text.lower()) if len(w) >= 3 and w not in STOPWORDS])
 
 
 GENERIC_WORDS = ("task trajectory attempt episode score scored points reward goal environment action actions step "
@@ -162,7 +162,7 @@ def coherence(tip: str | None, episode_text: str) -> tuple[bool, float]:
         tip: the cleaned tip; episode_text: the episode's task, observations, actions, final observation and
             score sentence. Words of ``GENERIC_WORDS`` and the task's instruction words count as grounded.
     """
-    from empo2.methods.empo2.tipinfo import INSTRUCTION_WORDS
+    from experiments.tip_diagnostics import INSTRUCTION_WORDS
 
     if tip is None:
         return False, 0.0
@@ -266,7 +266,7 @@ def stage_write(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs:
 def score_tips(rows: list[dict[str, Any]], recs: list[dict[str, Any]], trajs: list[Any]) -> dict[str, float]:
     """Clean and score each row's ``raw`` tip in place (module docstring); returns the shares over rows."""
     from empo2.methods.empo2.tips import clean_tip
-    from empo2.methods.empo2.tipinfo import copies_example, tip_informativeness
+    from experiments.tip_diagnostics import copies_example, tip_informativeness
 
     by_id = {r["id"]: (r, t) for r, t in zip(recs, trajs)}
     for row in rows:

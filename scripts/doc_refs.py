@@ -64,9 +64,9 @@ REF = re.compile(
     rf"(?P<secs>\s*§\s*{SEC}(?:\s*(?:,|and)\s*§?\s*{SEC})*)?")
 
 
-# files outside envs/<name>/ and retrospex/ whose bare references mean another note
-FILE_NOTES = {"algo/iql.py": "retrospex", "algo/rescoring.py": "retrospex", "sft/train.py": "retrospex",
-              "demos/expert.py": "retrospex", "sft_config.py": "retrospex", "policy/scoring.py": "retrospex"}
+# files outside envs/<name>/ and retrospex/ (experiments/retrospex) whose bare references mean another note
+FILE_NOTES = {"sft/train.py": "retrospex", "demos/expert.py": "retrospex", "sft_config.py": "retrospex",
+              "policy/scoring.py": "retrospex"}
 
 
 def note_of(path: Path) -> str:

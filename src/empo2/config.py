@@ -11,12 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from empo2.configschema import (ConfigError, did_you_mean, doc, from_dict, load_yaml, parse_overrides, plugin_sections,
-                                set_dotted, to_dict)
+from empo2.configschema import (ConfigError, did_you_mean, doc, flatten_dotted, from_dict, load_yaml, parse_overrides,
+                                plugin_sections, set_dotted, to_dict)
 from empo2.envs.scienceworld.config import SciWorldConfig
 from empo2.envs.tiny.config import TinyConfig
 from empo2.envs.webshop.config import WebShopConfig
-from empo2.retrospex_config import RetrospexConfig
 from empo2.sft_config import SftConfig
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -124,6 +123,35 @@ class ActionConfig:
         " plug-in registers (run.plugins; docs/architecture.md, 'Action corrections')", default="safe")
     max_new_tokens: int = doc("generation cap per turn (tokens)", default=32)
     few_shot: bool = doc("put the environment's short example turns at the start of the chat", default=True)
+    selector: str = doc(
+        "what chooses each action in empo2 eval and empo2 adapt: 'policy' (one sample of the policy per turn, as "
+        "in training) or the name of an action selector a plug-in registers (run.plugins; its settings in "
+        "action.<name>; docs/architecture.md, 'Extending'); empo2 train accepts only 'policy'", default="policy")
+    sections: dict[str, Any] = field(default_factory=dict, metadata={"sections": True, "help": (
+        "the sections action.<name> of registered action selectors that have settings (plug-ins), parsed with "
+        "each one's own config class")})
+
+    @classmethod
+    def __extra_sections__(cls) -> dict[str, type]:
+        """``{name: config class}`` of every registered action selector with a section ``action.<name>``.
+
+        Raises:
+            ConfigError: a registered name that is also a key of ``action`` (its section would hide the key).
+        """
+        from empo2.selectors import SELECTORS
+
+        return plugin_sections(cls, (SELECTORS,), "action")
+
+    def __getattr__(self, name: str) -> Any:
+        """``cfg.action.<name>``: the section of a registered action selector (its defaults when unset)."""
+        if name.startswith("__") or name == "sections" or "sections" not in self.__dict__:
+            raise AttributeError(name)
+        from empo2.selectors import selector_section
+
+        section = selector_section(self, name)
+        if section is None:
+            raise AttributeError(f"ActionConfig has no key {name!r}")
+        return section
 
 
 @dataclass
@@ -363,6 +391,11 @@ class Empo2Config:
     q: float = doc("P(off-policy update | memory-augmented)", default=0.68)
     mode_granularity: Literal["iteration", "rollout"] = doc("draw the mode once per iteration (authors) or per rollout", default="iteration")
     write_memory: Literal["always", "memory_modes", "never"] = doc("which training rollouts write tips (authors: always)", default="always")
+    tip_metrics: list[str] = doc(
+        "metrics of the tips written in each iteration, by registered name (a plug-in's register_tip_metric, e.g. "
+        "informativeness and copies_example of run.plugins=[experiments.tip_diagnostics]; docs/architecture.md, "
+        "'Extending'); none is built in; each adds its own memory/ metrics; they never change what is trained",
+        default_factory=list)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     tips: TipConfig = field(default_factory=TipConfig)
     intrinsic: IntrinsicConfig = field(default_factory=IntrinsicConfig)
@@ -495,7 +528,6 @@ class Config:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     ray: RayClusterConfig = field(default_factory=RayClusterConfig)
     sft: SftConfig = field(default_factory=SftConfig)
-    retrospex: RetrospexConfig = field(default_factory=RetrospexConfig)
 
     def __post_init__(self) -> None:
         validate(self)
@@ -606,27 +638,6 @@ RANGES: dict[str, Bound] = {
     "sft.epochs": Bound(1, 1000),
     "sft.lr": Bound(0.0, 1.0, lo_open=True),
     "sft.batch_episodes": Bound(1, 100_000),
-    "retrospex.k": Bound(1, 1024),
-    "retrospex.d": Bound(0.0, 1.0, lo_open=True),
-    "retrospex.b": Bound(0.0, 1.0),
-    "retrospex.temperature": Bound(0.0, 10.0, lo_open=True),
-    "retrospex.exclude_recent": Bound(0, 10_000),
-    "retrospex.const_norm": Bound(0.0, 1.0),
-    "retrospex.collect_temperature": Bound(0.0, 10.0, lo_open=True),
-    "retrospex.collect_episodes_per_variation": Bound(1, 10_000),
-    "retrospex.collect_variations_per_task": Bound(0, 100_000),
-    "retrospex.critic.embedding_dim": Bound(1, 65_536),
-    "retrospex.critic.hidden": Bound(1, 65_536),
-    "retrospex.critic.max_tokens": Bound(1, 1 << 20),
-    "retrospex.critic.vocab_size": Bound(16, 10_000_000),
-    "retrospex.critic.tau": Bound(0.0, 1.0, lo_open=True, hi_open=True),
-    "retrospex.critic.gamma": Bound(0.0, 1.0),
-    "retrospex.critic.polyak_alpha": Bound(0.0, 1.0),
-    "retrospex.critic.lr": Bound(0.0, 1.0, lo_open=True),
-    "retrospex.critic.batch": Bound(1, 1_000_000),
-    "retrospex.critic.epochs": Bound(1, 100_000),
-    "retrospex.critic.max_updates": Bound(0, _BIG),
-    "retrospex.critic.seed": Bound(0, 2 ** 32 - 1),
 }
 """Valid range of each numeric key (dotted path from the top of ``Config``)."""
 
@@ -871,6 +882,28 @@ GOLD_TIPS_MOVED = ("sft.tip_right and sft.tip_wrong moved to experiments/gold_ti
 """The error of a config that still sets the removed gold-tip rates ``sft.tip_right`` / ``sft.tip_wrong`` to other
 than their defaults."""
 
+RETROSPEX_MOVED = ("the retrospex section moved to experiments/retrospex, an action-selector plug-in: write its keys "
+                   "as action.retrospex.<key> (the same names; the critic folder of empo2 eval / adapt is "
+                   "action.retrospex.critic_dir, chosen with action.selector=retrospex) and add "
+                   "'run.plugins=[experiments.retrospex]', with the repository root on PYTHONPATH; its commands are "
+                   "python -m experiments.retrospex collect|critic|pipeline (experiments/README.md)")
+"""The error of a config whose removed top-level ``retrospex`` section holds other than its old defaults."""
+
+RETROSPEX_OLD_DEFAULTS: dict[str, Any] = {
+    "k": 4, "d": 0.97, "b": 0.6, "temperature": 1.0, "exclude_recent": 3, "const_norm": 0.5,
+    "embedder": "all-MiniLM-L6-v2", "collect_temperature": 0.4, "collect_episodes_per_variation": 1,
+    "collect_variations_per_task": 0, "critic.encoder": "gru", "critic.embedding_dim": 32, "critic.hidden": 64,
+    "critic.max_tokens": 128, "critic.vocab_size": 8000, "critic.embedder": "all-MiniLM-L6-v2", "critic.tau": 0.7,
+    "critic.gamma": 0.99, "critic.polyak_alpha": 0.005, "critic.lr": 1e-4, "critic.batch": 64, "critic.epochs": 20,
+    "critic.max_updates": 0, "critic.twin_q": "auto", "critic.twin_loss": "min", "critic.seed": 0,
+}
+"""The removed top-level ``retrospex`` section's keys (dotted below it) and their old defaults, as the ``config.yaml``
+of every run saved before holds them (``_without_removed_sections``)."""
+
+REMOVED_SECTIONS: dict[str, tuple[dict[str, Any], str]] = {"retrospex": (RETROSPEX_OLD_DEFAULTS, RETROSPEX_MOVED)}
+"""top-level section that left the package → (its old keys, dotted, with their defaults; the line naming its
+replacement)."""
+
 REMOVED_KEYS: dict[str, dict[str, _Removed]] = {
     "algo": {"sft_coef": _Removed(0.0, DEMO_TERM_MOVED), "sft_data": _Removed([], DEMO_TERM_MOVED),
              "sft_episodes": _Removed(4, DEMO_TERM_MOVED)},
@@ -887,6 +920,27 @@ def _is_default(value: Any, default: Any) -> bool:
     return bool(value == default)
 
 
+def _without_removed_sections(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` without the top-level sections that left the package (``REMOVED_SECTIONS``): one whose every key is
+    an old key at its old default (in the ``config.yaml`` of every run saved before) is dropped; any other value,
+    or a key the section never had, is an error naming the replacement, before any work.
+
+    Raises:
+        ConfigError: a removed section that sets something (one line naming the plug-in that replaces it).
+    """
+    for section, (defaults, moved) in REMOVED_SECTIONS.items():
+        if section not in data:
+            continue
+        sec = data[section]
+        if not isinstance(sec, dict):
+            raise ConfigError(f"{section}={sec!r}: {moved}")
+        for key, value in flatten_dotted(sec).items():
+            if key not in defaults or not _is_default(value, defaults[key]):
+                raise ConfigError(f"{section}.{key}={value}: {moved}")
+        data = {k: v for k, v in data.items() if k != section}
+    return data
+
+
 def _without_removed_keys(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` without the keys that left the package (``REMOVED_KEYS``; and ``empo2.memory.source``,
     ``_without_removed_memory_source``): one at its old default (in the ``config.yaml`` of every run saved before,
@@ -896,7 +950,7 @@ def _without_removed_keys(data: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigError: a removed key set to other than its old default (one line naming the plug-in that replaces it).
     """
-    data = _without_removed_memory_source(data)
+    data = _without_removed_sections(_without_removed_memory_source(data))
     for section, removed in REMOVED_KEYS.items():
         sec = data.get(section)
         if not isinstance(sec, dict) or not any(k in sec for k in removed):
@@ -952,12 +1006,21 @@ def _check_memory_only_coefs(cfg: Config) -> None:
                                   f"takes no gradient steps); set {key}=0 or trainer.update=true")
 
 
+def _check_selector(cfg: Config) -> None:
+    """``action.selector`` names a registered action selector (``selectors.check_selector``; plug-ins
+    loaded)."""
+    from empo2.selectors import check_selector
+
+    check_selector(cfg)
+
+
 def validate(cfg: Config) -> None:
     """Range and cross-field checks. Raises ConfigError naming the keys and the fix."""
     _check_ranges(cfg)
     _check_sciworld(cfg)
     _check_env_name(cfg)
     _check_algo_names(cfg)
+    _check_selector(cfg)
     _check_token_budgets(cfg)
     _check_device_and_run(cfg)
     _check_clip_ray_and_strategy(cfg)

@@ -1,7 +1,7 @@
 """The one rich console every command prints through (``make_console``; the README, "What it prints").
 
-A module of its own, below every package of empo2, so the CLI parts (``report``, ``retrospex``) and the
-trainer's progress display share it without importing one another.
+A module of its own, below every package of empo2, so the CLI parts (``report``, ``webshop``), plug-ins' commands
+and the trainer's progress display share it without importing one another.
 """
 
 from __future__ import annotations

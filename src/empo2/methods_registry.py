@@ -105,8 +105,8 @@ def method_name(cfg: Any) -> str:
 
 def check_method(cfg: Any) -> None:
     """``trainer.method`` names a registered method the rest of the config agrees with (plug-ins loaded); so does
-    ``empo2.memory.retriever`` (``memory.retrieval.check_retriever``) and ``action.correction``
-    (``corrections.check_correction``).
+    ``empo2.memory.retriever`` (``memory.retrieval.check_retriever``), ``action.correction``
+    (``corrections.check_correction``) and ``empo2.tip_metrics`` (``tip_metrics.check_tip_metrics``).
 
     Raises:
         ConfigError: an unregistered name (lists the registered ones and how a plug-in registers one), a
@@ -115,10 +115,13 @@ def check_method(cfg: Any) -> None:
     """
     from empo2.corrections import check_correction
     from empo2.memory.retrieval import check_retriever
+    from empo2.tip_metrics import check_tip_metrics
 
-    # empo2.memory.retriever and action.correction: here because config.validate calls this after the plug-ins load
+    # empo2.memory.retriever, action.correction and empo2.tip_metrics: here because config.validate calls this after
+    # the plug-ins load
     check_retriever(cfg)
     check_correction(cfg)
+    check_tip_metrics(cfg)
     auto_method(cfg)  # refuses GRPO + novelty with a novelty count that is always 0
     name = str(cfg.trainer.method)
     if name == "auto":

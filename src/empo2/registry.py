@@ -5,8 +5,9 @@ Every kind of thing a config string chooses lives in a ``Registry``: environment
 (``algo.registry.ADVANTAGES``, ``algo.advantage``; ``algo.registry.LOSS_TERMS``, ``algo.loss_terms``;
 ``algo.registry.AUX_OBJECTIVES``, ``algo.aux_objectives``), training methods (``methods.METHODS``,
 ``trainer.method``), retrievers (``memory.retrieval.RETRIEVERS``, ``empo2.memory.retriever``), action corrections
-(``corrections.CORRECTIONS``, ``action.correction``) and demonstration sources (``demo_sources.DEMO_SOURCES``,
-``sft.data``). The
+(``corrections.CORRECTIONS``, ``action.correction``), action selectors (``selectors.SELECTORS``,
+``action.selector``), demonstration sources (``demo_sources.DEMO_SOURCES``,
+``sft.data``) and metrics of the written tips (``tip_metrics.TIP_METRICS``, ``empo2.tip_metrics``). The
 package registers its own entries when their module is imported; a *plug-in* is any importable
 module that registers entries when it is imported, named either
 
@@ -255,8 +256,8 @@ def load_plugins(modules: list[str]) -> None:
             _loaded_modules.add(mod)
             if _registered_count() == before:  # (-1 never equals a count)
                 log.warning("run.plugins: importing %r registered nothing (no environment, method, advantage "
-                            "estimator, loss term, auxiliary objective, retriever, correction or demonstration "
-                            "source); a plug-in registers when its module is "
+                            "estimator, loss term, auxiliary objective, retriever, correction, action selector, "
+                            "demonstration source or tip metric); a plug-in registers when its module is "
                             "imported: name the module that calls register_* (a folder or package whose __init__ "
                             "does not import it registers nothing)", mod)
 

@@ -1,6 +1,6 @@
 """Trajectory JSONL files: one episode record per line (``<run>/trajectories/iter-K.jsonl``, SFT
-demonstrations, Retrospex data). Read by ``demos.expert`` (SFT) and ``retrospex.transitions`` (critic
-data), so neither package needs the other for it."""
+demonstrations, critic data of a plug-in). Read by ``demos.expert`` (SFT) and by plug-ins (``experiments/retrospex``'s
+critic data), so none of them needs another for it."""
 
 from __future__ import annotations
 

@@ -422,7 +422,8 @@ def test_learn_merges_the_plugins_of_an_arm_and_of_the_call():
     call = ["run.plugins=[experiments.demo_term]", "algo.aux_objectives=[sft]", "algo.sft.data=[gold]"]
     merged = learn.merge_plugins(["run.seed=1", *call, *learn.ARMS["empo2_live_oracle"],
                                   "run.plugins=[experiments.demo_term]"])
-    assert merged[:2] == ["run.seed=1", "run.plugins=[experiments.demo_term,experiments.empo2_oracle]"]
+    assert merged[:2] == ["run.seed=1",
+                          "run.plugins=[experiments.demo_term,experiments.empo2_oracle,experiments.tip_diagnostics]"]
     assert sum(o.startswith("run.plugins=") for o in merged) == 1 and "trainer.method=empo2_live_oracle" in merged
     assert learn.merge_plugins(["a=1"]) == ["a=1"] and learn.merge_plugins(["run.plugins=[]"]) == ["run.plugins=[]"]
     cfg = load_config(None, ["env.name=tiny", "env.tasks=[fetch-key]", "env.variations=[0]", *merged])
@@ -475,3 +476,10 @@ def test_every_learn_arm_is_a_valid_config_and_the_q0_arms_never_train_tip_free(
         cfg = load_config(learn.DEFAULT_CONFIG, [*four, *learn.ARMS[arm]])
         assert cfg.empo2.q == 0.0 and cfg.empo2.p == 0.5
         assert (cfg.trainer.method == "empo2_live_oracle") == ("live_oracle" in arm)  # experiments/empo2_oracle
+    # every arm that writes tips logs the report's tip columns (experiments/tip_diagnostics), left out of the spec
+    for arm, over in learn.ARMS.items():
+        cfg = load_config(learn.DEFAULT_CONFIG, [*four, *learn.merge_plugins(over)])
+        assert (cfg.empo2.tip_metrics == ["informativeness", "copies_example"]) == (cfg.empo2.p > 0), arm
+        assert ("experiments.tip_diagnostics" in cfg.run.plugins) == (cfg.empo2.p > 0), arm
+        spec = learn.run_spec(arm, 0, learn.DEFAULT_CONFIG, [], 4, None, None)
+        assert not any("tip_diagnostics" in o or "tip_metrics" in o for o in spec["arm_overrides"]), arm

@@ -1,14 +1,13 @@
-"""The LLM score of Retrospex (specs/retrospex.md §7.9): exp of the mean token log-prob."""
+"""Teacher-forced log-probs of several continuations of one prompt (``policy.scoring``, ``Generator.score``): the
+definition, cached and not."""
 
 from __future__ import annotations
-
-import math
 
 import pytest
 import torch
 
 from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported
-from empo2.policy.scoring import continuation_logprobs, mean_logprob
+from empo2.policy.scoring import continuation_logprobs
 from tests.fakes import BigramLM
 
 PROMPT = list(range(5, 45))
@@ -54,12 +53,7 @@ def test_models_without_a_cache_fall_back(tiny_policy, monkeypatch):
         assert a == pytest.approx(_manual(tiny_policy.model, PROMPT, c), abs=1e-4)
 
 
-def test_score_is_the_mean_not_the_sum():
-    assert mean_logprob([-1.0, -3.0]) == -2.0
-    short, long = [-0.5], [-0.5] * 8  # a longer action of the same per-token likelihood scores the same
-    assert math.exp(mean_logprob(short)) == pytest.approx(math.exp(mean_logprob(long)))
-    with pytest.raises(ValueError):
-        mean_logprob([])
+def test_empty_prompts_and_continuations_are_refused():
     with pytest.raises(ValueError):
         continuation_logprobs(BigramLM(50), [], [[1]])
     with pytest.raises(ValueError):

@@ -87,7 +87,10 @@ def test_unique_names(tmp_path):
     assert unique_names(paths) == ["x/a", "y/a", "b"]
 
 
-def test_sft_and_retrospex_runs_are_labelled_from_their_files(tmp_path):
+def test_sft_and_selector_runs_are_labelled_from_their_files(tmp_path):
+    """An SFT run is labelled SFT; evaluated with an action selector (the eval file's ``selector`` record) it is
+    labelled by the selector's own label (its name without one), as files written before ``action.selector`` existed
+    (their ``retrospex`` record) still are."""
     from empo2.report.table import summarise_run
 
     run = tmp_path / "rx"
@@ -100,11 +103,15 @@ def test_sft_and_retrospex_runs_are_labelled_from_their_files(tmp_path):
     assert s.optimizer_steps == 8.0 and s.train_time_s == 20.0  # the SFT epochs are the training
     ev = {"split": "test", "overall": {"episodes": 2, "score": 10.0}, "per_task": {}, "episodes": []}
     (run / "eval_before.json").write_text(json.dumps(ev))
-    assert load_run(run).algorithm is Algorithm.SFT  # evaluated, but without rescoring
-    (run / "eval_after.json").write_text(json.dumps({**ev, "retrospex": {"k": 4, "changed": 3}}))
-    data = load_run(run)
-    assert data.algorithm is Algorithm.RETROSPEX
-    s = summarise_run(data)
-    assert s.algorithm == "Retrospex" and s.iterations_planned is None and s.eval_score_before == 10.0
-    (run / "eval_after.json").write_text(json.dumps({**ev, "retrospex": None}))
-    assert load_run(run).algorithm is Algorithm.SFT
+    assert load_run(run).algorithm is Algorithm.SFT and load_run(run).label == "SFT"  # evaluated, without a selector
+    for record, label in (({"selector": {"name": "retrospex", "label": "Retrospex", "k": 4, "changed": 3}}, "Retrospex"),
+                          ({"selector": {"name": "probe", "summary": "x"}}, "probe"),
+                          ({"retrospex": {"k": 4, "changed": 3}}, "Retrospex")):  # a file written before
+        (run / "eval_after.json").write_text(json.dumps({**ev, **record}))
+        data = load_run(run)
+        assert data.algorithm is Algorithm.SELECTOR and data.label == label
+        s = summarise_run(data)
+        assert s.algorithm == label and s.iterations_planned is None and s.eval_score_before == 10.0
+    for record in ({"selector": None}, {"retrospex": None}):
+        (run / "eval_after.json").write_text(json.dumps({**ev, **record}))
+        assert load_run(run).algorithm is Algorithm.SFT

@@ -44,14 +44,17 @@ def _eval_json(scores: list[float], seed: int = 0, iteration: int = 2, max_turns
 
 
 def _write_run(root: Path, name: str, seed: int, p: float, scores: list[float], max_turns: int = 5,
-               follow: float | None = None) -> Path:
+               follow: float | None = None, tip_diagnostics: bool = True) -> Path:
+    """A run folder; ``tip_diagnostics``: its rows hold ``memory/tip_informative_any`` and
+    ``memory/tip_copies_example`` (a run saved before they moved to experiments/tip_diagnostics, or one with it)."""
     run = root / name
     run.mkdir(parents=True)
     (run / "config.yaml").write_text(yaml.safe_dump(_config(seed, p, name, max_turns)))
+    diag = tip_diagnostics
     rows = [{"iteration": 0, "eval/tiny/score": 5.0},
-            {"iteration": 1, "rollout/score_mean": 10.0 + seed, "memory/tip_informative_any": 0.5},
-            {"iteration": 2, "rollout/score_mean": 20.0 + seed, "memory/tip_informative_any": 0.7,
-             "memory/tip_copies_example": 0.1 * seed,
+            {"iteration": 1, "rollout/score_mean": 10.0 + seed, **({"memory/tip_informative_any": 0.5} if diag else {})},
+            {"iteration": 2, "rollout/score_mean": 20.0 + seed,
+             **({"memory/tip_informative_any": 0.7, "memory/tip_copies_example": 0.1 * seed} if diag else {}),
              **({"memory/tip_follow_rate": follow} if follow is not None else {})},
             {"iteration": 2, "eval/tiny/score": sum(scores) / len(scores)}]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -122,6 +125,29 @@ def test_seed_table_is_mean_and_t_interval_over_seeds(two_methods):
     assert empo2.tip_follow.mean == pytest.approx(0.25)  # 0, 0.25, 0.5 (the last training row of each seed)
     assert grpo.tip_copies.mean == pytest.approx(0.1)  # 0, 0.1, 0.2 (logged in iteration 2 only)
     assert rows[("GRPO", "adapt adapt-boil trial 3")].score.mean == pytest.approx(31.0)
+
+
+def test_runs_without_the_tip_diagnostics_show_a_dash_and_the_metrics_key_is_no_other_method(tmp_path):
+    """Tip informativeness and copying are a plug-in's metrics (``experiments/tip_diagnostics``): runs that did not
+    load it have neither, and their columns read "—"; ``empo2.tip_metrics`` (and ``run.plugins``) change what is
+    logged, not what is trained, so a run with the plug-in and one without are seeds of one method."""
+    from empo2.report.seeds import seeds_markdown
+
+    root = tmp_path / "runs"
+    for seed, scores in enumerate(A_SCORES):
+        run = _write_run(root, f"empo2-s{seed}", seed, 0.5, scores, follow=0.5, tip_diagnostics=False)
+        if seed == 2:  # this one named the plug-in (its metrics are left out above all the same)
+            cfg = yaml.safe_load((run / "config.yaml").read_text())
+            cfg["run"]["plugins"] = ["experiments.tip_diagnostics"]
+            cfg["empo2"]["tip_metrics"] = ["informativeness", "copies_example"]
+            (run / "config.yaml").write_text(yaml.safe_dump(cfg))
+    runs = load_runs([root])
+    methods = group_methods(runs)
+    assert len(methods) == 1 and len(methods[0].runs) == 3
+    final = next(r for r in seed_rows(methods) if r.evaluation == "final")
+    assert final.tip_informative is None and final.tip_copies is None and final.tip_follow.mean == pytest.approx(0.5)
+    line = next(x for x in seeds_markdown(runs).splitlines() if x.startswith("| A ·") and "| final |" in x)
+    assert line.split(" | ")[-3:] == ["—", "—", "0.50 [0.50, 0.50] |"]
 
 
 def test_paired_difference_on_the_same_episodes(two_methods):

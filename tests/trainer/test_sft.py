@@ -20,7 +20,7 @@ from empo2.trainer.batch import build_sample
 from empo2.configschema import ConfigError
 from empo2.demos.expert import demo_trajectory, gold_records
 from empo2.sft.objective import sft_loss
-from tests.retrospex import tiny_logs
+from tests import tiny_logs
 from tests.runcfg import write_config
 
 BASE = {

@@ -1,10 +1,11 @@
-"""The ``empo2`` command line: train | sft | eval | adapt | retrospex | envs | memory | report | webshop | config.
+"""The ``empo2`` command line: train | sft | eval | adapt | envs | memory | report | webshop | config.
 
 One module per command group, each registering its sub-parser(s) with ``add_cli(sub)``:
-``train``, ``eval``, ``adapt``, ``export``, ``envs``, ``memory`` and ``config`` here, ``sft`` and
-``retrospex`` in ``empo2.retrospex.cli``, ``report`` in ``empo2.report``, ``webshop`` in
-``empo2.envs.webshop.cli``. This module holds the parser (``build_parser``, ``StrictParser``), the
-logging set-up and ``main``, which turns errors into exit statuses (``empo2.cli.exits``).
+``train``, ``sft``, ``eval``, ``adapt``, ``export``, ``envs``, ``memory`` and ``config`` here, ``report`` in
+``empo2.report``, ``webshop`` in ``empo2.envs.webshop.cli``; ``cli/moved.py`` answers a command that left the
+package (``retrospex``, now ``python -m experiments.retrospex``) with one line naming its replacement. This module
+holds the parser (``build_parser``, ``StrictParser``), the logging set-up and ``main``, which turns errors into exit
+statuses (``empo2.cli.exits``).
 
 Errors a user can fix (bad config, unknown task, missing model or checkpoint) are printed as one
 clear message with exit status 2, without a traceback (docs/reliability.md, "Exit status").
@@ -76,7 +77,7 @@ def _setup_logging(verbose: bool, listing: bool = False) -> None:
 class StrictParser(argparse.ArgumentParser):
     """An ``ArgumentParser`` that takes no abbreviated long options (``--resum`` is an error, not
     ``--resume``). Sub-commands inherit the class (``add_subparsers`` uses the parent's), so every
-    parser of the CLI, the plug-ins' (report, webshop, retrospex) included, is strict."""
+    parser of the CLI, the command groups' (report, webshop) included, is strict."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["allow_abbrev"] = False
@@ -284,10 +285,11 @@ def build_parser() -> argparse.ArgumentParser:
     from empo2.cli import eval as eval_cli
     from empo2.cli import export as export_cli
     from empo2.cli import memory as memory_cli
+    from empo2.cli import moved as moved_cli
+    from empo2.cli import sft as sft_cli
     from empo2.cli import train as train_cli
     from empo2.envs.webshop.cli import add_cli as add_webshop_cli
     from empo2.report import add_cli as add_report_cli
-    from empo2.retrospex.cli import add_cli as add_retrospex_cli
 
     p = StrictParser(prog="empo2", description="EMPO² / multi-step GRPO for LLM agents on text environments")
     p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
@@ -297,11 +299,12 @@ def build_parser() -> argparse.ArgumentParser:
         module.add_cli(sub)
     add_webshop_cli(sub)
     add_report_cli(sub)
-    add_retrospex_cli(sub)
+    sft_cli.add_cli(sub)
+    moved_cli.add_cli(sub)
     return p
 
 
-_COMPUTE_COMMANDS = {"train", "eval", "adapt", "sft", "retrospex"}
+_COMPUTE_COMMANDS = {"train", "eval", "adapt", "sft"}
 """Commands that run the model: the OpenMP wait-policy decision is logged as a warning for them."""
 
 

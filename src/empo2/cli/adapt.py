@@ -8,6 +8,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from empo2.cli.moved import add_moved_options, check_moved_options
+
 
 def add_cli(sub: Any) -> None:
     """Register ``adapt --checkpoint CKPT --tasks T[,T...] [options] [key=value ...]`` on ``sub``
@@ -21,8 +23,7 @@ def add_cli(sub: Any) -> None:
     a.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: eval.temperature)")
     a.add_argument("--out", default=None, help="folder for the adaptation memory and adapt.json")
     a.add_argument("--keep-memory", action="store_true", help="continue an existing adaptation memory")
-    a.add_argument("--retrospex", default=None, metavar="CRITIC",
-                   help="choose actions by Retrospex rescoring with this critic folder")
+    add_moved_options(a)
     a.add_argument("overrides", nargs="*", help="key=value overrides (e.g. empo2.memory.embedder=hashing)")
     a.set_defaults(fn=cmd_adapt)
 
@@ -37,7 +38,9 @@ def cmd_adapt(args: argparse.Namespace) -> int:
         0.
 
     Raises:
-        ConfigError: a bad option value or ``--tasks`` naming no task.
+        ConfigError: a bad option value, ``--tasks`` naming no task, the removed ``--retrospex`` (one line naming
+            ``action.selector``), or the configured action selector's own check
+            (``selectors.check_selector_ready``), before the model loads.
         UnknownTaskError: a task the environment does not have (before the output folder is created).
         FileExistsError: the output folder holds a memory already and ``--keep-memory`` was not given.
     """
@@ -59,9 +62,11 @@ def cmd_adapt(args: argparse.Namespace) -> int:
 
 
 def _check_adapt_options(args: argparse.Namespace) -> None:
-    """Raise ConfigError for a bad ``--trials``, ``--episodes`` or ``--temperature``."""
+    """Raise ConfigError for a bad ``--trials``, ``--episodes`` or ``--temperature``, or the removed
+    ``--retrospex``."""
     from empo2.configschema import ConfigError
 
+    check_moved_options(args)
     if args.trials < 1:
         raise ConfigError(f"--trials must be >= 1, got {args.trials}")
     if args.episodes is not None and args.episodes < 1:
@@ -79,6 +84,7 @@ def _adapt_config(args: argparse.Namespace, ckpt: Path) -> tuple[Any, Any]:
     """
     from empo2.configschema import ConfigError
     from empo2.envs.registry import make_family
+    from empo2.selectors import check_selector_ready
     from empo2.trainer.setup import resolve_tasks, run_config
 
     def adapt_tasks(data: dict) -> None:  # the tasks to adapt on, all their variations
@@ -91,6 +97,7 @@ def _adapt_config(args: argparse.Namespace, ckpt: Path) -> tuple[Any, Any]:
                           "(empo2 envs lists them)")
     family = make_family(cfg.env)
     resolve_tasks(family, cfg.env.tasks)  # a bad task name fails here, before adapt-<tasks>/ is created
+    check_selector_ready(cfg)  # e.g. a file the action selector needs: before the model loads
     return cfg, family
 
 
@@ -100,6 +107,7 @@ def _run_adapt(args: argparse.Namespace, cfg: Any, family: Any, ckpt: Path, out_
     ``AdaptResult``."""
     from empo2.evaluation.adapt import adapt
     from empo2.methods.empo2.hooks import make_runtime
+    from empo2.selectors import make_selector
     from empo2.trainer.loop import build_setup
     from empo2.trainer.progress import Progress
 
@@ -113,11 +121,7 @@ def _run_adapt(args: argparse.Namespace, cfg: Any, family: Any, ckpt: Path, out_
     on_trial = None if progress.enabled else lambda k, s: console.print(
         f"trial {k}/{args.trials}: score {s.score:.1f}  success rate {s.success_rate:.2f}  steps {s.steps:.1f}")
     try:
-        selector = None
-        if args.retrospex:
-            from empo2.retrospex.selector import build_selector
-
-            selector = build_selector(setup, Path(args.retrospex), cfg.retrospex)
+        selector = make_selector(setup, cfg)  # None for action.selector=policy: the policy samples
         return adapt(setup, runtime, args.trials, args.split, episodes, temperature, on_trial=on_trial,
                      progress=progress, selector=selector)
     finally:

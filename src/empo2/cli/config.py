@@ -47,8 +47,8 @@ def registry_rows() -> list[tuple[str, str, str, str]]:
     """(config key, name, where it comes from, one-line doc) for every registered entry of every registry:
     environments (``env.name``), training methods (``trainer.method``), advantage estimators
     (``algo.advantage``), loss terms (``algo.loss_terms``), auxiliary objectives (``algo.aux_objectives``),
-    retrievers (``empo2.memory.retriever``), action corrections (``action.correction``), demonstration sources
-    (``sft.data``) and generation backends (``rollout.generator``).
+    retrievers (``empo2.memory.retriever``), action corrections (``action.correction``), action selectors
+    (``action.selector``), demonstration sources (``sft.data``), metrics of the written tips (``empo2.tip_metrics``) and generation backends (``rollout.generator``).
     Lazy built-ins are listed without importing them (docs/architecture.md, "Extending")."""
     from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS
     from empo2.envs.registry import ENVS
@@ -57,9 +57,12 @@ def registry_rows() -> list[tuple[str, str, str, str]]:
     from empo2.demo_sources import DEMO_SOURCES
     from empo2.memory.retrieval import RETRIEVERS
     from empo2.methods import METHODS
+    from empo2.selectors import SELECTORS
+    from empo2.tip_metrics import TIP_METRICS
 
     rows = []
-    for reg in (ENVS, METHODS, ADVANTAGES, LOSS_TERMS, AUX_OBJECTIVES, RETRIEVERS, CORRECTIONS, DEMO_SOURCES):
+    for reg in (ENVS, METHODS, ADVANTAGES, LOSS_TERMS, AUX_OBJECTIVES, RETRIEVERS, CORRECTIONS, SELECTORS,
+                DEMO_SOURCES, TIP_METRICS):
         if not reg.names():  # listed, so a user sees the key exists and that nothing is registered under it
             rows.append((reg.config_key, "(none registered)", "built-in", ""))
         for name in reg.names():
@@ -76,7 +79,7 @@ def registry_rows() -> list[tuple[str, str, str, str]]:
 def cmd_config_registries(args: argparse.Namespace) -> int:
     """``empo2 config registries [--config F] [key=value …]``: what each config string can name — the registered
     environments, methods, advantage estimators, loss terms, auxiliary objectives, retrievers, action corrections,
-    demonstration sources and generators, plug-ins included.
+    action selectors, demonstration sources, tip metrics and generators, plug-ins included.
 
     Returns:
         0.

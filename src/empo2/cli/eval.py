@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from empo2.cli.moved import add_moved_options, check_moved_options
+
 
 def add_cli(sub: Any) -> None:
     """Register ``eval (--checkpoint CKPT | --config CFG) [options] [key=value ...]`` on ``sub``
@@ -22,8 +24,7 @@ def add_cli(sub: Any) -> None:
     e.add_argument("--episodes", type=int, default=None, help="episodes (default: eval.episodes)")
     e.add_argument("--temperature", type=float, default=None, help="sampling temperature (default: eval.temperature)")
     e.add_argument("--with-memory", default=None, metavar="RUN", help="retrieve tips from this run's memory")
-    e.add_argument("--retrospex", default=None, metavar="CRITIC",
-                   help="choose actions by Retrospex rescoring with this critic folder (retrospex.* settings)")
+    add_moved_options(e)
     e.add_argument("--seed-iteration", type=int, default=None, metavar="K",
                    help="sampling stream: that of the training-time evaluation after iteration K (default: the "
                         "checkpoint's iteration, so a checkpoint scores what its eval_after / eval_iterK said; "
@@ -65,7 +66,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         0.
 
     Raises:
-        ConfigError: not exactly one of --checkpoint / --config, a bad option value, --config without --out.
+        ConfigError: not exactly one of --checkpoint / --config, a bad option value, --config without --out, the
+            removed ``--retrospex`` (one line naming ``action.selector``), or the configured action selector's own
+            check (``selectors.check_selector_ready``).
         FileNotFoundError: --with-memory names a folder without memory.sqlite.
         EnvironmentFailedError: every episode crashed (``trainer.loop.fail_if_all_crashed``).
     """
@@ -85,6 +88,7 @@ def _check_eval_options(args: argparse.Namespace) -> None:
     """Raise ConfigError for a bad combination or value of ``empo2 eval``'s options."""
     from empo2.configschema import ConfigError
 
+    check_moved_options(args)
     if (args.checkpoint is None) == (args.config is None):
         raise ConfigError("empo2 eval needs exactly one of --checkpoint CKPT (a trained policy) or --config FILE "
                           "(the untrained model the config names)")
@@ -103,6 +107,7 @@ def _plan_eval(args: argparse.Namespace) -> _EvalPlan:
     from empo2.config import load_config
     from empo2.configschema import ConfigError
     from empo2.evaluation.evaluate import check_eval_path
+    from empo2.selectors import POLICY, check_selector_ready
     from empo2.trainer.setup import run_config
 
     _check_eval_options(args)
@@ -126,7 +131,9 @@ def _plan_eval(args: argparse.Namespace) -> _EvalPlan:
     temperature = args.temperature if args.temperature is not None else cfg.eval.temperature
     if args.out is None and weights is None:
         raise ConfigError("empo2 eval --config needs --out FILE.json (there is no checkpoint folder to write into)")
-    suffix = ("_memory" if args.with_memory else "") + ("_retrospex" if args.retrospex else "")
+    check_selector_ready(cfg)  # e.g. a file the selector needs: before the model loads
+    selector = cfg.action.selector
+    suffix = ("_memory" if args.with_memory else "") + (f"_{selector}" if selector != POLICY else "")
     seed_it = trained if args.seed_iteration is None else args.seed_iteration
     # another seed stream is another sample: its own file, never over the training-stream one
     stream = "" if seed_it == trained else f"-seed{seed_it}"
@@ -142,14 +149,16 @@ def _plan_eval(args: argparse.Namespace) -> _EvalPlan:
 
 
 def _run_eval(args: argparse.Namespace, plan: _EvalPlan, console: Any) -> Any:
-    """Load the model, the memory (``--with-memory``, read-only) and the critic (``--retrospex``), play the
-    episodes with a progress phase, close everything; return the ``EvalResult``.
+    """Load the model, the memory (``--with-memory``, read-only) and the action selector (``action.selector``,
+    ``selectors.make_selector``), play the episodes with a progress phase, close everything; return the
+    ``EvalResult``.
 
     Raises:
         EnvironmentFailedError: every episode crashed.
     """
     from empo2.records import Mode
     from empo2.evaluation.evaluate import eval_variations, evaluate
+    from empo2.selectors import make_selector
     from empo2.trainer.loop import build_setup, fail_if_all_crashed, train_variations
     from empo2.trainer.progress import Progress, eval_note
 
@@ -162,10 +171,7 @@ def _run_eval(args: argparse.Namespace, plan: _EvalPlan, console: Any) -> Any:
     selector = None
     try:
         mode = None
-        if args.retrospex:
-            from empo2.retrospex.selector import build_selector
-
-            selector = build_selector(setup, Path(args.retrospex), cfg.retrospex)
+        selector = make_selector(setup, cfg)  # None for action.selector=policy: the policy samples
         if args.with_memory:
             from empo2.methods.empo2.hooks import make_runtime
 
@@ -199,7 +205,7 @@ def _print_eval_table(args: argparse.Namespace, plan: _EvalPlan, res: Any, conso
 
     t = Table(title=f"empo2 eval {plan.ckpt} — split {plan.split}, temperature {plan.temperature}, "
                     f"{'with memory ' + args.with_memory if args.with_memory else 'no memory'}"
-                    f"{', Retrospex critic ' + args.retrospex if args.retrospex else ''}")
+                    f"{', action selector ' + res.selector['name'] if res.selector else ''}")
     failure = failure_header(res)
     for c in ("task / variation" if args.per_variation else "task", "episodes", SCORE_HEADER, "successes",
               SUCCESS_HEADER, "steps", failure):
@@ -217,7 +223,7 @@ def _print_eval_table(args: argparse.Namespace, plan: _EvalPlan, res: Any, conso
 
 def _print_eval_notes(args: argparse.Namespace, plan: _EvalPlan, res: Any, console: Any) -> None:
     """The lines under the table: what was evaluated, the seed stream, the ALL figures and the output file,
-    a replaced earlier file, and with Retrospex the paper's scoring convention and the critic's changes."""
+    a replaced earlier file, and with an action selector its one-line summary (``selectors``)."""
     from empo2.evaluation.evaluate import variations_note
     from empo2.trainer.progress import SCORE_HEADER, SUCCESS_HEADER, fmt_score, fmt_success
 
@@ -237,13 +243,8 @@ def _print_eval_notes(args: argparse.Namespace, plan: _EvalPlan, res: Any, conso
     if plan.replaced:
         console.print(f"{out} held an earlier evaluation: replaced (the same checkpoint, settings and seed "
                       "stream give the same episodes; --out FILE.json keeps both)")
-    if res.retrospex:
-        console.print(f"for comparison with the Retrospex paper only: score (0–100) with a failed episode "
-                      f"keeping its last non-negative score instead of 0 (the authors' convention) "
-                      f"{res.overall.score_last_nonneg:.1f}")
-        console.print(f"Retrospex: the critic changed {res.retrospex['changed']:.0f} of "
-                      f"{res.retrospex['decisions']:.0f} choices (k={res.retrospex['k']}, d={res.retrospex['d']}, "
-                      f"b={res.retrospex['b']})")
+    if res.selector:
+        console.print(res.selector["summary"], markup=False, highlight=False, soft_wrap=True)
 
 
 def default_eval_path(ckpt: Path, iteration: int, stem: str, tail: str = "") -> Path:
@@ -252,7 +253,7 @@ def default_eval_path(ckpt: Path, iteration: int, stem: str, tail: str = "") -> 
 
     ``<run>/<stem>-iter-<iteration:05d><tail>.json`` for a checkpoint under ``<run>/checkpoints/``
     (``last`` resolves to the numbered folder it points at), else beside the checkpoint folder; the
-    iteration, the stem (split, memory, Retrospex) and the tail (``-seed<K>`` for ``--seed-iteration K``
+    iteration, the stem (split, memory, action selector) and the tail (``-seed<K>`` for ``--seed-iteration K``
     other than the checkpoint's own stream) keep evaluations of different checkpoints, settings and
     samples apart, e.g. ``runs/quickstart/eval_test-iter-00005.json``, ``…-iter-00005-seed3.json``.
     """

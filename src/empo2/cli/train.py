@@ -115,10 +115,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         0, or ``RUN_FAILED`` when the run finished but its final checkpoint could not be written.
 
     Raises:
-        ConfigError: a bad config or override; the trainer's own errors (model, checkpoint, environment)
-            pass through to ``empo2.cli.main``.
+        ConfigError: a bad config or override, or an ``action.selector`` other than ``policy``
+            (``selectors.check_training_selector``); the trainer's own errors (model, checkpoint,
+            environment) pass through to ``empo2.cli.main``.
     """
     cfg = train_config(args.config, args.resume, args.overrides)  # before the heavy imports: fails at once
+    from empo2.selectors import check_training_selector
+
+    check_training_selector(cfg)  # a selector's choices are not the policy's samples: no training with one
     from empo2.trainer.loop import Trainer
     from empo2.trainer.progress import make_console, table_before_after
 

@@ -1,5 +1,5 @@
-"""Expert demonstrations (``empo2 sft``, Retrospex's critic data, and outside the package the demonstration term of
-``experiments/demo_term`` and the oracle tips of ``experiments/empo2_oracle``): gold paths, trajectory JSONL files and
+"""Expert demonstrations (``empo2 sft``, and outside the package the demonstration term of ``experiments/demo_term``,
+the oracle tips of ``experiments/empo2_oracle`` and the critic data of ``experiments/retrospex``): gold paths, trajectory JSONL files and
 the sources a plug-in registers (``demo_sources``).
 
 A demonstration is an episode record in our trajectory JSONL format (what ``empo2 train`` writes to
@@ -234,38 +234,56 @@ def load_demos(sources: list[str], family: EnvFamily, tasks: list[str], gold_pai
                           play_gold=lambda: gold_records(family, gold_pairs, num_workers))
     for src in sources:
         if src in DEMO_SOURCES:
-            entry = DEMO_SOURCES.get(src)
-            section = (sections or {}).get(src)
-            if section is None and entry.config is not None:
-                section = entry.config()
-            settings = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)} if section else {}
-            recs = entry.obj(request, **settings)
-            if not entry.meta.get("builtin"):  # a plug-in's records are checked like a file's
-                recs = [record_from_jsonl(r, f"{key} {src} episode {i + 1}") for i, r in enumerate(recs)]
-            out.extend(recs)
-            continue
-        try:
-            recs = read_records(Path(src))
-        except FileNotFoundError:
-            if src in MOVED_SOURCES:
-                raise ConfigError(f"{key}: {MOVED_SOURCES[src]}") from None
-            names = ", ".join(repr(n) for n in DEMO_SOURCES.names())
-            raise ConfigError(f"{key}: {src!r} is neither a registered demonstration source ({names}; a plug-in's "
-                              "needs run.plugins) nor an existing trajectory JSONL file (e.g. a warm-up's "
-                              "runs/<name>/sft_demos.jsonl)") from None
-        except TrajectoryFileError as e:
-            raise TrajectoryFileError(f"{key}: {e}") from None
-        checked = [record_from_jsonl(r, f"{key} {src} episode {i + 1}") for i, r in enumerate(recs)]
-        usable = [r for r in checked if not r.get("crashed") and r["steps"]]
-        kept = [r for r in usable if float(r.get("score", 0.0)) >= min_score]
-        log.info("%s: %d of %d episodes have steps, are not crashed and have score >= %s", src, len(kept), len(recs),
-                 min_score)
-        counts.append(f"{src}: {len(recs)} episodes, {len(recs) - len(usable)} crashed or without steps, "
-                      f"{len(usable) - len(kept)} below sft.min_score={min_score}")
-        out.extend(kept)
+            out.extend(_registered_source(src, request, sections, key))
+        else:
+            out.extend(_jsonl_source(src, min_score, key, counts))
     if not out:
         raise ConfigError(f"no demonstrations from {key}={sources} (tasks {tasks}): " + "; ".join(counts or ["none"]))
     return out
+
+
+def _registered_source(src: str, request: DemoRequest, sections: dict[str, Any] | None,
+                       key: str) -> list[dict[str, Any]]:
+    """The records of the registered demonstration source ``src`` (its section from ``sections``, else its
+    defaults); a plug-in's records are checked like a file's (``record_from_jsonl``)."""
+    entry = DEMO_SOURCES.get(src)
+    section = (sections or {}).get(src)
+    if section is None and entry.config is not None:
+        section = entry.config()
+    settings = {f.name: getattr(section, f.name) for f in dataclasses.fields(section)} if section else {}
+    recs = entry.obj(request, **settings)
+    if not entry.meta.get("builtin"):
+        recs = [record_from_jsonl(r, f"{key} {src} episode {i + 1}") for i, r in enumerate(recs)]
+    return recs
+
+
+def _jsonl_source(src: str, min_score: float, key: str, counts: list[str]) -> list[dict[str, Any]]:
+    """The usable episodes of the trajectory JSONL file ``src`` (not crashed, with steps, score ≥ ``min_score``);
+    appends one line of counts to ``counts`` for the error when no source gives anything.
+
+    Raises:
+        ConfigError: no such file (a moved built-in source names its plug-in).
+        TrajectoryFileError: a malformed file or episode.
+    """
+    try:
+        recs = read_records(Path(src))
+    except FileNotFoundError:
+        if src in MOVED_SOURCES:
+            raise ConfigError(f"{key}: {MOVED_SOURCES[src]}") from None
+        names = ", ".join(repr(n) for n in DEMO_SOURCES.names())
+        raise ConfigError(f"{key}: {src!r} is neither a registered demonstration source ({names}; a plug-in's "
+                          "needs run.plugins) nor an existing trajectory JSONL file (e.g. a warm-up's "
+                          "runs/<name>/sft_demos.jsonl)") from None
+    except TrajectoryFileError as e:
+        raise TrajectoryFileError(f"{key}: {e}") from None
+    checked = [record_from_jsonl(r, f"{key} {src} episode {i + 1}") for i, r in enumerate(recs)]
+    usable = [r for r in checked if not r.get("crashed") and r["steps"]]
+    kept = [r for r in usable if float(r.get("score", 0.0)) >= min_score]
+    log.info("%s: %d of %d episodes have steps, are not crashed and have score >= %s", src, len(kept), len(recs),
+             min_score)
+    counts.append(f"{src}: {len(recs)} episodes, {len(recs) - len(usable)} crashed or without steps, "
+                  f"{len(usable) - len(kept)} below sft.min_score={min_score}")
+    return kept
 
 
 def demo_trajectory(record: dict[str, Any], fmt: ChatFormat, family: EnvFamily, few_shot: bool, max_turns: int,

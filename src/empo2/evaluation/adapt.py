@@ -119,7 +119,8 @@ def adapt(setup: Any, runtime: Any, trials: int, split: str, episodes_per_trial:
         on_trial: callback ``(k, EvalSummary)`` after each trial.
         progress: a ``trainer.progress.Progress``: one ``trial k/K`` phase per trial (actions played, score);
             None prints nothing.
-        selector: an ``ActionSelector`` choosing the actions (Retrospex rescoring), or None.
+        selector: an ``ActionSelector`` choosing the actions (``action.selector``, ``selectors.make_selector``),
+            or None (the policy samples them).
 
     Raises:
         ValueError: ``trials < 1``.

@@ -5,8 +5,8 @@ rate (the share of episodes the environment family calls failed, ``Trajectory.fa
 a score below 0, TextWorld, TextWorldExpress and WebShop no success; ``envs.base.FailureRule``, recorded
 as ``EvalResult.failure_rule``), success rate and mean steps, each with a 95% confidence interval (Student t
 for means, Wilson for rates), per task and overall. ``score_last_nonneg`` is the mean under the
-SwiftSage/Retrospex convention instead: a failed episode scores the last non-negative score it
-reached before failing (``last_nonnegative_score``), which is higher than counting it as 0.
+SwiftSage convention instead (that of the Retrospex paper, docs/retrospex.md): a failed episode scores the last
+non-negative score it reached before failing (``last_nonnegative_score``), which is higher than counting it as 0.
 
 What is evaluated (docs/report.md): the episodes spread round-robin over the tasks and their
 split's variations; ``variations`` restricts them per task (a run trained with ``env.variations``
@@ -34,6 +34,7 @@ from empo2.algo.stats import mean_ci, proportion_ci
 from empo2.envs.base import EnvFamily, FailureRule, TaskSpec, failure_rule
 from empo2.records import Mode, Trajectory
 from empo2.rollout.engine import ActionSelector, EpisodeSpec, RolloutEngine, RolloutSettings, StepHook
+from empo2.selectors import DECISIONS_KEY, selector_of, selector_record
 from empo2.algo.compare import EVAL_STREAM, episode_score, pair_episodes
 from empo2.strictjson import json_ready
 
@@ -74,8 +75,10 @@ class EvalResult:
     """The variations were restricted (``env.variations`` of a run evaluated on its train split)."""
     per_variation: dict[str, EvalSummary] = field(default_factory=dict)
     """Summary per ``"task/variation"``."""
-    retrospex: dict[str, Any] | None = None
-    """Rescoring settings and decision counts when the actions came from Retrospex (else None)."""
+    selector: dict[str, Any] | None = None
+    """When an action selector chose the actions (``action.selector`` other than ``policy``): its record
+    (``selectors.selector_record``: ``name``, the selector's report, e.g. settings and decision counts, and
+    its one-line ``summary``); None when the policy's own samples did."""
     split_variations: dict[str, list[int]] = field(default_factory=dict)
     """Per task, the variations the episodes were drawn from, round-robin (the split's, or those a run
     trained on); ``variations`` is the part of them that was played."""
@@ -184,9 +187,10 @@ def evaluate(engine: RolloutEngine, family: EnvFamily, tasks: list[str], split: 
     its train split); ``EvalResult.variations`` records the ones played, ``split_variations`` those
     drawn from. Each episode entry has ``id`` (its index k) and ``seed`` (module docstring), the
     pairing key of ``algo.compare.pair_episodes``.
-    With a ``selector`` (Retrospex rescoring) the actions come from it, and ``EvalResult.retrospex``
-    records what its ``report(trajectories)`` returns (settings and decision counts); each episode
-    entry then lists its per-step ``decisions`` (``info["retrospex"]``).
+    With a ``selector`` (an ``ActionSelector``, ``action.selector``) the actions come from it, and
+    ``EvalResult.selector`` records its name, its ``report(trajectories)`` and its one-line ``summary``
+    (``selectors.selector_record``); each episode entry then lists the selector's per-step ``decisions``
+    (``info[selectors.DECISIONS_KEY]``).
 
     Raises:
         ValueError: ``variations`` leaves a task without variations.
@@ -212,10 +216,9 @@ def evaluate(engine: RolloutEngine, family: EnvFamily, tasks: list[str], split: 
                      split_variations=pool, max_turns=settings.max_turns,
                      failure_rule=failure_rule(family).value)
     if selector is not None:
-        report = getattr(selector, "report", None)
-        res.retrospex = report(trajs) if callable(report) else {}
-        for ep, t in zip(res.episodes, trajs):  # per step: candidates, p, q, λ, scores, chosen
-            ep["decisions"] = t.info.get("retrospex", [])
+        selector_record(selector, trajs, res)  # sets res.selector
+        for ep, t in zip(res.episodes, trajs):  # the selector's record of each step
+            ep["decisions"] = t.info.get(DECISIONS_KEY, [])
     return res, trajs
 
 
@@ -377,7 +380,8 @@ def read_eval(path: Path) -> EvalResult:
                           restricted=bool(d.get("restricted", False)),
                           per_variation={k: _summary(v) for k, v in d.get("per_variation", {}).items()},
                           split_variations=pool or {}, max_turns=d.get("max_turns"),
-                          failure_rule=str(d.get("failure_rule", FailureRule.NEGATIVE_SCORE.value)))
+                          failure_rule=str(d.get("failure_rule", FailureRule.NEGATIVE_SCORE.value)),
+                          selector=selector_of(d))
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"{path} is not an evaluation file written by empo2 ({type(e).__name__}: {e}); "
                          "delete it or re-run the evaluation") from None

@@ -10,7 +10,7 @@
 - ``retriever``: ``retrieve`` — cosine ≥ τ, best episode score first, at most k (the built-in retriever
   ``similarity``); ``retrieval``: the ``RETRIEVERS`` registry (``empo2.memory.retriever``) and its interface.
 - ``novelty``: ``NoveltyCounter`` (r_int = 1/n), ``intrinsic_from_retrieved`` (authors' 1/(k+1)).
-- ``text``: entry texts, ``key_text`` (the tip prompts, ``clean_tip`` and the tip diagnostics are EMPO²'s:
+- ``text``: entry texts, ``key_text`` (the tip prompts, ``clean_tip`` and tip following are EMPO²'s:
   ``methods.empo2.tips``, ``methods.empo2.tipinfo``).
 - ``transfer``: JSON Lines rows in and out of a run's memory (``empo2 memory import`` / ``export``).
 

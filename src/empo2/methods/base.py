@@ -22,9 +22,9 @@ hook                  called by / when                                        EM
 and two facts the loop reads: ``updates_policy`` (False: the weights stay frozen, no update phase) and
 ``read_only`` (True: it writes nothing, so ``after_rollout`` runs without a phase of its own).
 
-Retrospex selection is not a training method: it is an evaluation-time ``rollout.engine.ActionSelector``
-(``retrospex.selector.RetrospexSelector``, docs/retrospex.md) that chooses each action instead of the
-engine's single sample, and combines with any hook (``empo2 eval --retrospex --with-memory``).
+An action selector is not a training method: it is an evaluation-time ``rollout.engine.ActionSelector``
+(``action.selector``, ``selectors``; e.g. the plug-in ``experiments/retrospex``) that chooses each action
+instead of the engine's single sample, and combines with any hook (``empo2 eval --with-memory``).
 
 Which prompt shows tips and which update keeps them is the one table of ``records``
 (``ROLLOUT_SHOWS_TIPS`` / ``UPDATE_KEEPS_TIPS``, Eq. 5 of arXiv 2602.23008); ``methods.empo2.modes`` draws the modes.

@@ -9,8 +9,9 @@ Every caller hands it token-id requests and gets token ids and behaviour log-pro
 * EMPO²'s tip writer (``Empo2Runtime.sample_tips``): one request per finished episode, keyed by the
   same episode key, so the cache the rollout kept for it (``retire(..., keep=True)``) is *handed
   over* — the tip prompt continues the trajectory's ids and only its suffix is prefilled;
-* Retrospex's proposals (``RetrospexSelector``): k requests with the same prompt and the same key in
-  one call (forks of one cache), and ``score`` for the teacher-forced log-probs of the candidates.
+* an action selector's proposals (``selectors``; e.g. ``experiments/retrospex``): k requests with the
+  same prompt and the same key in one call (forks of one cache), and ``score`` for the teacher-forced log-probs of
+  the candidates.
 
 Nobody else touches a cache. A backend is chosen by name (``rollout.generator``; ``make_generator``):
 ``hf`` (``HFGenerator``: this process's transformers model, ``policy.sampling``/``policy.kvcache``)
@@ -101,8 +102,8 @@ class GenerationRequest:
             text. At each position only ``trie.allowed(ids generated so far)`` may be sampled, and
             ``Generation.allowed`` records those sets.
         cache_key: the episode this request continues (the engine and the tip writer use
-            ``Trajectory``'s id string ``it{iteration}-t{task}-r{rollout}``, ``records.episode_id``; Retrospex prefixes its
-            own). With a key, the backend may keep the KV cache of ``prompt_ids`` + the fed
+            ``Trajectory``'s id string ``it{iteration}-t{task}-r{rollout}``, ``records.episode_id``; an action
+            selector may use its own). With a key, the backend may keep the KV cache of ``prompt_ids`` + the fed
             generated ids under it after the call and continue it in the next call with that key
             (the cache is cropped to the longest common prefix with the new prompt first, so any
             prompt is correct, a prompt that extends the previous one is cheap). Several requests of

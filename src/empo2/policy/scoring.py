@@ -1,4 +1,5 @@
-"""Teacher-forced scores of several continuations of one prompt (Retrospex's LLM score, docs/retrospex.md, 4. Rescoring at inference).
+"""Teacher-forced scores of several continuations of one prompt (``Generator.score``: an action selector's LLM score of
+its candidates, e.g. ``experiments/retrospex``, docs/retrospex.md, 4. Rescoring at inference).
 
 ``continuation_logprobs`` returns, for each candidate continuation (an action's ids plus the
 end-of-turn id), the log-prob of every token given the prompt and the tokens before it, at
@@ -18,7 +19,7 @@ import torch
 from empo2.policy.kvcache import EpisodeKV, KVCacheUnsupported, extend, stack
 from empo2.policy.logprobs import target_logprobs
 
-__all__ = ["advance_cache", "continuation_logprobs", "mean_logprob"]
+__all__ = ["advance_cache", "continuation_logprobs"]
 
 
 def advance_cache(model: Any, ekv: EpisodeKV, prompt: Sequence[int]) -> bool:
@@ -117,14 +118,3 @@ def _full(model: Any, prompt: list[int], conts: list[list[int]], pad_id: int, ch
         out.append([float(x) for x in lp[i:i + len(c)]])
         i += len(c)
     return out
-
-
-def mean_logprob(logps: Sequence[float]) -> float:
-    """Length-normalised log-likelihood: the mean of the token log-probs (exp gives Retrospex's p(a)).
-
-    Raises:
-        ValueError: no log-probs.
-    """
-    if not logps:
-        raise ValueError("mean_logprob of an empty continuation")
-    return float(sum(logps) / len(logps))

@@ -50,7 +50,7 @@ class TokenTrie:
         """The trie of a turn's admissible actions, or None when none of them has a token.
 
         The one place a trie is built from action texts (the rollout engine's constrained rows and
-        Retrospex's proposals): each action is tokenised with ``encode`` (no special tokens) and
+        an action selector's proposals): each action is tokenised with ``encode`` (no special tokens) and
         followed by ``end_id`` (the end-of-turn id).
 
         Args:

@@ -200,7 +200,7 @@ class VLLMGenerator:
     checkpoint or a LoRA policy (merged) samples from exactly the trainer's weights; the training
     loop pushes them again after every optimiser update. Per-episode caches are vLLM's automatic
     prefix cache, so ``retire`` / ``release`` / ``set_cache_budget`` have nothing to do (the cache
-    is bounded by ``kv_cache_gib`` / ``gpu_memory_utilization``). ``score`` (Retrospex) stays a
+    is bounded by ``kv_cache_gib`` / ``gpu_memory_utilization``). ``score`` (action selectors) stays a
     teacher-forced forward of the HF model (``policy.scoring.continuation_logprobs``).
 
     Args:

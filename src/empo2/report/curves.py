@@ -384,7 +384,7 @@ def plot_figure(runs: list[RunData], panels: tuple[Panel, ...], title: str, path
         e, s = _draw_panel(fig.add_subplot(nrows, ncols, i + 1), panel, runs, colors, xlim)
         any_eval, any_smooth = any_eval or e, any_smooth or s
     handles: list[Any] = [Line2D([], [], color=c, lw=2.5) for c in colors]
-    labels = [f"{r.name} · {r.algorithm.value}" for r in runs]
+    labels = [f"{r.name} · {r.label}" for r in runs]
     if any_eval:
         handles += [Line2D([], [], color="0.25", lw=1.8),
                     Line2D([], [], color="0.25", ls="none", marker="o", mfc="white", mew=1.6)]

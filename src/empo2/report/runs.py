@@ -50,7 +50,7 @@ class Algorithm(str, Enum):
     BASE = "base"  # no update: the initial policy
     MEMORY_ONLY = "memory-only"  # no update, but memory-augmented rollouts
     SFT = "SFT"  # imitation only (``empo2 sft``): no RL iterations
-    RETROSPEX = "Retrospex"  # the final evaluation chose actions by Retrospex rescoring (a critic)
+    SELECTOR = "action selector"  # the final evaluation's actions came from an action selector (action.selector)
 
 
 def algorithm_of(config: dict[str, Any]) -> Algorithm:
@@ -110,15 +110,33 @@ class RunData:
 
     @property
     def algorithm(self) -> Algorithm:
-        """``RETROSPEX`` when the final evaluation used Retrospex rescoring (its JSON has a
-        ``retrospex`` record), ``SFT`` for an imitation-only run (``sft/`` metrics and no training
-        iterations), else ``algorithm_of(self.config)``."""
-        fe = final_eval(self)
-        if fe is not None and fe[1].get("retrospex"):
-            return Algorithm.RETROSPEX
+        """``SELECTOR`` when an action selector chose the final evaluation's actions (its JSON has a ``selector``
+        record, ``selectors.selector_of``), ``SFT`` for an imitation-only run (``sft/`` metrics and no
+        training iterations), else ``algorithm_of(self.config)``."""
+        if self.selector is not None:
+            return Algorithm.SELECTOR
         if any(k.startswith("sft/") for r in self.rows for k in r) and not training_rows(self.rows):
             return Algorithm.SFT
         return algorithm_of(self.config)
+
+
+    @property
+    def selector(self) -> dict[str, Any] | None:
+        """The action-selector record of the final evaluation (``selectors.selector_of``), None when the
+        policy's own samples chose its actions (or there is no evaluation)."""
+        from empo2.selectors import selector_of
+
+        fe = final_eval(self)
+        return selector_of(fe[1]) if fe is not None else None
+
+    @property
+    def label(self) -> str:
+        """What the report calls the run's algorithm: ``algorithm``'s value, or for ``SELECTOR`` the selector's own
+        ``label`` (from its report), else its name (``action.selector``)."""
+        sel = self.selector
+        if sel is None:
+            return self.algorithm.value
+        return str(sel.get("label") or sel.get("name") or Algorithm.SELECTOR.value)
 
 
 def is_run_folder(path: Path) -> bool:

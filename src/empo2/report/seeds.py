@@ -2,7 +2,7 @@
 
 A **method** is a set of runs whose resolved configs are equal once the keys that do not change
 what is trained are left out (``IGNORED_KEYS``: the seed, the run's name and folders, progress
-display, trackers, thread count). Each run of a method is one **seed**. For every evaluation the
+display, trackers, plug-ins, thread count, the metrics of the written tips). Each run of a method is one **seed**. For every evaluation the
 runs share (``eval_after.json`` or the latest ``eval_iterK.json``, every other ``eval_<tag>.json``
 written by ``empo2 eval``, the first and last trial of each ``adapt.json``) the seed table gives the
 mean over seeds with a Student-t 95% interval over seeds (one value per seed; no interval from one
@@ -39,9 +39,10 @@ from empo2.report.runs import RunData, adapt_trial_record, final_eval, finite, s
 from empo2.algo.compare import ScoreDifference, score_difference
 
 IGNORED_KEYS_PREFIXES = ("run.",)
-IGNORED_KEYS = frozenset({"trainer.threads", "trainer.tensorboard"})
+IGNORED_KEYS = frozenset({"trainer.threads", "trainer.tensorboard", "empo2.tip_metrics"})
 """Keys that never make two runs different methods: the whole ``run`` section (seed, name, dir,
-progress, trackers) and the thread count / older TensorBoard switch."""
+progress, trackers, plug-ins), the thread count / older TensorBoard switch and ``empo2.tip_metrics`` (metrics of the
+written tips: they change what is logged, never what is trained)."""
 
 HEADLINE_KEYS = {
     "env.max_turns": "turns", "rollout.tasks_per_iteration": "batch (tasks)", "rollout.group_size": "batch (group)",
@@ -375,7 +376,8 @@ def paired_table_markdown(diffs: list[PairedDifference]) -> str:
 
 SEED_NOTE = (
     "A method is the set of runs whose configs agree except for `run.*` (seed, name, folders, progress, "
-    "trackers), `trainer.threads` and `trainer.tensorboard`; each run is one seed. Score and success: "
+    "trackers, plug-ins), `trainer.threads`, `trainer.tensorboard` and `empo2.tip_metrics`; each run is one "
+    "seed. Score and success: "
     "mean over seeds of each seed's evaluation mean, Student-t 95% interval over seeds (none from one "
     "seed). 'final' is `eval_after.json` (else the latest `eval_iterK.json`); 'eval TAG' an "
     "`eval_TAG.json` of `empo2 eval`; 'adapt DIR trial K' a trial of `adapt.json` (frozen weights, memory on, on the adaptation "
@@ -384,8 +386,9 @@ SEED_NOTE = (
     "naming the outcome, a task object or a scoring action (`memory/tip_informative_any`, mean over "
     "iterations); tips copying the example: share of written tips reusing the `summary_fewshot` worked "
     "example's wording (`memory/tip_copies_example`, ≥ 3 shared word 4-grams; such a tip can be credited "
-    "as informative for the task words it fills in); tip-following rate: `memory/tip_follow_rate` where "
-    "the run logged it.")
+    "as informative for the task words it fills in); both are logged by runs that load the tip-metric "
+    "plug-in `experiments/tip_diagnostics` (`empo2.tip_metrics`) and by runs saved before it left the "
+    "package, — otherwise; tip-following rate: `memory/tip_follow_rate` where the run logged it.")
 
 PAIRED_NOTE = (
     "B − A in score points (0–100, a failure counts 0). 'paired t': the runs played the same evaluation "

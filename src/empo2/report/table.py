@@ -17,7 +17,7 @@ class RunSummary:
 
     Attributes:
         name: run display name.
-        algorithm: ``Algorithm`` label value.
+        algorithm: the run's label (``RunData.label``: an ``Algorithm`` value, or an action selector's label).
         env: environment family; ``tasks``: task names.
         iterations_done: training iterations logged; ``iterations_planned``: ``trainer.iterations``.
         env_steps: environment steps taken in training (sum of ``rollout/env_steps``).
@@ -36,7 +36,8 @@ class RunSummary:
             variation every rollout of which scores alike, e.g. 50 for reaching outside in 7-1, lifts
             both without any learning signal).
         train_time_s: sum of ``time/iteration`` (seconds; excludes evaluation); for an imitation
-            run (SFT / Retrospex, no RL iterations) the sum of its SFT epochs' ``time/epoch``.
+            run (SFT, alone or evaluated with an action selector: no RL iterations) the sum of its SFT epochs'
+            ``time/epoch``.
         optimizer_steps: total AdamW steps (sum of ``train/optimizer_steps``; None for runs logged
             before that metric existed; an imitation run's last cumulative ``sft/optimizer_steps``);
             ``stalled_iterations``: training iterations that took no step
@@ -128,9 +129,9 @@ def summarise_run(run: RunData) -> RunSummary:
     train = training_rows(run.rows)
     steps = cumulative_env_steps(run.rows)
     planned = (run.config.get("trainer") or {}).get("iterations")
-    if run.algorithm in (Algorithm.SFT, Algorithm.RETROSPEX) and not train:
+    if run.algorithm in (Algorithm.SFT, Algorithm.SELECTOR) and not train:
         planned = None  # no RL iterations were meant to run (trainer.iterations is just the default)
-    s = RunSummary(name=run.name, algorithm=run.algorithm.value, env=str(cfg_env.get("name", "?")),
+    s = RunSummary(name=run.name, algorithm=run.label, env=str(cfg_env.get("name", "?")),
                    tasks=[str(t) for t in cfg_env.get("tasks") or []], iterations_done=len(train),
                    iterations_planned=int(planned) if planned is not None else None,
                    env_steps=max(steps.values()) if steps else None)

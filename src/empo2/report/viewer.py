@@ -246,7 +246,7 @@ def viewer_run(run: RunData, limits: ViewerLimits) -> dict[str, Any]:
                      f"(first {limits.first_iterations}, last {limits.last_iterations})")
     if cut_episodes:
         notes.append(f"at most {limits.episodes_per_iteration} episodes per iteration (spread over its variations)")
-    return {"name": run.name, "algorithm": run.algorithm.value, "path": str(run.path), "iterations": iterations,
+    return {"name": run.name, "algorithm": run.label, "path": str(run.path), "iterations": iterations,
             "total_iterations": len(run.trajectory_files), "planned_iterations": planned, "note": "; ".join(notes)}
 
 

@@ -128,11 +128,13 @@ NO_HOOK = StepHook()
 class ActionSelector(Protocol):
     """Chooses the next action of every live episode instead of the engine's single sample.
 
-    Retrospex's rescoring (``empo2.retrospex.selector``) implements it: several proposals, grounding,
-    LLM and critic scores. ``select`` gets the live episodes (their user turn already appended) and
-    their admissible actions (always fetched when a selector is given), and returns one
-    ``Generation`` per episode whose ids are appended to the chat as the action segment; the engine
-    then parses, corrects and steps them as usual.
+    Chosen by ``action.selector`` and built by ``selectors.make_selector`` (a registry: a plug-in's
+    selector, e.g. ``experiments/retrospex``'s rescoring of several proposals by an offline critic; the built-in
+    ``policy`` is none). ``select`` gets the live episodes (their user turn already appended) and their
+    admissible actions (always fetched when a selector is given), and returns one ``Generation`` per episode
+    whose ids are appended to the chat as the action segment; the engine then parses, corrects and steps them
+    as usual. What else a selector may provide (a report, a summary line, per-step decisions) is in
+    ``selectors``.
     """
 
     def select(self, engine: RolloutEngine, live: list[EpisodeState], admissible: list[list[str] | None],

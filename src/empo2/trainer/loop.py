@@ -40,6 +40,7 @@ from empo2.policy.loading import check_model_source, load_policy, policy_weights
 from empo2.raycluster import check_ray_installed
 from empo2.records import Trajectory
 from empo2.rollout.engine import EpisodeSpec
+from empo2.selectors import check_training_selector
 from empo2.sysmem import release_free_memory
 from empo2.threads import thread_info
 from empo2.trainer.batch import PackedSample, build_sample
@@ -148,7 +149,7 @@ class Trainer:
     model loads, so a bad input's error is never preceded by it.
 
     Raises:
-        ConfigError / UnknownTaskError: before any work starts.
+        ConfigError / UnknownTaskError: before any work starts (an ``action.selector`` other than ``policy`` too).
         CheckpointError: ``resume`` without a loadable checkpoint, a memory file that does not belong
             to the checkpoint, or too little disk space for one checkpoint.
     """
@@ -156,6 +157,7 @@ class Trainer:
     def __init__(self, cfg: Config, resume: bool = False, console: Any = None,
                  on_checked: Callable[[], None] | None = None):
         self.cfg = cfg
+        check_training_selector(cfg)  # action.selector other than policy: refused before anything starts
         # trainer.strategy ddp/fsdp: one process per device under torchrun; rank 0 writes the run folder
         self.dist = init_distributed(cfg.trainer.strategy, cfg.model.device)
         self.run_dir = cfg.run_dir

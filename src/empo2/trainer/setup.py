@@ -1,9 +1,9 @@
 """The one place that assembles a run: config from a checkpoint, environment family, pool, model,
-generator and rollout engine (``Setup``), shared by ``empo2 train | eval | adapt | retrospex``.
+generator and rollout engine (``Setup``), shared by ``empo2 train | eval | adapt`` and plug-ins' commands.
 
 * ``run_config(ckpt, overrides, edit)``: "checkpoint → its saved config → edits → ``key=value``
   overrides → validated ``Config``", in one call (``empo2 eval --checkpoint``, ``empo2 adapt``,
-  ``empo2 retrospex``);
+  a plug-in's command);
 * ``build_setup(cfg, weights_dir)``: resolve the tasks (fails fast), start one environment (a missing
   Java fails before the model loads), load the model, build the run's ``Generator``
   (``rollout.generator``) and the ``RolloutEngine`` over the environment pool.
@@ -78,7 +78,7 @@ class Setup:
     @property
     def generator(self) -> Generator:
         """The run's one generation backend (``rollout.generator``), shared by the engine, EMPO²'s tip
-        writer and Retrospex's selector."""
+        writer and an action selector (``selectors``)."""
         return self.engine.generator
 
     def settings(self, temperature: float) -> RolloutSettings:

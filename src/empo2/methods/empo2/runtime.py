@@ -16,7 +16,9 @@ trainer after each rollout:
   caches kept for them fit the engine's byte cap, else as soon as the wave whose caches would not fit
   has ended (the kept KV caches are then freed before the next wave's grow; docs/notes/performance.md "Tip
   writing, batched"); after the rollout the tips are cleaned to one sentence; the episode's entries (one per
-  step with the authors' wording, or one per episode) are added to the SQLite memory of the run.
+  step with the authors' wording, or one per episode) are added to the SQLite memory of the run, and the metrics
+  named in ``empo2.tip_metrics`` (plug-ins' metrics, registered in the module ``empo2.tip_metrics``) are computed
+  on the written tips.
   The tip prompt continues the trajectory with how the episode ended (final observation and score)
   and the tip instruction, so tip writing starts from the episode's KV cache kept by the rollout
   engine (``keep_episode_kv``) and prefills only that suffix; without one (KV reuse off, over its
@@ -45,14 +47,14 @@ from empo2.memory.novelty import intrinsic_from_retrieved
 from empo2.memory.store import MEMORY_FILENAME, build_entries, shown_hits
 from empo2.memory.text import final_score_text, key_text
 from empo2.methods.base import Method
-from empo2.methods.empo2.tipinfo import (TipInformativeness, copy_share, informativeness_shares, tip_follow_shares,
-                                         tip_informativeness)
+from empo2.methods.empo2.tipinfo import tip_follow_shares
 from empo2.methods.empo2.tips import TIP_INSTRUCTION, TipPromptMode, clean_tip, summary_tip_messages
 from empo2.policy.generator import Generation, GenerationRequest, Generator, SamplingParams
 from empo2.policy.kvcache import kv_bytes_per_token
 from empo2.policy.sampling import chunk_rows, row_seed
 from empo2.records import ROLLOUT_SHOWS_TIPS, Mode, Trajectory
 from empo2.rollout.engine import EpisodeState
+from empo2.tip_metrics import compute_tip_metrics
 
 log = logging.getLogger(__name__)
 
@@ -419,7 +421,15 @@ class Empo2Runtime(Method):
         return [early[t.id] for t in todo]
 
     def write_tips(self, trajs: list[Trajectory], iteration: int) -> dict[str, float]:
-        """Sample one tip per finished trajectory (batched, no gradient) and store its entries."""
+        """Sample one tip per finished trajectory (batched, no gradient) and store its entries.
+
+        Returns the ``memory/`` metrics of the tips: ``tips_written``, ``tips_malformed``, ``entries_added`` and,
+        when at least one tip was written, ``tip_words_mean`` and the metrics of ``empo2.tip_metrics``
+        (``tip_metrics.compute_tip_metrics`` on the written tips, their trajectories and ``tip_example()``).
+
+        Raises:
+            ValueError: a tip metric returned something other than a mapping of names to finite numbers.
+        """
         try:
             return self._write_tips(trajs, iteration)
         finally:  # caches the engine kept for trajectories that wrote no tip
@@ -433,8 +443,8 @@ class Empo2Runtime(Method):
         fmt = self.setup.fmt
         gens = self._tips_of(todo, iteration)
         words: list[int] = []
-        informative: list[TipInformativeness] = []
         written: list[str] = []
+        writers: list[Trajectory] = []
         key_texts = [key_text(self.final_messages(t), self.mcfg.key_text, self.mcfg.recent_turns) for t in todo]
         keys = self.embedder.encode(key_texts)
         for t, g, key, final in zip(todo, gens, keys, key_texts):
@@ -445,17 +455,17 @@ class Empo2Runtime(Method):
             t.tip = tip
             out["memory/tips_written"] += 1
             words.append(len(tip.split()))
-            informative.append(tip_informativeness(tip, t))
             written.append(tip)
+            writers.append(t)
             # the embedded text; full_history keys are long, and MiniLM reads only their head anyway
             entries = build_entries(self.bucket(t.task), key, final[:KEY_TEXT_MAX_CHARS], tip, self.entry_score(t),
                                     iteration, [s.action for s in t.steps], self.mcfg.entry_text)
             out["memory/entries_added"] += self.memory.add(entries)
         if words:
             out["memory/tip_words_mean"] = float(np.mean(words))
-        out.update(informativeness_shares(informative))  # memory/tip_informative_{outcome,object,action,any}
-        example = self.tip_example()
-        out.update(copy_share(written, example.tip if example is not None else None))  # memory/tip_copies_example
+        names = list(getattr(self.cfg.empo2, "tip_metrics", []) or [])
+        if names and written:  # empo2.tip_metrics: plug-ins' metrics of the written tips (empo2.tip_metrics module)
+            out.update(compute_tip_metrics(names, written, writers, self.tip_example()))
         return out
 
     def assign_intrinsic(self, trajs: list[Trajectory]) -> None:

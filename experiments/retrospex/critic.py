@@ -2,7 +2,7 @@
 
 See docs/retrospex.md, 3. The critic (the authors' ``DRRN_Q``/``DRRN_V``, ``iql.py``; our CPU size).
 
-Two encoders (``retrospex.critic.encoder``):
+Two encoders (``action.retrospex.critic.encoder``):
 
 * ``gru`` (the authors' topology, small): a unigram vocabulary (≤ ``vocab_size`` pieces, trained on
   the critic data with the ``tokenizers`` library — the authors used an 8k SentencePiece unigram
@@ -15,7 +15,7 @@ Two encoders (``retrospex.critic.encoder``):
   concatenated embeddings (Q: 5·384 → H → 1, V: 4·384 → H → 1 on ScienceWorld).
 
 Q reads the state fields and the action, V the state fields only (``transitions.critic_fields``).
-A twin Q (WebShop by default) returns ``min(Q1, Q2)``. Training is ``algo.iql.iql_update`` over
+A twin Q (WebShop by default) returns ``min(Q1, Q2)``. Training is ``iql.iql_update`` over
 minibatches taken in order from one seeded shuffle (no reshuffle between passes), stopping after
 ``epochs`` passes or ``max_updates`` updates. The inference score is ``Q_target(s, a) − V(s)``.
 """
@@ -36,17 +36,21 @@ import torch
 import yaml
 from torch import Tensor, nn
 
-from empo2.algo.iql import TwinLoss, iql_update
-from empo2.retrospex_config import CriticConfig
-from empo2.retrospex.transitions import Transition, clean_text, critic_fields
+from .config import CriticConfig
+from .iql import TwinLoss, iql_update
+from .transitions import Transition, clean_text, critic_fields
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Critic", "CriticError", "FieldNet", "QNet", "TwinQ", "load_critic", "train_critic"]
+__all__ = ["META", "TOKENIZER", "WEIGHTS", "Critic", "CriticError", "FieldNet", "QNet", "TwinQ", "load_critic",
+           "train_critic"]
 
 WEIGHTS = "critic.pt"
+"""The critic folder's weights (Q, target Q, V state dicts)."""
 META = "critic.yaml"
+"""The critic folder's record: encoder, sizes, fields, environment, config, training summary."""
 TOKENIZER = "tokenizer.json"
+"""The critic folder's vocabulary (``gru`` encoder only)."""
 PAD, UNK = "<pad>", "<unk>"
 
 
@@ -184,6 +188,7 @@ class QNet(nn.Module):
         self.net = net
 
     def forward(self, s: Sequence[Any], a: Any) -> Tensor:
+        """Q of each (state, action) pair, float32 ``[N]``: ``s`` the state fields' inputs, ``a`` the action's."""
         return self.net(list(s) + [a])
 
 
@@ -195,6 +200,7 @@ class VNet(nn.Module):
         self.net = net
 
     def forward(self, s: Sequence[Any]) -> Tensor:
+        """V of each state, float32 ``[N]`` (``s``: the state fields' inputs)."""
         return self.net(list(s))
 
 
@@ -206,9 +212,11 @@ class TwinQ(nn.Module):
         self.q1, self.q2 = q1, q2
 
     def each(self, s: Sequence[Any], a: Any) -> list[Tensor]:
+        """``[Q1(s, a), Q2(s, a)]``, each float32 ``[N]`` (``twin_loss: both`` regresses each)."""
         return [self.q1(s, a), self.q2(s, a)]
 
     def forward(self, s: Sequence[Any], a: Any) -> Tensor:
+        """``min(Q1(s, a), Q2(s, a))``, float32 ``[N]``."""
         return torch.minimum(self.q1(s, a), self.q2(s, a))
 
 
@@ -303,7 +311,7 @@ class Critic:
 
 
 def load_critic(folder: Path) -> Critic:
-    """Load a critic written by ``Critic.save`` (``empo2 retrospex critic``).
+    """Load a critic written by ``Critic.save`` (``python -m experiments.retrospex critic``).
 
     Raises:
         CriticError: ``folder`` is not a critic folder.
@@ -311,7 +319,8 @@ def load_critic(folder: Path) -> Critic:
     folder = Path(folder)
     if not (folder / META).is_file() or not (folder / WEIGHTS).is_file():
         raise CriticError(f"{folder} is not a critic folder (no {META} / {WEIGHTS}); train one with "
-                          "`empo2 retrospex critic --run RUN` or `empo2 retrospex pipeline`")
+                          "`python -m experiments.retrospex critic --data FILE --out DIR` or "
+                          "`python -m experiments.retrospex pipeline`")
     meta = yaml.safe_load((folder / META).read_text())
     if meta["encoder"] == "gru":
         from tokenizers import Tokenizer

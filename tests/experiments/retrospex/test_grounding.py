@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from empo2.memory.embedder import HashingEmbedder
-from empo2.retrospex.grounding import ground_candidates
+from experiments.retrospex.grounding import ground_candidates
 
 ADM = ["open door to kitchen", "go to kitchen", "look around", "pick up thermometer", "focus on water",
        "teleport to kitchen", "open cupboard"]

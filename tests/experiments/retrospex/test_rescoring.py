@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
-from empo2.algo.rescoring import choose, combined_scores, lambda_schedule, minmax_normalise
+from experiments.retrospex.rescoring import choose, combined_scores, lambda_schedule, mean_logprob, minmax_normalise
 
 
 @pytest.mark.parametrize("d,b,t,expected", [
@@ -78,3 +80,12 @@ def test_bad_inputs_raise():
         combined_scores(P, Q, 1.5)
     with pytest.raises(ValueError):
         choose([])
+
+
+def test_llm_score_is_the_mean_not_the_sum():
+    """The LLM score of Retrospex (specs/retrospex.md §7.9): exp of the mean token log-prob."""
+    assert mean_logprob([-1.0, -3.0]) == -2.0
+    short, long = [-0.5], [-0.5] * 8  # a longer action of the same per-token likelihood scores the same
+    assert math.exp(mean_logprob(short)) == pytest.approx(math.exp(mean_logprob(long)))
+    with pytest.raises(ValueError):
+        mean_logprob([])

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from empo2.retrospex.transitions import (
+from experiments.retrospex.transitions import (
     FINISHED_INV, FINISHED_LOOK, MISSING, START_OBS, clean_text, critic_fields, read_transitions,
     rewards_from_scores, split_look_inventory, transitions_from_record, transitions_from_records, write_transitions)
 

@@ -2,7 +2,8 @@
 
 See docs/retrospex.md, 4. Rescoring at inference (the authors' ``dynamic_action_scoring_*.py``).
 
-For the K candidate actions of step t, with LLM scores ``p`` (length-normalised likelihoods) and
+For the K candidate actions of step t, with LLM scores ``p`` (length-normalised likelihoods,
+``p(a) = exp(mean_logprob(token log-probs of a))``) and
 critic scores ``q`` (Q_target − V):
 
     p̂ = minmax(p),  q̂ = minmax(q)                 (a constant list normalises to 0.5 everywhere)
@@ -23,7 +24,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-__all__ = ["choose", "combined_scores", "lambda_schedule", "minmax_normalise"]
+__all__ = ["choose", "combined_scores", "lambda_schedule", "mean_logprob", "minmax_normalise"]
 
 
 def lambda_schedule(t: int, d: float, b: float) -> float:
@@ -105,3 +106,19 @@ def choose(scores: Tensor | Sequence[float]) -> int:
     if not vals:
         raise ValueError("no candidate scores to choose from")
     return vals.index(max(vals))
+
+
+def mean_logprob(logps: Sequence[float]) -> float:
+    """Length-normalised log-likelihood: the mean of an action's token log-probs (its ids + the end-of-turn id,
+    teacher forced at temperature 1); ``exp`` of it is Retrospex's LLM score p(a) (docs/retrospex.md, 4. Rescoring
+    at inference, step 3).
+
+    Args:
+        logps: the log-prob of each token of the continuation (``Generator.score``), any length ≥ 1.
+
+    Raises:
+        ValueError: no log-probs.
+    """
+    if not logps:
+        raise ValueError("mean_logprob of an empty continuation")
+    return float(sum(logps) / len(logps))

@@ -1,7 +1,7 @@
 """Critic data: rollouts of a checkpoint on train variations, stored as episodes and transitions.
 
 See docs/retrospex.md, 2. Critic data (the IL agent's own rollouts, one episode per training
-variation). The policy acts alone (no rescoring), sampling at ``retrospex.collect_temperature``. On
+variation). The policy acts alone (no rescoring), sampling at ``action.retrospex.collect_temperature``. On
 ScienceWorld the engine asks the environment for look + inventory before every action
 (``SciWorldEnv.anchor()``, free actions: no tick), which the transitions need.
 
@@ -25,12 +25,13 @@ from typing import Any
 from empo2.config import Config
 from empo2.envs.base import TaskSpec
 from empo2.records import Trajectory
-from empo2.retrospex.transitions import transitions_from_records, write_transitions
 from empo2.rollout.engine import EpisodeSpec
+
+from .transitions import transitions_from_records, write_transitions
 
 log = logging.getLogger(__name__)
 
-__all__ = ["collect_critic_data", "trajectory_record"]
+__all__ = ["ROLLOUTS", "SUMMARY", "TRANSITIONS", "collect_critic_data", "trajectory_record"]
 
 ROLLOUTS = "rollouts.jsonl"
 TRANSITIONS = "transitions.jsonl"
@@ -54,7 +55,7 @@ def collect_critic_data(cfg: Config, setup: Any, out_dir: Path, on_turn: Any = N
     """Roll out ``setup``'s policy on the train variations of its tasks and write the critic data.
 
     Args:
-        cfg: the run config (``retrospex.collect_*``, ``env.variations``).
+        cfg: the run config (``action.retrospex.collect_*``, ``env.variations``).
         setup: a ``trainer.loop.Setup`` with the checkpoint's weights loaded.
         out_dir: the output folder (created).
         on_turn: progress callback of the rollout engine.
@@ -65,7 +66,7 @@ def collect_critic_data(cfg: Config, setup: Any, out_dir: Path, on_turn: Any = N
     from empo2.demos.expert import variation_pairs
 
     t0 = time.perf_counter()
-    rc = cfg.retrospex
+    rc = cfg.action.retrospex
     pairs = variation_pairs(setup.family, setup.tasks, cfg.env.variations, rc.collect_variations_per_task)
     specs = [EpisodeSpec(TaskSpec(setup.family.name, t, v, "train"), task_index=i, rollout=r, group=i)
              for i, (t, v) in enumerate(pairs) for r in range(rc.collect_episodes_per_variation)]

@@ -8,7 +8,7 @@ import pytest
 
 from empo2.envs.base import TaskSpec
 from empo2.envs.scienceworld.env import SciWorldFamily
-from empo2.retrospex.transitions import split_look_inventory, transitions_from_record
+from experiments.retrospex.transitions import split_look_inventory, transitions_from_record
 from empo2.demos.expert import gold_records, variation_pairs
 
 pytestmark = pytest.mark.scienceworld

@@ -1,8 +1,8 @@
-"""The whole Retrospex sequence in one run folder (``empo2 retrospex pipeline``; ``run_pipeline``).
+"""The whole Retrospex sequence in one run folder (``python -m experiments.retrospex pipeline``; ``run_pipeline``).
 
     1. SFT warm-up on expert trajectories          → <run>/checkpoints/last, sft_demos.jsonl  (empo2 sft)
-    2. critic data: its rollouts on train variations → <run>/critic_data/                     (retrospex collect)
-    3. the IQL critic                                → <run>/critic/                          (retrospex critic)
+    2. critic data: its rollouts on train variations → <run>/critic_data/                     (… retrospex collect)
+    3. the IQL critic                                → <run>/critic/                          (… retrospex critic)
     4. evaluation on ``env.eval_split``, the SFT policy alone  → <run>/eval_before.json
        and with dynamic action rescoring             → <run>/eval_after.json (with each step's decision)
     5. <run>/retrospex_summary.json: both evaluations under both scoring conventions, stage times
@@ -10,7 +10,7 @@
 Each stage whose output already exists is reused (a crashed pipeline continues where it stopped;
 delete a stage's output to redo it). The two evaluations share the same episodes (tasks,
 variations, seeds); only the action choice differs. ``empo2 report <run>`` shows the run as
-**Retrospex**, its score with the SFT policy's in brackets.
+**Retrospex** (the selector's label), its score with the SFT policy's in brackets.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from empo2.config import Config, config_from_dict
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_pipeline", "summary_table", "train_critic_folder"]
+__all__ = ["SUMMARY", "run_pipeline", "summary_table", "train_critic_folder"]
 
 SUMMARY = "retrospex_summary.json"
 
@@ -42,16 +42,17 @@ def _eval_config(cfg: Config, ckpt: Path) -> Config:
 
 def train_critic_folder(cfg: Config, transitions_path: Path, out: Path, env: str,
                         on_epoch: Any = None) -> dict[str, Any]:
-    """Train the critic of ``cfg.retrospex.critic`` on a transitions (or rollouts) JSONL, save it to ``out``.
+    """Train the critic of ``cfg.action.retrospex.critic`` on a transitions (or rollouts) JSONL, save it to ``out``.
 
     A file whose records have ``steps`` is read as episodes and turned into transitions first.
 
     Returns:
         ``{"transitions", "updates", "seconds", "final"}`` (also in ``out/critic.yaml``).
     """
-    from empo2.retrospex.critic import train_critic
-    from empo2.retrospex.transitions import Transition, TrajectoryFileError, read_records, transitions_from_records
     from empo2.trainer.metrics import RunLogger
+
+    from .critic import train_critic
+    from .transitions import Transition, TrajectoryFileError, read_records, transitions_from_records
 
     t0 = time.perf_counter()
     records = read_records(transitions_path)
@@ -73,7 +74,7 @@ def train_critic_folder(cfg: Config, transitions_path: Path, out: Path, env: str
             on_epoch(ep, row)
 
     try:
-        critic, _ = train_critic(trans, cfg.retrospex.critic, env, on_epoch=epoch_cb)
+        critic, _ = train_critic(trans, cfg.action.retrospex.critic, env, on_epoch=epoch_cb)
     finally:
         logger.close()
     critic.meta["seconds"] = time.perf_counter() - t0
@@ -112,7 +113,7 @@ def _sft_stage(cfg: Config, ckpt: Path, say: Callable[[str], Any]) -> None:
 
 def _collect_stage(ecfg: Config, setup: Any, data_dir: Path, say: Callable[[str], Any]) -> None:
     """Stage 2: the critic's data (rollouts of the SFT policy on train variations), unless already collected."""
-    from empo2.retrospex.collect import TRANSITIONS, collect_critic_data
+    from .collect import TRANSITIONS, collect_critic_data
 
     if (data_dir / TRANSITIONS).is_file():
         say(f"2/4 critic data: reusing {data_dir}")
@@ -125,12 +126,12 @@ def _collect_stage(ecfg: Config, setup: Any, data_dir: Path, say: Callable[[str]
 
 def _critic_stage(cfg: Config, setup: Any, data_dir: Path, critic_dir: Path, say: Callable[[str], Any]) -> None:
     """Stage 3: train the IQL critic on the collected transitions, unless the critic folder holds one."""
-    from empo2.retrospex.collect import TRANSITIONS
+    from .collect import TRANSITIONS
 
     if (critic_dir / "critic.yaml").is_file():
         say(f"3/4 critic: reusing {critic_dir}")
     else:
-        say(f"3/4 critic: IQL ({cfg.retrospex.critic.encoder} encoder)")
+        say(f"3/4 critic: IQL ({cfg.action.retrospex.critic.encoder} encoder)")
         info = train_critic_folder(cfg, data_dir / TRANSITIONS, critic_dir, setup.family.name,
                                    on_epoch=lambda ep, row: say(
                                        f"    critic epoch {ep}: loss_q {row['critic/loss_q']:.4f} "
@@ -142,8 +143,9 @@ def _eval_stage(cfg: Config, ecfg: Config, setup: Any, critic_dir: Path, times: 
                 say: Callable[[str], Any]) -> tuple[Any, Any]:
     """Stage 4: evaluate the SFT policy alone, then with Retrospex rescoring, writing ``eval_before.json`` and
     ``eval_after.json`` and timing each in ``times``; returns ``(plain, rescored)`` evaluation results."""
-    from empo2.retrospex.selector import build_selector
     from empo2.evaluation.evaluate import evaluate, write_eval
+
+    from .selector import build_selector
 
     run = cfg.run_dir
     episodes = ecfg.eval.episodes
@@ -155,7 +157,7 @@ def _eval_stage(cfg: Config, ecfg: Config, setup: Any, critic_dir: Path, times: 
     times["eval_plain"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     say("    with Retrospex rescoring")
-    selector = build_selector(setup, critic_dir, cfg.retrospex)
+    selector = build_selector(setup, dataclasses.replace(cfg.action.retrospex, critic_dir=str(critic_dir)))
     rescored, _ = evaluate(setup.engine, setup.family, setup.tasks, ecfg.env.eval_split, episodes, settings,
                            selector=selector)
     write_eval(rescored, run / "eval_after.json")
@@ -167,7 +169,7 @@ def run_pipeline(cfg: Config, progress: Any = None) -> dict[str, Any]:
     """Run (or continue) the whole Retrospex sequence for ``cfg`` in ``cfg.run_dir`` (module docstring).
 
     Args:
-        cfg: the run config (``sft``, ``retrospex``, ``env``, ``eval`` … sections).
+        cfg: the run config (``sft``, ``action.retrospex``, ``env``, ``eval`` … sections).
         progress: optional callback ``(text)`` receiving one line per stage / epoch.
 
     Returns:
@@ -197,7 +199,7 @@ def run_pipeline(cfg: Config, progress: Any = None) -> dict[str, Any]:
         setup.close()
     summary = {"run": str(run), "split": ecfg.env.eval_split, "temperature": ecfg.eval.temperature,
                "without_rescoring": _conventions(plain), "with_rescoring": _conventions(rescored),
-               "decisions": rescored.retrospex, "seconds": times}
+               "decisions": rescored.selector, "seconds": times}
     (run / SUMMARY).write_text(json.dumps(summary, indent=1, default=float))
     return summary
 

@@ -145,7 +145,7 @@ def transitions_from_record(record: dict[str, Any], env: str, where: str = "reco
     Args:
         record: ``{"id", "task_description", "score", "success", "initial_score"?, "final_observation"?,
             "steps": [{"observation", "action", "score", "anchor"?}]}`` — ``anchor`` is
-            ``SciWorldEnv.anchor()`` before the action (``retrospex collect`` writes it).
+            ``SciWorldEnv.anchor()`` before the action (``python -m experiments.retrospex collect`` writes it).
         env: environment family (``critic_fields`` and the reward rule depend on it).
         where: a label for error messages (file and line).
 

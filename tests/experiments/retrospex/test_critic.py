@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from empo2.memory.embedder import HashingEmbedder
-from empo2.retrospex_config import CriticConfig
-from empo2.retrospex.critic import CriticError, TwinQ, load_critic, train_critic
-from empo2.retrospex.transitions import Transition
+from experiments.retrospex.config import CriticConfig
+from experiments.retrospex.critic import CriticError, TwinQ, load_critic, train_critic
+from experiments.retrospex.transitions import Transition
 
 TASK = "Your task is to find the key."
 ROOM0 = "[OBSERVATION]: You are in the hall. Exits: east."

@@ -1,22 +1,60 @@
-"""Retrospex settings (``retrospex`` section of the run config; ``empo2 config keys`` lists them).
+"""Retrospex settings: the section ``action.retrospex`` of the run config, that of the action selector ``retrospex``
+(``empo2 config keys`` lists them once the plug-in is loaded: ``run.plugins=[experiments.retrospex]``).
 
 Defaults follow the authors' code (docs/retrospex.md, 3. The critic and 4. Rescoring at
 inference): the rescoring constants of their ScienceWorld ``run_eval.sh`` (k, d = 0.97, b = 0.6),
 their IQL hyper-parameters, and a CPU-sized critic (embedding 32, GRU 64, ≤ 128 tokens per field,
-batch 64).
+batch 64). Formerly the top-level section ``retrospex`` of the package, with the same keys; every bound the
+package's ``config.RANGES`` held for them is checked here (``__post_init__``). Imports no torch.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+from empo2.config import Bound
 from empo2.configschema import ConfigError, doc
+
+__all__ = ["CRITIC_RANGES", "RANGES", "SECTION", "CriticConfig", "RetrospexConfig", "check_ranges"]
+
+SECTION = "action.retrospex"
+"""Where the settings live in the run config (the section of the action selector ``retrospex``)."""
+
+
+RANGES: dict[str, Bound] = {
+    "k": Bound(1, 1024), "d": Bound(0.0, 1.0, lo_open=True), "b": Bound(0.0, 1.0),
+    "temperature": Bound(0.0, 10.0, lo_open=True), "exclude_recent": Bound(0, 10_000), "const_norm": Bound(0.0, 1.0),
+    "collect_temperature": Bound(0.0, 10.0, lo_open=True), "collect_episodes_per_variation": Bound(1, 10_000),
+    "collect_variations_per_task": Bound(0, 100_000),
+}
+"""The valid range of each numeric key of ``action.retrospex`` (a value outside is a typo, not an experiment)."""
+
+CRITIC_RANGES: dict[str, Bound] = {
+    "embedding_dim": Bound(1, 65_536), "hidden": Bound(1, 65_536), "max_tokens": Bound(1, 1 << 20),
+    "vocab_size": Bound(16, 10_000_000), "tau": Bound(0.0, 1.0, lo_open=True, hi_open=True), "gamma": Bound(0.0, 1.0),
+    "polyak_alpha": Bound(0.0, 1.0), "lr": Bound(0.0, 1.0, lo_open=True), "batch": Bound(1, 1_000_000),
+    "epochs": Bound(1, 100_000), "max_updates": Bound(0, 10 ** 9), "seed": Bound(0, 2 ** 32 - 1),
+}
+"""The valid range of each numeric key of ``action.retrospex.critic``."""
+
+
+def check_ranges(section: object, ranges: dict[str, Bound], prefix: str) -> None:
+    """Every key of ``ranges`` in ``section`` is a finite number within its ``Bound`` (``empo2.config.Bound``).
+
+    Raises:
+        ConfigError: ``<prefix>.<key> = v is out of range; it must be a number in [lo, hi]`` (the package's wording).
+    """
+    for key, bound in ranges.items():
+        v = getattr(section, key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or not bound.holds(v):
+            raise ConfigError(f"{prefix}.{key} = {v!r} is out of range; it must be a number in {bound}")
 
 
 @dataclass
 class CriticConfig:
-    """The offline IQL critic (``retrospex.critic``, docs/retrospex.md, 3. The critic)."""
+    """The offline IQL critic (``action.retrospex.critic``, docs/retrospex.md, 3. The critic)."""
 
     encoder: Literal["gru", "minilm"] = doc(
         "'gru': DRRN-style encoders (own embedding + one GRU per text field, the authors' topology at CPU size); "
@@ -43,20 +81,21 @@ class CriticConfig:
     def __post_init__(self) -> None:
         for k in ("embedding_dim", "hidden", "max_tokens", "batch", "epochs"):
             if getattr(self, k) <= 0:
-                raise ConfigError(f"retrospex.critic.{k} must be > 0, got {getattr(self, k)}")
+                raise ConfigError(f"{SECTION}.critic.{k} must be > 0, got {getattr(self, k)}")
         if self.vocab_size < 16:
-            raise ConfigError(f"retrospex.critic.vocab_size must be >= 16, got {self.vocab_size}")
+            raise ConfigError(f"{SECTION}.critic.vocab_size must be >= 16, got {self.vocab_size}")
         if not 0.0 < self.tau < 1.0:
-            raise ConfigError(f"retrospex.critic.tau must be in (0, 1), got {self.tau}")
+            raise ConfigError(f"{SECTION}.critic.tau must be in (0, 1), got {self.tau}")
         if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.polyak_alpha <= 1.0:
-            raise ConfigError("retrospex.critic.gamma and polyak_alpha must be in [0, 1]")
+            raise ConfigError(f"{SECTION}.critic.gamma and polyak_alpha must be in [0, 1]")
         if not self.lr > 0 or self.max_updates < 0:
-            raise ConfigError("retrospex.critic.lr must be > 0 and max_updates >= 0")
+            raise ConfigError(f"{SECTION}.critic.lr must be > 0 and max_updates >= 0")
+        check_ranges(self, CRITIC_RANGES, f"{SECTION}.critic")
 
 
 @dataclass
 class RetrospexConfig:
-    """Retrospex: critic data, the critic, and dynamic action rescoring at inference (``retrospex``)."""
+    """Retrospex: critic data, the critic, and dynamic action rescoring at inference (``action.retrospex``)."""
 
     k: int = doc("candidate actions per step (authors: 6 beams on ScienceWorld, 4 samples on WebShop)", default=4)
     d: float = doc("λ_t = max(b, d^t): per-step decay of the LLM's weight (ScienceWorld run_eval.sh 0.97)",
@@ -75,22 +114,27 @@ class RetrospexConfig:
     collect_variations_per_task: int = doc(
         "critic data from the first N train variations of each task (0 = all; env.variations restricts further)",
         default=0)
+    critic_dir: str = doc(
+        "the critic folder whose Q and V rescore the candidates in empo2 eval / empo2 adapt with "
+        "action.selector=retrospex (written by `python -m experiments.retrospex critic --out DIR`, or <run>/critic "
+        "of the pipeline); '' = none yet (then the selector refuses to start)", default="")
     critic: CriticConfig = field(default_factory=CriticConfig)
 
     def __post_init__(self) -> None:
         if self.k < 1:
-            raise ConfigError(f"retrospex.k must be >= 1, got {self.k}")
+            raise ConfigError(f"{SECTION}.k must be >= 1, got {self.k}")
         if not 0.0 < self.d <= 1.0:
-            raise ConfigError(f"retrospex.d must be in (0, 1], got {self.d}")
+            raise ConfigError(f"{SECTION}.d must be in (0, 1], got {self.d}")
         if not 0.0 <= self.b <= 1.0:
-            raise ConfigError(f"retrospex.b must be in [0, 1], got {self.b}")
+            raise ConfigError(f"{SECTION}.b must be in [0, 1], got {self.b}")
         if not 0.0 <= self.const_norm <= 1.0:
-            raise ConfigError(f"retrospex.const_norm must be in [0, 1], got {self.const_norm}")
+            raise ConfigError(f"{SECTION}.const_norm must be in [0, 1], got {self.const_norm}")
         for k in ("temperature", "collect_temperature"):
             if not getattr(self, k) > 0:
-                raise ConfigError(f"retrospex.{k} must be > 0 (sampling only), got {getattr(self, k)}")
+                raise ConfigError(f"{SECTION}.{k} must be > 0 (sampling only), got {getattr(self, k)}")
         for k in ("exclude_recent", "collect_variations_per_task"):
             if getattr(self, k) < 0:
-                raise ConfigError(f"retrospex.{k} must be >= 0, got {getattr(self, k)}")
+                raise ConfigError(f"{SECTION}.{k} must be >= 0, got {getattr(self, k)}")
         if self.collect_episodes_per_variation < 1:
-            raise ConfigError("retrospex.collect_episodes_per_variation must be >= 1")
+            raise ConfigError(f"{SECTION}.collect_episodes_per_variation must be >= 1")
+        check_ranges(self, RANGES, SECTION)

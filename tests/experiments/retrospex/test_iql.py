@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from empo2.algo.iql import expectile_loss, iql_update, polyak_update, q_loss, q_targets
+from experiments.retrospex.iql import expectile_loss, iql_update, polyak_update, q_loss, q_targets
 
 
 def test_expectile_loss_golden():
