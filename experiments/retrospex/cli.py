@@ -16,6 +16,10 @@ PROG = "python -m experiments.retrospex"
 """How the commands are run (the repository root on ``sys.path``; ``python -m`` from the root puts it there)."""
 
 
+PLUGIN = "experiments.retrospex"
+"""The module named in ``run.plugins`` to load this plug-in."""
+
+
 def checkpoint_cfg(ckpt: Path, overrides: list[str]) -> Any:
     """The ``Config`` of a checkpoint (its saved ``config.yaml``) with ``key=value`` overrides, weights not checked.
 
@@ -72,7 +76,8 @@ def cmd_critic(args: argparse.Namespace) -> int:
                                    f"epoch {ep}: loss_q {row['critic/loss_q']:.4f} loss_v {row['critic/loss_v']:.4f} "
                                    f"q {row['critic/q_mean']:.3f} v {row['critic/v_mean']:.3f}"))
     console.print(f"critic: {info['transitions']} transitions, {info['updates']} updates, {info['seconds']:.0f} s "
-                  f"→ {args.out}  (use: empo2 eval --checkpoint CKPT 'run.plugins=[experiments.retrospex]' "
+                  f"→ {args.out}  (use, from the repository root: PYTHONPATH=. empo2 eval --checkpoint CKPT "
+                  "'run.plugins=[experiments.retrospex]' "
                   f"action.selector=retrospex action.retrospex.critic_dir={args.out})", markup=False, highlight=False,
                   soft_wrap=True)
     return 0
@@ -93,6 +98,8 @@ def cmd_pipeline(args: argparse.Namespace) -> int:
     from .pipeline import run_pipeline, summary_table
 
     cfg = load_config(args.config, args.overrides)
+    if PLUGIN not in cfg.run.plugins:  # the run folder's saved config.yaml has action.retrospex: it needs the plug-in
+        cfg.run.plugins = [*cfg.run.plugins, PLUGIN]
     console = make_console()
     console.print(f"[bold]{PROG} pipeline[/] run={cfg.run_dir} env={cfg.env.name} tasks={cfg.env.tasks}")
     summ = run_pipeline(cfg, progress=console.print)

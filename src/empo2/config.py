@@ -7,6 +7,7 @@ field is documented once, in its ``doc(...)`` help text; ``empo2 config keys`` p
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
@@ -17,6 +18,8 @@ from empo2.envs.scienceworld.config import SciWorldConfig
 from empo2.envs.tiny.config import TinyConfig
 from empo2.envs.webshop.config import WebShopConfig
 from empo2.sft_config import SftConfig
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
 
@@ -920,7 +923,18 @@ def _is_default(value: Any, default: Any) -> bool:
     return bool(value == default)
 
 
-def _without_removed_sections(data: dict[str, Any]) -> dict[str, Any]:
+def _moved(message: str, saved: bool) -> None:
+    """A removed key set in a config: an error for a new config, a warning for a saved run's (``saved``).
+
+    Raises:
+        ConfigError: ``message``, when not ``saved``.
+    """
+    if not saved:
+        raise ConfigError(message)
+    log.warning("%s (ignored in this saved run's config.yaml)", message)
+
+
+def _without_removed_sections(data: dict[str, Any], saved: bool = False) -> dict[str, Any]:
     """``data`` without the top-level sections that left the package (``REMOVED_SECTIONS``): one whose every key is
     an old key at its old default (in the ``config.yaml`` of every run saved before) is dropped; any other value,
     or a key the section never had, is an error naming the replacement, before any work.
@@ -933,15 +947,16 @@ def _without_removed_sections(data: dict[str, Any]) -> dict[str, Any]:
             continue
         sec = data[section]
         if not isinstance(sec, dict):
-            raise ConfigError(f"{section}={sec!r}: {moved}")
-        for key, value in flatten_dotted(sec).items():
-            if key not in defaults or not _is_default(value, defaults[key]):
-                raise ConfigError(f"{section}.{key}={value}: {moved}")
+            _moved(f"{section}={sec!r}: {moved}", saved)
+        else:
+            for key, value in flatten_dotted(sec).items():
+                if key not in defaults or not _is_default(value, defaults[key]):
+                    _moved(f"{section}.{key}={value!r}: {moved}", saved)
         data = {k: v for k, v in data.items() if k != section}
     return data
 
 
-def _without_removed_keys(data: dict[str, Any]) -> dict[str, Any]:
+def _without_removed_keys(data: dict[str, Any], saved: bool = False) -> dict[str, Any]:
     """``data`` without the keys that left the package (``REMOVED_KEYS``; and ``empo2.memory.source``,
     ``_without_removed_memory_source``): one at its old default (in the ``config.yaml`` of every run saved before,
     so ``--resume``, ``eval`` and ``export`` still read them) is dropped; any other value is an error naming the
@@ -950,14 +965,14 @@ def _without_removed_keys(data: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigError: a removed key set to other than its old default (one line naming the plug-in that replaces it).
     """
-    data = _without_removed_sections(_without_removed_memory_source(data))
+    data = _without_removed_sections(_without_removed_memory_source(data), saved)
     for section, removed in REMOVED_KEYS.items():
         sec = data.get(section)
         if not isinstance(sec, dict) or not any(k in sec for k in removed):
             continue
         for key, gone in removed.items():
             if key in sec and not _is_default(sec[key], gone.default):
-                raise ConfigError(f"{section}.{key}={sec[key]}: {gone.moved}")
+                _moved(f"{section}.{key}={sec[key]!r}: {gone.moved}", saved)
         data = {**data, section: {k: v for k, v in sec.items() if k not in removed}}
     return data
 
@@ -1030,8 +1045,9 @@ def validate(cfg: Config) -> None:
     _check_memory_only_coefs(cfg)
 
 
-def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
-    """Load a YAML config and apply ``key=value`` overrides; validate everything.
+def load_config(path: str | Path | None, overrides: list[str] | None = None, *, saved: bool = False) -> Config:
+    """Load a YAML config and apply ``key=value`` overrides; validate everything. ``saved``: ``path`` is a run's
+    saved ``config.yaml`` (``config_from_dict``).
 
     Raises:
         ConfigError: missing file, unknown key, bad value or bad combination.
@@ -1039,13 +1055,18 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     data: dict[str, Any] = load_yaml(path) if path is not None else {}
     for key, value in parse_overrides(overrides or []):
         set_dotted(data, key, value)
-    return config_from_dict(data)
+    return config_from_dict(data, saved=saved)
 
 
-def config_from_dict(data: dict[str, Any]) -> Config:
+def config_from_dict(data: dict[str, Any], *, saved: bool = False) -> Config:
     """A validated ``Config`` from a nested dict (a YAML file with its overrides, a checkpoint's saved config):
     the plug-ins it names (``run.plugins``) are imported first, so their names and their config sections
     (``env.<name>``, ``algo.<name>``) parse like the built-in ones.
+
+    ``saved``: ``data`` is a run's saved ``config.yaml`` (``--resume``, ``eval --checkpoint``, ``adapt``, ``export``):
+    a removed key or section that the run set to other than its old default is dropped with a warning naming its
+    replacement, instead of the error a new config gets (``_without_removed_keys``), so every earlier run stays
+    readable.
 
     Raises:
         ConfigError: a plug-in that cannot be imported, an unknown key, a bad value or a bad combination.
@@ -1056,7 +1077,7 @@ def config_from_dict(data: dict[str, Any]) -> Config:
         from empo2.registry import load_plugins
 
         load_plugins(plugins if isinstance(plugins, list) else [plugins])
-    return from_dict(Config, _without_removed_keys(data))
+    return from_dict(Config, _without_removed_keys(data, saved=saved))
 
 
 def config_to_dict(cfg: Config) -> dict[str, Any]:

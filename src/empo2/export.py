@@ -117,7 +117,7 @@ def export_checkpoint(ckpt: Path, out: Path, adapter: bool = False) -> ExportRes
     load_state(ckpt)
     check_weights(ckpt)
     data = checkpoint_config(ckpt)
-    cfg = config_from_dict(data)
+    cfg = config_from_dict(data, saved=True)
     check_export_target(out)
     if adapter and not cfg.model.lora.enabled:
         raise ConfigError(f"--adapter: {ckpt} holds full weights (model.lora.enabled is false); export without "

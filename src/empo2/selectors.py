@@ -114,18 +114,22 @@ def check_selector(cfg: Any) -> None:
     """
     name = str(cfg.action.selector)
     if name not in SELECTORS:
-        raise ConfigError(SELECTORS.unknown_message(name))
+        hint = (" (retrospex is the plug-in experiments/retrospex: add 'run.plugins=[experiments.retrospex]' with "
+                "the repository root on PYTHONPATH)" if name.lower() == "retrospex" else "")
+        raise ConfigError(SELECTORS.unknown_message(name) + hint)
 
 
-def check_training_selector(cfg: Any) -> None:
-    """``empo2 train`` samples from the policy: any ``action.selector`` but ``policy`` is refused before any work.
+def check_training_selector(cfg: Any, command: str = "empo2 train") -> None:
+    """``empo2 train`` samples from the policy (and ``empo2 sft`` saves a checkpoint whose config ``empo2 eval`` reads
+    back): any ``action.selector`` but ``policy`` is refused before any work; ``command`` names the command in the
+    message.
 
     Raises:
         ConfigError: ``action.selector`` is not ``policy`` (one line: why, and where a selector is used instead).
     """
     name = str(cfg.action.selector)
     if name != POLICY:
-        raise ConfigError(f"action.selector={name}: empo2 train samples every action from the policy "
+        raise ConfigError(f"action.selector={name}: {command} samples every action from the policy "
                           f"(action.selector={POLICY}); a selector chooses actions the policy did not sample, so the "
                           f"update's behaviour log-probs would not be the policy's. Use it with empo2 eval or empo2 "
                           f"adapt, and train with action.selector={POLICY}")

@@ -33,9 +33,10 @@ This module imports no torch and nothing of the trainer (``config.validate`` rea
 
 from __future__ import annotations
 
+import logging
 import math
 import numbers
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from empo2.configschema import ConfigError
@@ -45,7 +46,9 @@ if TYPE_CHECKING:
     from empo2.envs.base import TipExample
     from empo2.records import Trajectory
 
-__all__ = ["TIP_METRICS", "TipMetric", "check_tip_metrics", "compute_tip_metrics", "register_tip_metric"]
+__all__ = ["TIP_METRICS", "TipMetric", "check_answer", "check_tip_metrics", "compute_tip_metrics", "register_tip_metric"]
+
+log = logging.getLogger(__name__)
 
 TipMetric = Callable[[list[str], list["Trajectory"], "TipExample | None"], Mapping[str, float]]
 """``metric(tips, trajs, example) -> {name: value}`` (the module docstring has the arguments)."""
@@ -94,21 +97,26 @@ def check_tip_metrics(cfg: Any) -> None:
 
 
 def compute_tip_metrics(names: Sequence[str], tips: list[str], trajs: list[Trajectory],
-                        example: TipExample | None) -> dict[str, float]:
+                        example: TipExample | None, reserved: Collection[str] = ()) -> dict[str, float]:
     """Call the metrics ``names`` on one iteration's written tips and merge their answers.
+
+    A tip metric is a diagnostic: it never stops a run. A metric that raises, or answers something other than a
+    mapping of ``str`` to a finite number, is left out of this iteration with one warning in the log naming it
+    and what it returned (``check_answer``); a key that is in ``reserved`` (a metric the trainer itself reports,
+    e.g. ``memory/tips_written``) is left out with a warning, so a plug-in can never overwrite a built-in metric.
 
     Args:
         names: registered metric names (``empo2.tip_metrics``), called in this order.
         tips, trajs, example: as the module docstring says (``len(tips) == len(trajs)``).
+        reserved: metric names the caller reports itself.
 
     Returns:
-        ``{metric name: float}``, every metric's answer merged (a later metric's key replaces an earlier one's);
+        ``{metric name: float}``, every good answer merged (a later metric's key replaces an earlier one's);
         ``{}`` when ``names`` or ``tips`` is empty (no metric is called then).
 
     Raises:
         ConfigError: a name that is not registered.
-        ValueError: ``tips`` and ``trajs`` of different lengths, or a metric that returned something other than a
-            mapping of ``str`` to a finite number (the message names the metric).
+        ValueError: ``tips`` and ``trajs`` of different lengths.
     """
     if len(tips) != len(trajs):
         raise ValueError(f"{len(tips)} tips for {len(trajs)} trajectories; pass the trajectory of each tip")
@@ -116,14 +124,34 @@ def compute_tip_metrics(names: Sequence[str], tips: list[str], trajs: list[Traje
     if not tips:
         return out
     for name in names:
-        got = TIP_METRICS.get(name).obj(list(tips), list(trajs), example)
-        if not isinstance(got, Mapping):
-            raise ValueError(f"tip metric {name!r} returned {type(got).__name__}; it must return a dict of metric "
-                             "name → number")
-        for key, value in got.items():
-            if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, numbers.Real) \
-                    or not math.isfinite(value):
-                raise ValueError(f"tip metric {name!r} returned {key!r}: {value!r}; it must map metric names (str) "
-                                 "to finite numbers")
-            out[key] = float(value)
+        fn = TIP_METRICS.get(name).obj
+        try:
+            got = check_answer(name, fn(list(tips), list(trajs), example))
+        except Exception as e:  # noqa: BLE001 - a diagnostic's bug must not cost the run
+            log.warning("tip metric %r failed and is left out of this iteration: %s: %s", name, type(e).__name__, e)
+            continue
+        for key in [k for k in got if k in reserved]:
+            log.warning("tip metric %r returned %r, a metric the trainer reports itself; left out (name yours "
+                        "e.g. 'memory/tip_<what>')", name, key)
+            del got[key]
+        out.update(got)
+    return out
+
+
+def check_answer(name: str, got: Any) -> dict[str, float]:
+    """The answer of the tip metric ``name`` as ``{str: float}``.
+
+    Raises:
+        ValueError: ``got`` is not a mapping of ``str`` to a finite real number (the message names the metric).
+    """
+    if not isinstance(got, Mapping):
+        raise ValueError(f"tip metric {name!r} returned {type(got).__name__}; it must return a dict of metric "
+                         "name → number")
+    out: dict[str, float] = {}
+    for key, value in got.items():
+        if not isinstance(key, str) or isinstance(value, bool) or not isinstance(value, numbers.Real) \
+                or not math.isfinite(value):
+            raise ValueError(f"tip metric {name!r} returned {key!r}: {value!r}; it must map metric names (str) "
+                             "to finite numbers")
+        out[key] = float(value)
     return out

@@ -3,6 +3,8 @@ the episode ended, and novelty does not depend on which rollout of a turn or wav
 
 from __future__ import annotations
 
+import logging
+
 from types import SimpleNamespace
 
 import numpy as np
@@ -326,11 +328,11 @@ def test_a_tip_source_replaces_retrieval(tmp_path, tiny_policy, chat_format):
 
 
 def test_the_configured_tip_metrics_see_the_written_tips_with_their_episodes_and_the_example(tmp_path, tiny_policy,
-                                                                                             chat_format):
+                                                                                             chat_format, caplog):
     """``empo2.tip_metrics``: each named metric (``register_tip_metric``) is called once per ``write_tips`` with the
     written tips, the trajectory of each (aligned, malformed tips left out) and the family's worked example, and its
-    answer joins the ``memory/`` metrics; a metric that answers something else than numbers is a ValueError naming
-    it; an unregistered name is a config error before any work."""
+    answer joins the ``memory/`` metrics; a metric that raises, answers something else than numbers, or returns a
+    built-in metric's name is left out with a warning naming it, and the run goes on; an unregistered name is a config error before any work."""
     from empo2.configschema import ConfigError
     from empo2.envs.base import TipExample
     from empo2.methods.empo2 import register_tip_metric
@@ -344,6 +346,8 @@ def test_the_configured_tip_metrics_see_the_written_tips_with_their_episodes_and
 
     register_tip_metric("test_probe", probe, doc="test: counts the written tips")
     register_tip_metric("test_bad", lambda tips, trajs, ex: {"memory/tip_bad": "many"})
+    register_tip_metric("test_clash", lambda tips, trajs, ex: {"memory/tips_written": 99.0, "memory/tip_clash_own": 1.0})
+    register_tip_metric("test_raises", lambda tips, trajs, ex: {"memory/tip_raised": 1 / 0})
     with pytest.raises(ConfigError, match="unknown tip metric 'test_prob'.*Did you mean 'test_probe'"):
         load_config(None, ["env.name=tiny", "env.tasks=[fetch-key]", "empo2.tip_metrics=[test_prob]"])
     fam = TinyFamily()
@@ -362,9 +366,16 @@ def test_the_configured_tip_metrics_see_the_written_tips_with_their_episodes_and
             tips, got, ex = seen[0]
             assert ex is example and len(tips) == len(got) and all(t.tip == tip for tip, t in zip(tips, got))
             assert [t.id for t in got] == [t.id for t in trajs if t.tip]
-            rt.cfg.empo2.tip_metrics = ["test_bad"]
-            with pytest.raises(ValueError, match="tip metric 'test_bad' returned"):
-                rt.write_tips(eng.run(specs, settings, iteration=IT + 1, hook=rt.step_hook()), IT + 1)
+            rt.cfg.empo2.tip_metrics = ["test_bad", "test_clash", "test_raises", "test_probe"]
+            with caplog.at_level(logging.WARNING, logger="empo2.tip_metrics"):
+                m2 = rt.write_tips(eng.run(specs, settings, iteration=IT + 1, hook=rt.step_hook()), IT + 1)
+            assert "memory/tip_bad" not in m2 and "memory/tip_raised" not in m2  # left out, the run goes on
+            assert m2["memory/tips_written"] == len(seen[1][0]) and m2["memory/tip_clash_own"] == 1.0
+            assert m2["memory/tip_probe_count"] == m2["memory/tips_written"]
+            text = caplog.text
+            assert "tip metric 'test_bad' failed" in text and "returned 'memory/tip_bad': 'many'" in text
+            assert "tip metric 'test_raises' failed" in text and "ZeroDivisionError" in text
+            assert "'test_clash' returned 'memory/tips_written'" in text
         finally:
             rt.close()
 

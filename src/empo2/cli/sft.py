@@ -24,13 +24,17 @@ def cmd_sft(args: argparse.Namespace) -> int:
         0.
 
     Raises:
-        ConfigError: a bad config or override, or no demonstration (``sft.train.run_sft``).
+        ConfigError: a bad config or override, an ``action.selector`` other than ``policy``, or no demonstration
+            (``sft.train.run_sft``).
     """
     from empo2.config import load_config
     from empo2.console import make_console
     from empo2.sft.train import run_sft
 
+    from empo2.selectors import check_training_selector
+
     cfg = load_config(args.config, args.overrides)
+    check_training_selector(cfg, "empo2 sft")  # the saved checkpoint's config would make every later eval use it
     console = make_console()
     console.print(f"[bold]empo2 sft[/] run={cfg.run_dir} env={cfg.env.name} tasks={cfg.env.tasks} "
                   f"data={cfg.sft.data} model={cfg.model.name_or_path} epochs={cfg.sft.epochs}")

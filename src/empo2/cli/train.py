@@ -50,7 +50,7 @@ def train_config(config: str | None, resume: bool | str, overrides: list[str]) -
     if not isinstance(resume, str):
         return load_config(config, overrides)
     run = _run_folder(resume)
-    cfg = load_config(config if config is not None else run / "config.yaml", overrides)
+    cfg = load_config(config if config is not None else run / "config.yaml", overrides, saved=config is None)
     if _same_folder(cfg.run_dir, run):
         return cfg
     from empo2.configschema import ConfigError

@@ -55,7 +55,7 @@ def run_config(ckpt: Path, overrides: list[str] | None = None,
         edit(data)
     for k, v in parse_overrides(overrides or []):
         set_dotted(data, k, v)
-    return config_from_dict(data)  # the run's plug-ins first (run.plugins): their sections are in the saved config
+    return config_from_dict(data, saved=True)  # the run's plug-ins first (run.plugins): their sections are in the saved config
 
 
 def resolve_tasks(family: EnvFamily, names: list[str]) -> list[str]:

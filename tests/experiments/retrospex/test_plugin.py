@@ -86,6 +86,21 @@ def test_an_old_runs_retrospex_section_at_its_defaults_is_read_and_any_other_nam
     assert not (tmp_path / "runs" / "old").exists()
 
 
+def test_a_saved_runs_retrospex_settings_are_dropped_with_a_warning_so_the_run_stays_readable(tmp_path, caplog):
+    """A run saved before the move with the old section set (``k: 6``) resumes / evaluates: its saved config
+    (``saved=True``: ``--resume RUN``, ``eval --checkpoint``, ``export``) drops the section with one warning per key
+    naming the replacement; the same section in a new config stays an error."""
+    data = {"env": {"name": "tiny", "tasks": ["fetch-key"]}, "retrospex": {"k": 6, "critic": {"batch": 16}}}
+    with pytest.raises(ConfigError, match="retrospex.k=6: the retrospex section moved"):
+        config_from_dict(data)
+    with caplog.at_level("WARNING", logger="empo2.config"):
+        cfg = config_from_dict(data, saved=True)
+    assert "retrospex" not in config_to_dict(cfg) and cfg.action.selector == "policy"
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 2 and all("ignored in this saved run's config.yaml" in w for w in warned)
+    assert warned[0].startswith("retrospex.k=6") and warned[1].startswith("retrospex.critic.batch=16")
+
+
 def test_the_removed_option_and_command_name_their_replacement(tmp_path, capsys):
     ckpt = str(tmp_path / "runs" / "x" / "checkpoints" / "last")
     assert main(["eval", "--checkpoint", ckpt, "--retrospex", "runs/x/critic"]) == USER_ERROR
@@ -120,6 +135,9 @@ def test_eval_with_the_selector_checks_its_critic_before_the_model_loads(tmp_pat
     assert not out.exists()
     assert main(["train", "--config", str(cfg), PLUGIN, "action.selector=retrospex"]) == USER_ERROR
     assert "action.selector=retrospex: empo2 train samples every action" in capsys.readouterr().err
+    assert main(["sft", "--config", str(cfg), PLUGIN, "action.selector=retrospex", "sft.data=[gold]"]) == USER_ERROR
+    assert "action.selector=retrospex: empo2 sft samples every action" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "rx").exists()
 
 
 def test_without_the_plugin_the_selector_is_unknown_and_loading_it_imports_no_torch():
@@ -129,6 +147,7 @@ def test_without_the_plugin_the_selector_is_unknown_and_loading_it_imports_no_to
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={"PYTHONPATH": str(REPO / "src")},
                          capture_output=True, text=True, timeout=120)  # a fresh process: this one loaded it
     assert "unknown action selector 'retrospex'; choose one of policy." in out.stdout, out.stderr
+    assert "retrospex is the plug-in experiments/retrospex: add 'run.plugins=[experiments.retrospex]'" in out.stdout
     assert "run.plugins" in out.stdout and "unknown config key 'action.retrospex'" in out.stdout
     code = ("import sys\nfrom empo2.config import load_config\n"
             f"cfg = load_config(None, [{PLUGIN!r}, 'action.selector=retrospex', 'action.retrospex.k=3'])\n"

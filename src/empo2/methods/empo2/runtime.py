@@ -58,6 +58,13 @@ from empo2.tip_metrics import compute_tip_metrics
 
 log = logging.getLogger(__name__)
 
+BUILTIN_TIP_KEYS = frozenset({"memory/tips_written", "memory/tips_malformed", "memory/entries_added",
+                              "memory/tip_words_mean", "memory/tip_follow_rate", "memory/tip_follow_rate_plain",
+                              "memory/tip_follow_steps", "memory/tip_follow_steps_plain", "memory/size",
+                              "memory/retrieval_hit_rate", "memory/tips_per_step", "memory/tips_truncated",
+                              "memory/intrinsic_mean", "memory/buckets"})
+"""``memory/`` metrics the runtime reports itself: a tip metric (``empo2.tip_metrics``) may not return these."""
+
 KEY_TEXT_MAX_CHARS = 2000
 """Characters of an entry's key text kept in the memory file (the head: all-MiniLM-L6-v2 embeds only
 the first 256 word pieces, ≈ 1000 characters; recent-window keys are ≤ 900 characters anyway)."""
@@ -427,8 +434,7 @@ class Empo2Runtime(Method):
         when at least one tip was written, ``tip_words_mean`` and the metrics of ``empo2.tip_metrics``
         (``tip_metrics.compute_tip_metrics`` on the written tips, their trajectories and ``tip_example()``).
 
-        Raises:
-            ValueError: a tip metric returned something other than a mapping of names to finite numbers.
+        A tip metric that fails or answers garbage is left out with a warning (``tip_metrics.compute_tip_metrics``).
         """
         try:
             return self._write_tips(trajs, iteration)
@@ -465,7 +471,7 @@ class Empo2Runtime(Method):
             out["memory/tip_words_mean"] = float(np.mean(words))
         names = list(getattr(self.cfg.empo2, "tip_metrics", []) or [])
         if names and written:  # empo2.tip_metrics: plug-ins' metrics of the written tips (empo2.tip_metrics module)
-            out.update(compute_tip_metrics(names, written, writers, self.tip_example()))
+            out.update(compute_tip_metrics(names, written, writers, self.tip_example(), reserved=BUILTIN_TIP_KEYS))
         return out
 
     def assign_intrinsic(self, trajs: list[Trajectory]) -> None:
