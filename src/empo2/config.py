@@ -262,6 +262,10 @@ class AlgoConfig:
         default="rollout")
     gigpo_omega: float = doc("GiGPO weight ω of the step-level advantage", default=1.0)
     gigpo_gamma: float = doc("GiGPO discount γ of step returns", default=0.95)
+    policy_loss: str = doc(
+        "policy-gradient loss: 'ppo_clip' (PPO's clipped surrogate with dual clip, read from algo.clip_low, "
+        "algo.clip_high, algo.dual_clip) or one a plug-in registers (run.plugins; docs/architecture.md, 'Extending')",
+        default="ppo_clip")
     clip_low: float = doc("ε_low of the clipped surrogate", default=0.2)
     clip_high: float = doc("ε_high of the clipped surrogate", default=0.3)
     dual_clip: float = doc("dual-clip constant c for A<0 (0 = off)", default=10.0)
@@ -281,25 +285,26 @@ class AlgoConfig:
     low_prob_mask: LowProbMaskConfig = field(default_factory=LowProbMaskConfig)
     mismatch: MismatchConfig = field(default_factory=MismatchConfig)
     sections: dict[str, Any] = field(default_factory=dict, metadata={"sections": True, "help": (
-        "the sections algo.<name> of registered advantage estimators, loss terms and auxiliary objectives that have "
+        "the sections algo.<name> of registered advantage estimators, policy losses, loss terms and auxiliary "
+        "objectives that have "
         "settings (plug-ins), "
         "parsed with each one's own config class")})
 
     @classmethod
     def __extra_sections__(cls) -> dict[str, type]:
-        """``{name: config class}`` of every registered advantage estimator, loss term and auxiliary objective with a
-        section.
+        """``{name: config class}`` of every registered advantage estimator, policy loss, loss term and auxiliary
+        objective with a section.
 
         Raises:
             ConfigError: a registered name that is also a key of ``algo`` (its section would hide the key).
         """
-        from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS
+        from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS, POLICY_LOSSES
 
-        return plugin_sections(cls, (ADVANTAGES, LOSS_TERMS, AUX_OBJECTIVES), "algo")
+        return plugin_sections(cls, (ADVANTAGES, POLICY_LOSSES, LOSS_TERMS, AUX_OBJECTIVES), "algo")
 
     def __getattr__(self, name: str) -> Any:
-        """``cfg.algo.<name>``: the section of a registered estimator, loss term or auxiliary objective (its
-        defaults when unset)."""
+        """``cfg.algo.<name>``: the section of a registered estimator, policy loss, loss term or auxiliary objective
+        (its defaults when unset)."""
         if name.startswith("__") or name == "sections" or "sections" not in self.__dict__:
             raise AttributeError(name)
         section = algo_section(self, name)
@@ -309,14 +314,15 @@ class AlgoConfig:
 
 
 def algo_section(algo: AlgoConfig, name: str) -> Any:
-    """The config section ``algo.<name>`` of a registered advantage estimator, loss term or auxiliary objective: the
-    one the config set, else its config class's defaults; None when ``name`` has no section (or is not registered)."""
-    from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS
+    """The config section ``algo.<name>`` of a registered advantage estimator, policy loss, loss term or auxiliary
+    objective: the one the config set, else its config class's defaults; None when ``name`` has no section (or is
+    not registered)."""
+    from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS, POLICY_LOSSES
 
     sections = algo.__dict__.get("sections") or {}
     if name in sections:
         return sections[name]
-    for reg in (ADVANTAGES, LOSS_TERMS, AUX_OBJECTIVES):
+    for reg in (ADVANTAGES, POLICY_LOSSES, LOSS_TERMS, AUX_OBJECTIVES):
         if name in reg:
             cls = reg.config_class(name)
             if cls is not None:
@@ -744,10 +750,10 @@ def _check_env_name(cfg: Config) -> None:
 
 
 def _check_algo_names(cfg: Config) -> None:
-    """``algo.advantage``, ``algo.loss_terms``, ``algo.aux_objectives`` and ``trainer.method`` name registered
-    entries (plug-ins loaded by ``_check_env_name``) that this config can use; every ``algo.<name>`` section set is
+    """``algo.advantage``, ``algo.policy_loss``, ``algo.loss_terms``, ``algo.aux_objectives`` and ``trainer.method``
+    name registered entries (plug-ins loaded by ``_check_env_name``) that this config can use; every ``algo.<name>`` section set is
     used."""
-    from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS, advantage_spec
+    from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS, POLICY_LOSSES, advantage_spec
     from empo2.methods_registry import check_method
 
     algo = cfg.algo
@@ -757,6 +763,11 @@ def _check_algo_names(cfg: Config) -> None:
     if cfg.rollout.group_size < spec.min_group_size:
         raise ConfigError(f"rollout.group_size={cfg.rollout.group_size} gives every {algo.advantage} advantage 0 (it "
                           f"compares the rollouts of a group); use group_size >= {spec.min_group_size}")
+    if algo.policy_loss not in POLICY_LOSSES:
+        raise ConfigError(POLICY_LOSSES.unknown_message(algo.policy_loss))
+    if algo.policy_loss != "ppo_clip" and not cfg.trainer.update:
+        raise ConfigError(f"algo.policy_loss={algo.policy_loss} has no effect in a memory-only run (trainer.update=false "
+                          "takes no gradient steps); leave algo.policy_loss at ppo_clip or set trainer.update=true")
     for name in algo.loss_terms:
         if name not in LOSS_TERMS:
             raise ConfigError(LOSS_TERMS.unknown_message(name))
@@ -766,10 +777,11 @@ def _check_algo_names(cfg: Config) -> None:
         raise ConfigError(f"algo.loss_terms={algo.loss_terms} has no effect in a memory-only run (trainer.update=false "
                           "takes no gradient steps); set algo.loss_terms=[] or trainer.update=true")
     _check_aux_objectives(cfg)
+    used = {algo.advantage, algo.policy_loss, *algo.loss_terms, *algo.aux_objectives}
     for name in algo.sections:
-        if name != algo.advantage and name not in algo.loss_terms and name not in algo.aux_objectives:
+        if name not in used:
             what = ("algo.loss_terms" if name in LOSS_TERMS else "algo.aux_objectives" if name in AUX_OBJECTIVES
-                    else "algo.advantage")
+                    else "algo.policy_loss" if name in POLICY_LOSSES else "algo.advantage")
             raise ConfigError(f"algo.{name} is set but {name!r} is not used, so it would have no effect; add it to "
                               f"{what} or remove algo.{name}")
     check_method(cfg)

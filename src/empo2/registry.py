@@ -1,8 +1,9 @@
 """One registry mechanism: name → object, filled by the package and by plug-ins.
 
 Every kind of thing a config string chooses lives in a ``Registry``: environment families
-(``envs.registry.ENVS``, ``env.name``), advantage estimators, loss terms and auxiliary objectives
-(``algo.registry.ADVANTAGES``, ``algo.advantage``; ``algo.registry.LOSS_TERMS``, ``algo.loss_terms``;
+(``envs.registry.ENVS``, ``env.name``), advantage estimators, policy losses, loss terms and auxiliary objectives
+(``algo.registry.ADVANTAGES``, ``algo.advantage``; ``algo.registry.POLICY_LOSSES``, ``algo.policy_loss``;
+``algo.registry.LOSS_TERMS``, ``algo.loss_terms``;
 ``algo.registry.AUX_OBJECTIVES``, ``algo.aux_objectives``), training methods (``methods.METHODS``,
 ``trainer.method``), retrievers (``memory.retrieval.RETRIEVERS``, ``empo2.memory.retriever``), action corrections
 (``corrections.CORRECTIONS``, ``action.correction``), action selectors (``selectors.SELECTORS``,

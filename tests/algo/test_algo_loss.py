@@ -275,3 +275,63 @@ def test_positive_advantage_gradient_weight_is_the_unclipped_ratio():
     assert weights == pytest.approx([0.05, 1.0, 0.0])
     assert m["pos_adv_frac"].item() == pytest.approx(0.75)
     assert (m["pos_adv_grad_weight"] / m["pos_adv_frac"]).item() == pytest.approx(sum(weights) / 3)
+
+
+# ---------------------------------------------------------------- the policy loss as a registered function
+def _full_call(**kw):
+    """Loss, gradient and float metrics of a call that uses every part: KL, entropy, a term, labels, seq-mean."""
+    from empo2.algo.loss import LossTerm, metric_floats
+
+    g = torch.Generator().manual_seed(0)
+    lc = torch.randn(12, generator=g, dtype=torch.float64).sub(1.0).requires_grad_()
+    lb, ref = torch.randn(12, generator=g, dtype=torch.float64) - 1, torch.randn(12, generator=g, dtype=torch.float64)
+    adv = torch.randn(12, generator=g, dtype=torch.float64) * 2
+    ent = torch.rand(12, generator=g, dtype=torch.float64).requires_grad_()
+    mask = torch.rand(12, generator=g) > 0.2
+    seq = torch.arange(12) // 4
+    term = LossTerm("sq", 0.3, lambda x: x.ratio ** 2)
+    loss, m = policy_loss(lc, lb, adv, mask, seq, **CLIP, aggregation="seq-mean-token-mean", logp_ref=ref,
+                          kl_coef=0.1, entropy=ent, entropy_coef=0.01, metrics_by=seq % 2, terms=[term], **kw)
+    loss.backward()
+    return loss.detach(), lc.grad, ent.grad, metric_floats(m)
+
+
+def test_the_registered_ppo_clip_is_the_default_bit_for_bit():
+    """``algo.policy_loss: ppo_clip`` as the learner builds it (``make_policy_loss``) gives exactly the loss, the
+    gradients and the metrics of ``policy_loss`` without ``pg_loss``."""
+    from empo2.config import AlgoConfig
+    from empo2.trainer.learner import make_policy_loss
+
+    built = make_policy_loss(AlgoConfig())
+    assert built.keywords == CLIP  # the shared keys it names, nothing else
+    base, ours = _full_call(), _full_call(pg_loss=built)
+    for a, b in zip(base[:3], ours[:3]):
+        assert torch.equal(a, b)
+    assert base[3] == ours[3]
+
+
+@pytest.mark.parametrize("out,message", [
+    (lambda x: x.ratio, "must return empo2.algo.loss.PolicyLossTokens, got Tensor"),
+    (lambda x: _tokens(pg=x.ratio[:2]), r"pg as a float tensor of shape \(3,\)"),
+    (lambda x: _tokens(pg=x.ratio, clipped=x.ratio), "clipped as None or a bool tensor"),
+    (lambda x: _tokens(pg=x.ratio, grad_weight=x.mask), "grad_weight as None or a float tensor"),
+])
+def test_a_policy_loss_with_a_bad_output_is_named(out, message):
+    with pytest.raises(ValueError, match=message):
+        policy_loss(torch.zeros(3), torch.zeros(3), torch.ones(3), torch.ones(3), **CLIP, pg_loss=out)
+
+
+def _tokens(**kw):
+    from empo2.algo.loss import PolicyLossTokens
+
+    return PolicyLossTokens(**kw)
+
+
+def test_a_policy_loss_without_clip_reports_no_clipping_and_the_ratio_as_weight():
+    """A REINFORCE-style loss that declares no clip: clip fractions 0, gradient weight ρ on A > 0 tokens."""
+    lc = torch.log(torch.tensor([0.5, 2.0, 4.0]))
+    loss, m = policy_loss(lc, torch.zeros(3), torch.tensor([1.0, 1.0, -1.0]), torch.ones(3), **CLIP,
+                          pg_loss=lambda x: _tokens(pg=-x.advantages * x.ratio))
+    assert float(loss) == pytest.approx((-0.5 - 2.0 + 4.0) / 3)
+    assert float(m["clip_frac"]) == 0.0 and float(m["dual_clip_frac"]) == 0.0
+    assert float(m["pos_adv_grad_weight"]) == pytest.approx(2.5 / 3)

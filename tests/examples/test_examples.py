@@ -1,5 +1,5 @@
-"""The plug-ins under examples/ (docs/architecture.md, "Extending"): an advantage estimator (RLOO), a loss term
-(entropy floor), a training method (RAFT, with the estimator it registers), a retriever and an action correction,
+"""The plug-ins under examples/ (docs/architecture.md, "Extending"): an advantage estimator (RLOO), a policy loss
+(CISPO), a loss term (entropy floor), a training method (RAFT, with the estimator it registers), a retriever and an action correction,
 each checked against a hand computation and trained through the real CLI with ``run.plugins``; and a training method
 registered by a test plug-in that records its hooks (``tests.examples.method_probe``). None of them edits src/."""
 
@@ -119,6 +119,78 @@ def test_rloo_config_errors_come_before_work(tmp_path, capsys, examples_path):
     assert "group_size >= 2" in capsys.readouterr().err
     assert main(["train", "--config", str(cfg), "run.plugins=[advantage_rloo]", "algo.advantage=rlooo"]) == 2
     assert "Did you mean 'rloo'" in capsys.readouterr().err
+    assert not (tmp_path / "runs" / "bad").exists()
+
+
+# ---- policy_loss_cispo ------------------------------------------------------------------------------------
+def _cispo(**kw):
+    from functools import partial
+
+    from policy_loss_cispo import cispo
+
+    return partial(cispo, **{"clip_high": 0.3, "eps_low": 1.0, **kw})
+
+
+def test_cispo_matches_the_hand_computation(examples_path):
+    from empo2.algo.loss import policy_loss
+
+    lp = torch.tensor([-1.0, -2.0, -0.5, float("nan")], requires_grad=True)  # the masked token's NaN cannot leak
+    lb = torch.tensor([-1.0, -1.0, -1.5, 0.0])  # ρ = 1, e^−1, e^1
+    adv = torch.tensor([1.0, 1.0, -1.0, 2.0])
+    mask = torch.tensor([True, True, True, False])
+    loss, m = policy_loss(lp, lb, adv, mask, clip_low=0.2, clip_high=0.3, dual_clip=10.0, pg_loss=_cispo())
+    e = float(np.exp(-1.0))
+    # ℓ = −clip(ρ, 0, 1.3)·A·log π: 1·1·1, e^−1·1·2, then ρ = e clipped to 1.3 with A = −1, log π = −0.5 → −0.65
+    assert float(loss.detach()) == pytest.approx((1.0 + 2 * e - 0.65) / 3)
+    assert float(m["clip_frac"]) == pytest.approx(1 / 3) and float(m["clip_frac_low"]) == pytest.approx(1 / 3)
+    assert float(m["pos_adv_grad_weight"]) == pytest.approx((1.0 + e) / 3)  # the clipped weight, not 0
+    loss.backward()
+    # every trained token keeps a gradient −w·A/3, the clipped one too (PPO would give it 0)
+    torch.testing.assert_close(lp.grad, torch.tensor([-1 / 3, -e / 3, 1.3 / 3, 0.0]))
+    # where PPO's clip is inactive (A > 0, ρ ≤ 1 + ε_h) CISPO's gradient is PPO's −ρ·A/2
+    grads = []
+    for pg_loss in (_cispo(), None):
+        x = lp.detach()[:2].clone().requires_grad_()
+        policy_loss(x, lb[:2], adv[:2], mask[:2], clip_low=0.2, clip_high=0.3, dual_clip=10.0,
+                    pg_loss=pg_loss)[0].backward()
+        grads.append(x.grad)
+    torch.testing.assert_close(grads[0], grads[1])
+    torch.testing.assert_close(grads[0], torch.tensor([-0.5, -e / 2]))
+
+
+def test_cispo_trains_through_the_cli(tmp_path, examples_path, tiny_policy):
+    run = _train(tmp_path, "cispo", ["run.plugins=[policy_loss_cispo]", "algo.policy_loss=cispo",
+                                     "algo.cispo.eps_low=0.5"])
+    row = _rows(run)[-1]
+    assert row["iteration"] == 1 and "train/pg_loss" in row and "train/clip_frac" in row
+    saved = (run / "config.yaml").read_text()
+    assert "policy_loss: cispo" in saved and "eps_low: 0.5" in saved and "policy_loss_cispo" in saved
+    if row.get("train/optimizer_steps", 0) > 0:
+        assert _changed(run, tiny_policy)
+    ckpt = run / "checkpoints" / "last"
+    assert main(["eval", "--checkpoint", str(ckpt), "--episodes", "2", "--out", str(tmp_path / "e.json")]) == 0
+
+
+def test_cispo_without_its_plugin_is_an_unknown_name_with_the_fix():
+    code = ("from empo2.config import load_config\ntry:\n    load_config(None, ['algo.policy_loss=cispo'])\n"
+            "except ValueError as e:\n    print(e)")
+    out = subprocess.run([sys.executable, "-c", code], env={"PYTHONPATH": str(SRC)}, capture_output=True, text=True,
+                         timeout=120)  # a fresh process: this one may have loaded the plug-in already
+    assert "algo.policy_loss: unknown policy loss 'cispo'; choose one of ppo_clip" in out.stdout, out.stderr
+    assert "run.plugins" in out.stdout
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["algo.policy_loss=cispoo"], "Did you mean 'cispo'"),
+    (["algo.policy_loss=cispo", "algo.cispo.eps_low=2"], "must be in [0, 1]"),
+    (["algo.cispo.eps_low=0.5"], "algo.cispo is set but 'cispo' is not used"),
+    (["algo.policy_loss=cispo", "algo.cispo.eps_lo=1"], "unknown config key 'algo.cispo.eps_lo'"),
+    (["algo.policy_loss=cispo", "trainer.update=false", "empo2.p=0.5"], "memory-only"),
+])
+def test_policy_loss_config_errors_come_before_work(tmp_path, capsys, examples_path, overrides, message):
+    cfg = write_config(tmp_path, BASE, "bad")
+    assert main(["train", "--config", str(cfg), "run.plugins=[policy_loss_cispo]", *overrides]) == 2
+    assert message in capsys.readouterr().err
     assert not (tmp_path / "runs" / "bad").exists()
 
 

@@ -243,3 +243,34 @@ def test_a_loss_term_that_reads_the_reference_makes_the_learner_keep_one(tiny_po
     assert learner.terms[0].coef == 0.5 and not learner.entropy_grad
     torch.testing.assert_close(learner.terms[0].fn(SimpleNamespace(logp_ref=torch.ones(2),
                                                                    logp_current=torch.zeros(2))), torch.ones(2))
+
+
+def test_a_policy_loss_gets_the_shared_keys_it_names_and_its_section(scratch_registries, monkeypatch):
+    from empo2.algo.loss import PolicyLossTokens
+    from empo2.algo.registry import POLICY_LOSSES, register_policy_loss
+    from empo2.trainer.learner import make_policy_loss
+
+    monkeypatch.setattr(POLICY_LOSSES, "_entries", dict(POLICY_LOSSES._entries))
+
+    @dataclasses.dataclass
+    class ScaleConfig:
+        scale: float = doc("multiplies ℓ", default=2.0)
+
+    def scaled(inputs, *, clip_high, scale):
+        return PolicyLossTokens(pg=-scale * clip_high * inputs.advantages * inputs.ratio)
+
+    def everything(inputs, **options):
+        return PolicyLossTokens(pg=inputs.ratio)
+
+    register_policy_loss("scaled_test", scaled, config=ScaleConfig, doc="test")
+    register_policy_loss("kw_test", everything, doc="test")
+    cfg = _cfg("algo.policy_loss=scaled_test", "algo.scaled_test.scale=3", "algo.clip_high=0.5")
+    assert make_policy_loss(cfg.algo).keywords == {"clip_high": 0.5, "scale": 3.0}
+    assert make_policy_loss(_cfg("algo.policy_loss=kw_test").algo).keywords == dict(
+        clip_low=0.2, clip_high=0.3, dual_clip=10.0)
+    with pytest.raises(ConfigError, match="algo.scaled_test is set but 'scaled_test' is not used"):
+        _cfg("algo.scaled_test.scale=3")
+    with pytest.raises(ValueError, match=r"does not take the keyword argument\(s\) \['scale'\]"):
+        register_policy_loss("bad_test", lambda inputs, *, clip_high: None, config=ScaleConfig)
+    with pytest.raises(ValueError, match="already registered by empo2.algo.loss"):
+        register_policy_loss("ppo_clip", scaled)  # the lazy built-in is not silently replaced

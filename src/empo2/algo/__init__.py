@@ -1,5 +1,6 @@
 """Algorithm maths as pure functions: returns, advantages, policy loss, masking, statistics; the
-advantage estimators and extra loss terms by name (``registry``: ``ADVANTAGES``, ``LOSS_TERMS``).
+advantage estimators, policy losses and extra loss terms by name (``registry``: ``ADVANTAGES``, ``POLICY_LOSSES``,
+``LOSS_TERMS``).
 
 Nothing here reads a config object or holds state (except the name tables of ``registry``); the trainer
 passes hyperparameters explicitly (EMPO²'s seeded mode sampler is ``methods.empo2.modes``).
@@ -34,18 +35,22 @@ if TYPE_CHECKING:
         aggregate,
         loss_normaliser,
         metric_floats,
+        PolicyLossTokens,
         policy_loss,
+        ppo_clip,
     )
     from empo2.algo.masking import MaskGranularity, low_prob_mask
     from empo2.algo.registry import (
         ADVANTAGES,
         LOSS_TERMS,
+        POLICY_LOSSES,
         AdvantageSpec,
         LossTermSpec,
         advantage_spec,
         loss_term_spec,
         register_advantage,
         register_loss_term,
+        register_policy_loss,
     )
     from empo2.algo.returns import Failure, ReturnBasis, discounted_returns, episode_return, family_failure, total_return
     from empo2.algo.stats import mean_ci, proportion_ci, t_quantile
@@ -66,6 +71,10 @@ _MODULE_OF = {
     "loss_normaliser": "loss",
     "metric_floats": "loss",
     "policy_loss": "loss",
+    "PolicyLossTokens": "loss",
+    "ppo_clip": "loss",
+    "POLICY_LOSSES": "registry",
+    "register_policy_loss": "registry",
     "ADVANTAGES": "registry",
     "LOSS_TERMS": "registry",
     "AdvantageSpec": "registry",
@@ -111,6 +120,8 @@ __all__ = [
     "LossTermInputs",
     "LossTermSpec",
     "MaskGranularity",
+    "POLICY_LOSSES",
+    "PolicyLossTokens",
     "ReturnBasis",
     "Singleton",
     "advantage_spec",
@@ -129,9 +140,11 @@ __all__ = [
     "mean_ci",
     "metric_floats",
     "policy_loss",
+    "ppo_clip",
     "proportion_ci",
     "register_advantage",
     "register_loss_term",
+    "register_policy_loss",
     "t_quantile",
     "total_return",
 ]

@@ -1,5 +1,5 @@
-"""The clipped policy-gradient loss with dual clip, k3 KL, entropy bonus, registered extra terms and verl
-aggregations.
+"""The policy loss: a registered per-token policy-gradient loss (PPO's clipped surrogate with dual clip by default),
+k3 KL, entropy bonus, registered extra terms and verl aggregations.
 
 See docs/algorithms.md, Policy loss (verl ``core_algos``
 ``compute_policy_loss`` / ``agg_loss`` semantics). Paper: the clipped surrogate of
@@ -13,8 +13,10 @@ Masks: ``mask[t] = 1`` (or True) means token t is trained (an action token of a 
 survived low-probability masking); 0 means it is ignored. Values at masked positions may be
 anything, NaN and ±inf included: they cannot change the loss, its gradient or the metrics.
 
-Extra terms (``algo.loss_terms``, ``algo.registry.LOSS_TERMS``; docs/architecture.md, "Extending") are
-pure functions of :class:`LossTermInputs`, weighted and added per token by :func:`policy_loss`.
+The policy-gradient part ℓ_pg (``algo.policy_loss``, ``algo.registry.POLICY_LOSSES``; built in: :func:`ppo_clip`)
+and the extra terms (``algo.loss_terms``, ``algo.registry.LOSS_TERMS``; docs/architecture.md, "Extending") are
+pure functions of :class:`LossTermInputs`; :func:`policy_loss` adds the KL, the entropy bonus and the weighted
+terms to ℓ_pg per token, then aggregates.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["Aggregation", "AGGREGATORS", "LOSS_METRICS", "LossTerm", "LossTermInputs", "aggregate", "is_loss_metric",
-           "loss_normaliser", "metric_floats", "policy_loss"]
+__all__ = ["Aggregation", "AGGREGATORS", "LOSS_METRICS", "LossTerm", "LossTermInputs", "PolicyLossTokens", "aggregate",
+           "is_loss_metric", "loss_normaliser", "metric_floats", "policy_loss", "ppo_clip"]
 
 LOG_RATIO_CLAMP = 20.0  # verl clamps log ρ (and the KL log-ratio) to [−20, 20] before exp
 KL_CLAMP = 10.0  # verl clamps the k3 estimate to [−10, 10]
@@ -215,8 +217,8 @@ def is_loss_metric(key: str) -> bool:
 
 @dataclass(frozen=True)
 class LossTermInputs:
-    """The per-token tensors an extra loss term sees (T tokens of one micro-batch; docs/algorithms.md,
-    Policy loss). Every float tensor is 1-D ``[T]`` in the loss dtype (float32 or wider) and 0 where
+    """The per-token tensors a policy loss (``algo.policy_loss``) and an extra loss term see (T tokens of one
+    micro-batch; docs/algorithms.md, Policy loss). Every float tensor is 1-D ``[T]`` in the loss dtype (float32 or wider) and 0 where
     ``mask`` is 0, so a term never sees the NaN/inf a masked position may hold.
 
     Attributes:
@@ -257,6 +259,57 @@ class LossTerm:
     fn: Callable[[LossTermInputs], Tensor]
 
 
+@dataclass(frozen=True)
+class PolicyLossTokens:
+    """What a policy loss (``algo.policy_loss``) returns for the T tokens of one micro-batch.
+
+    Attributes:
+        pg: ``[T]`` float, the per-token policy-gradient loss ℓ_pg, with the gradient of ``logp_current``;
+            values at masked tokens are ignored.
+        clipped: ``[T]`` bool, the tokens where the loss's clip acts (reported as ``clip_frac``, and split by the
+            advantage's sign into ``clip_frac_high`` for A > 0 and ``clip_frac_low`` for A < 0), or None (no clip).
+        dual_clipped: ``[T]`` bool, the tokens where a dual clip acts (``dual_clip_frac``), or None.
+        grad_weight: ``[T]`` float, detached: each token's gradient as a multiple of A·∇log π_θ (ρ where PPO's
+            clip is inactive, 0 where it is), read by the ``pos_adv_grad_weight`` metric; None = ρ where neither
+            clip acts, else 0.
+    """
+
+    pg: Tensor
+    clipped: Tensor | None = None
+    dual_clipped: Tensor | None = None
+    grad_weight: Tensor | None = None
+
+
+def ppo_clip(inputs: LossTermInputs, *, clip_low: float, clip_high: float, dual_clip: float) -> PolicyLossTokens:
+    """PPO's clipped surrogate with dual clip (``algo.policy_loss: ppo_clip``, the default; docs/algorithms.md, Policy
+    loss; verl's ``vanilla`` policy loss). Per token (A = advantage, ρ = ``inputs.ratio``)::
+
+        ℓ_pg = max(−A·ρ, −A·clip(ρ, 1−ε_l, 1+ε_h))        (ρ>1+ε_h clipped for A>0, ρ<1−ε_l for A<0)
+        ℓ_pg = min(ℓ_pg, −A·c)   if A < 0 and c > 0       (dual clip: caps the loss of a huge ρ with A<0)
+
+    Args:
+        inputs: the micro-batch's per-token tensors (``[T]``, zero where masked).
+        clip_low: ε_l ∈ [0, 1) (``algo.clip_low``).
+        clip_high: ε_h ≥ 0 (``algo.clip_high``).
+        dual_clip: c > 1, or 0 for off (``algo.dual_clip``).
+
+    Returns:
+        :class:`PolicyLossTokens` with ``clipped`` (the clipped branch is the larger, so the token has no
+        gradient) and ``dual_clipped`` (A < 0 and the cap −A·c is the smaller).
+    """
+    adv, ratio = inputs.advantages, inputs.ratio
+    pg_unclipped = -adv * ratio
+    pg_clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    pg = torch.maximum(pg_unclipped, pg_clipped)
+    clip_active = pg_clipped > pg_unclipped
+    dual_active = torch.zeros_like(clip_active)
+    if dual_clip > 0:
+        pg_dual = -adv * dual_clip
+        dual_active = (adv < 0) & (pg > pg_dual)
+        pg = torch.where(adv < 0, torch.minimum(pg, pg_dual), pg)
+    return PolicyLossTokens(pg=pg, clipped=clip_active, dual_clipped=dual_active)
+
+
 def _token_metrics(sel: Tensor, t: dict[str, Tensor]) -> dict[str, Tensor]:
     """Token means over the selected trained tokens (``sel`` [T] bool) as detached 0-d tensors, computed
     without a host sync (masked sums, NaN where nothing is selected; :func:`metric_floats` drops those)."""
@@ -279,10 +332,10 @@ def _token_metrics(sel: Tensor, t: dict[str, Tensor]) -> dict[str, Tensor]:
         approx_kl=mean(-log_ratio),  # k1 estimate of KL(μ‖π_θ), verl's ppo_kl
         approx_kl_k3=mean(torch.expm1(log_ratio) - log_ratio),  # (ρ − 1) − log ρ, unbiased under μ
         adv_mean=mean(t["adv"]),
-        # a positive-advantage token's gradient is ρ·A·∇log π (0 when clipped): ρ·1[not clipped] is its
-        # weight against an on-policy token's (ρ = 1); the learner divides by pos_adv_frac
+        # a positive-advantage token's gradient is w·A·∇log π (PPO: w = ρ, 0 when clipped): w is its weight
+        # against an on-policy token's (ρ = 1); the learner divides by pos_adv_frac
         pos_adv_frac=mean(t["adv"] > 0),
-        pos_adv_grad_weight=mean(torch.where((t["adv"] > 0) & ~t["clip_high_active"], ratio, 0.0)),
+        pos_adv_grad_weight=mean(torch.where(t["adv"] > 0, t["grad_weight"], 0.0)),
     )
     if "kl" in t:
         out["kl_ref"] = mean(t["kl"])
@@ -346,14 +399,17 @@ def policy_loss(
     metrics_by: Tensor | None = None,
     metrics_by_names: Mapping[int, str] | None = None,
     terms: Sequence[LossTerm] = (),
+    pg_loss: Callable[[LossTermInputs], PolicyLossTokens] | None = None,
 ) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clipped surrogate with dual clip, optional k3 KL and entropy bonus (docs/algorithms.md, Policy loss, verl semantics).
+    """Policy-gradient loss (PPO clip with dual clip unless ``pg_loss`` is given), optional k3 KL, entropy bonus and
+    extra terms (docs/algorithms.md, Policy loss, verl semantics).
 
     Per trained token t (A = advantage, ε_l = ``clip_low``, ε_h = ``clip_high``, c = ``dual_clip``):
 
         ρ    = exp(clamp(log π_θ − log μ, −20, 20))      (π_θ: trained context, μ: behaviour context)
         ℓ_pg = max(−A·ρ, −A·clip(ρ, 1−ε_l, 1+ε_h))        (PPO clip; ρ>1+ε_h clipped for A>0, ρ<1−ε_l for A<0)
         ℓ_pg = min(ℓ_pg, −A·c)   if A < 0 and c > 0       (dual clip: caps the loss of a huge ρ with A<0)
+               — or ``pg_loss(inputs).pg`` when a policy loss is given (``algo.policy_loss``)
         kl   = clamp(e^{d} − d − 1, −10, 10), d = clamp(log π_ref − log π_θ, −20, 20)   (k3, "low_var_kl")
         ℓ    = ℓ_pg + kl_coef·kl − entropy_coef·H + Σ_k coef_k·term_k      (term_k: ``terms``, in order)
 
@@ -387,6 +443,9 @@ def policy_loss(
             ``str(label)``.
         terms: extra per-token terms (``LossTerm``; ``algo.loss_terms``), each called with this call's
             :class:`LossTermInputs` and added as ``coef · values`` after the KL and entropy terms.
+        pg_loss: the policy-gradient loss ``inputs -> PolicyLossTokens`` (``algo.policy_loss`` with its settings
+            bound; ``algo.registry.POLICY_LOSSES``), called with this call's :class:`LossTermInputs`; None =
+            :func:`ppo_clip` with ``clip_low``, ``clip_high``, ``dual_clip`` (which are validated either way).
 
     Returns:
         ``(loss, metrics)``: ``loss`` a 0-d tensor (dtype of ``logp_current`` promoted to at least
@@ -407,7 +466,8 @@ def policy_loss(
 
     Raises:
         ValueError: shapes/dtypes, non-binary mask, missing ``seq_ids``/``logp_ref``/``entropy``,
-            bad clip values or negative coefficients, a term whose values are not ``[T]`` float.
+            bad clip values or negative coefficients, a term whose values are not ``[T]`` float, a policy loss
+            that does not return :class:`PolicyLossTokens` of ``[T]`` tensors.
     """
     aggregation = Aggregation(aggregation)
     m = _check_policy_loss_args(
@@ -416,19 +476,28 @@ def policy_loss(
     dtype = torch.promote_types(logp_current.dtype, torch.float32)
     lc = _masked(logp_current, m, dtype)
     lb = _masked(logp_behavior.detach(), m, dtype)
-    t = _clipped_surrogate(lc, lb, _masked(advantages.detach(), m, dtype), clip_low, clip_high, dual_clip)
+    log_ratio = (lc - lb).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    inputs = LossTermInputs(
+        logp_current=lc, logp_behavior=lb, advantages=_masked(advantages.detach(), m, dtype), ratio=torch.exp(log_ratio),
+        mask=m, seq_ids=seq_ids, entropy=None if entropy is None else _masked(entropy, m, dtype),
+        logp_ref=None if logp_ref is None else _masked(logp_ref.detach(), m, dtype))
+    if pg_loss is None:
+        pg = ppo_clip(inputs, clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip)
+    else:
+        pg = _checked_pg(pg_loss(inputs), lc)
+    t = _pg_tensors(pg, inputs, log_ratio)
 
     per_token = t["pg"]
-    if logp_ref is not None:
-        d = (_masked(logp_ref.detach(), m, dtype) - lc).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    if inputs.logp_ref is not None:
+        d = (inputs.logp_ref - lc).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
         t["kl"] = (torch.expm1(d) - d).clamp(-KL_CLAMP, KL_CLAMP)  # k3: e^d − d − 1
         if kl_coef > 0:
             per_token = per_token + kl_coef * t["kl"]
-    if entropy is not None:
-        t["entropy"] = _masked(entropy, m, dtype)
+    if inputs.entropy is not None:
+        t["entropy"] = inputs.entropy
         if entropy_coef > 0:
             per_token = per_token - entropy_coef * t["entropy"]
-    term_values = _term_values(terms, t, lc, lb, m, seq_ids, logp_ref, dtype)
+    term_values = _term_values(terms, inputs)
     for term, values in zip(terms, term_values):
         per_token = per_token + term.coef * values
 
@@ -453,41 +522,52 @@ def policy_loss(
     return loss, metrics
 
 
-def _term_values(terms: Sequence[LossTerm], t: dict[str, Tensor], lc: Tensor, lb: Tensor, m: Tensor,
-                 seq_ids: Tensor | None, logp_ref: Tensor | None, dtype: torch.dtype) -> list[Tensor]:
-    """Each extra term's ``[T]`` values on the masked inputs, zeroed where ``m`` is 0. Raises ValueError."""
-    if not terms:
-        return []
-    inputs = LossTermInputs(
-        logp_current=lc, logp_behavior=lb, advantages=t["adv"], ratio=t["ratio"], mask=m, seq_ids=seq_ids,
-        entropy=t.get("entropy"), logp_ref=None if logp_ref is None else _masked(logp_ref.detach(), m, dtype))
+def _term_values(terms: Sequence[LossTerm], inputs: LossTermInputs) -> list[Tensor]:
+    """Each extra term's ``[T]`` values on the masked inputs, zeroed where the mask is 0. Raises ValueError."""
+    lc, m = inputs.logp_current, inputs.mask
     out = []
     for term in terms:
         v = term.fn(inputs)
         if not isinstance(v, Tensor) or v.shape != lc.shape or not v.is_floating_point():
             raise ValueError(f"loss term {term.name!r} must return a float tensor of shape {tuple(lc.shape)}, got "
                              f"{type(v).__name__} {tuple(getattr(v, 'shape', ()))}")
-        out.append(torch.where(m, v.to(dtype), torch.zeros_like(lc)))
+        out.append(torch.where(m, v.to(lc.dtype), torch.zeros_like(lc)))
     return out
 
 
-def _clipped_surrogate(
-    lc: Tensor, lb: Tensor, adv: Tensor, clip_low: float, clip_high: float, dual_clip: float,
-) -> dict[str, Tensor]:
-    """Per-token PPO loss with dual clip ``pg`` [T] plus the tensors the metrics need."""
-    log_ratio = (lc - lb).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
-    ratio = torch.exp(log_ratio)
-    pg_unclipped = -adv * ratio
-    pg_clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    pg = torch.maximum(pg_unclipped, pg_clipped)
-    clip_active = pg_clipped > pg_unclipped
-    dual_active = torch.zeros_like(clip_active)
-    if dual_clip > 0:
-        pg_dual = -adv * dual_clip
-        dual_active = (adv < 0) & (pg > pg_dual)
-        pg = torch.where(adv < 0, torch.minimum(pg, pg_dual), pg)
+def _checked_pg(out: Any, lc: Tensor) -> PolicyLossTokens:
+    """``out`` of a policy loss, checked: :class:`PolicyLossTokens` whose ``pg`` is ``[T]`` float and whose masks are
+    ``[T]`` bool; ``pg`` cast to the loss dtype. Raises ValueError naming what is wrong."""
+    shape = tuple(lc.shape)
+    if not isinstance(out, PolicyLossTokens):
+        raise ValueError(f"the policy loss (algo.policy_loss) must return empo2.algo.loss.PolicyLossTokens, got "
+                         f"{type(out).__name__}")
+    if not isinstance(out.pg, Tensor) or tuple(out.pg.shape) != shape or not out.pg.is_floating_point():
+        raise ValueError(f"the policy loss (algo.policy_loss) must return pg as a float tensor of shape {shape}, got "
+                         f"{type(out.pg).__name__} {tuple(getattr(out.pg, 'shape', ()))}")
+    for name in ("clipped", "dual_clipped", "grad_weight"):
+        x = getattr(out, name)
+        want_bool = name != "grad_weight"
+        if x is not None and (not isinstance(x, Tensor) or tuple(x.shape) != shape
+                              or (x.dtype == torch.bool) != want_bool or not (want_bool or x.is_floating_point())):
+            raise ValueError(f"the policy loss (algo.policy_loss) must return {name} as None or a "
+                             f"{'bool' if want_bool else 'float'} tensor of shape {shape}, got "
+                             f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
+    return PolicyLossTokens(pg=out.pg.to(lc.dtype), clipped=out.clipped, dual_clipped=out.dual_clipped,
+                            grad_weight=None if out.grad_weight is None else out.grad_weight.detach().to(lc.dtype))
+
+
+def _pg_tensors(pg: PolicyLossTokens, inputs: LossTermInputs, log_ratio: Tensor) -> dict[str, Tensor]:
+    """The per-token tensors the loss and the metrics read, from a policy loss's output: ``pg``, ``ratio``,
+    ``log_ratio``, ``adv``, ``clip_active`` (and its A > 0 / A < 0 parts), ``dual_active``, ``grad_weight``."""
+    adv, ratio = inputs.advantages, inputs.ratio
+    no = torch.zeros_like(inputs.mask)
+    clip_active = no if pg.clipped is None else pg.clipped
+    dual_active = no if pg.dual_clipped is None else pg.dual_clipped
+    grad_weight = (torch.where(clip_active | dual_active, 0.0, ratio.detach()) if pg.grad_weight is None
+                   else pg.grad_weight)
     return {
-        "pg": pg, "ratio": ratio, "log_ratio": log_ratio, "adv": adv,
+        "pg": pg.pg, "ratio": ratio, "log_ratio": log_ratio, "adv": adv, "grad_weight": grad_weight,
         "clip_active": clip_active, "dual_active": dual_active,
         "clip_high_active": clip_active & (adv > 0), "clip_low_active": clip_active & (adv < 0),
     }

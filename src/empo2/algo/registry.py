@@ -1,9 +1,10 @@
-"""Advantage estimators, extra loss terms and auxiliary objectives by name: ``algo.advantage``, ``algo.loss_terms``
-and ``algo.aux_objectives``.
+"""Advantage estimators, policy losses, extra loss terms and auxiliary objectives by name: ``algo.advantage``,
+``algo.policy_loss``, ``algo.loss_terms`` and ``algo.aux_objectives``.
 
-All three are tables of the project's one registry mechanism (``empo2.registry.Registry``), filled with the
+All four are tables of the project's one registry mechanism (``empo2.registry.Registry``), filled with the
 built-ins below and by plug-ins (``run.plugins: [my_module]`` or an ``empo2.plugins`` entry point) that call
-:func:`register_advantage` / :func:`register_loss_term` / :func:`register_aux_objective` when imported
+:func:`register_advantage` / :func:`register_policy_loss` / :func:`register_loss_term` /
+:func:`register_aux_objective` when imported
 (docs/architecture.md, "Extending"). The config checks a name against them before any work starts
 (``config.validate``), and this module imports no torch, so that check stays cheap: the built-ins are registered
 lazily (``module:function``) and what the trainer must know about an entry before it calls it — an estimator's
@@ -29,6 +30,19 @@ registration (:func:`advantage_spec`, :func:`loss_term_spec`, :func:`aux_objecti
   config section ``algo.<name>`` (all of which it must accept).
 
 It returns ``[N]`` advantages (dtype of ``returns``) and a dict of plain floats, logged as ``train/adv/<key>``.
+
+**A policy loss** is the policy-gradient part ℓ_pg of the per-token loss (``loss.policy_loss``, docs/algorithms.md,
+Policy loss; verl's ``register_policy_loss``)::
+
+    fn(inputs: loss.LossTermInputs, **options) -> loss.PolicyLossTokens
+
+``inputs`` holds the micro-batch's per-token tensors (T tokens, masked positions zeroed; ``ratio`` is the importance
+ratio ρ = π_θ/μ with its gradient); ``options`` are the keyword arguments the function names from ``clip_low``,
+``clip_high``, ``dual_clip`` (``algo.clip_low``, ``algo.clip_high``, ``algo.dual_clip``) and every field of its own
+config section ``algo.<name>`` (all of which it must accept). It returns ``pg`` ``[T]`` (with its gradient) and,
+optionally, where its clip acts (``clipped``, ``dual_clipped``: ``[T]`` bool, logged as ``train/clip_frac*``) and each
+token's gradient weight (``grad_weight``). The KL, entropy bonus, extra terms and aggregation are added around it
+whatever the policy loss. Built in: ``ppo_clip`` (PPO's clipped surrogate with dual clip).
 
 **A loss term** adds ``coef · value_t`` to the per-token policy loss before aggregation
 (``loss.policy_loss``, docs/algorithms.md, Policy loss)::
@@ -76,6 +90,8 @@ __all__ = [
     "AdvantageSpec",
     "AuxObjectiveFactory",
     "AuxObjectiveSpec",
+    "POLICY_LOSSES",
+    "PolicyLossFn",
     "LossTermFn",
     "LossTermSpec",
     "advantage_spec",
@@ -84,6 +100,7 @@ __all__ = [
     "register_advantage",
     "register_aux_objective",
     "register_loss_term",
+    "register_policy_loss",
 ]
 
 AdvantageFn = Callable[..., "tuple[Tensor, dict[str, float]]"]
@@ -98,6 +115,15 @@ ADVANTAGES: Registry[AdvantageFn] = Registry("advantage estimator", "algo.advant
 AuxObjectiveFactory = Callable[..., Any]
 """``factory(cfg, family, settings) -> trainer.auxiliary.AuxObjective`` (see the module docstring)."""
 
+PolicyLossFn = Callable[..., Any]
+"""``fn(inputs: LossTermInputs, **options) -> PolicyLossTokens`` (see the module docstring)."""
+
+POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss", "algo.policy_loss")
+"""``algo.policy_loss`` → the policy-gradient loss function (see the module docstring)."""
+
+POLICY_LOSS_OPTIONS = ("clip_low", "clip_high", "dual_clip")
+"""The shared ``algo`` keys a policy loss receives when its signature names them."""
+
 LOSS_TERMS: Registry[LossTermFn] = Registry("loss term", "algo.loss_terms")
 """``algo.loss_terms`` entry → per-token term function (see the module docstring)."""
 
@@ -108,7 +134,7 @@ RESERVED_LOSS_TERMS = ("pg", "kl", "entropy")
 """Names a loss term or an auxiliary objective may not take: ``policy_loss`` already reports ``pg_loss``,
 ``kl_loss``, ``entropy_loss``."""
 
-_SECTION_TABLES = (ADVANTAGES, LOSS_TERMS, AUX_OBJECTIVES)
+_SECTION_TABLES = (ADVANTAGES, POLICY_LOSSES, LOSS_TERMS, AUX_OBJECTIVES)
 """The tables whose entries may have a section ``algo.<name>``: a name has a section in at most one of them."""
 
 
@@ -229,6 +255,27 @@ def register_advantage(name: str, fn: AdvantageFn, *, needs_anchor: bool = False
                                min_group_size=int(min_group_size))
 
 
+def register_policy_loss(name: str, fn: PolicyLossFn, *, config: type | None = None, doc: str = "",
+                         replace: bool = False) -> PolicyLossFn:
+    """Register a policy-gradient loss under ``algo.policy_loss = name``; returns ``fn``.
+
+    Args:
+        name: the ``algo.policy_loss`` value that chooses it (letters, digits, ``_``, ``-``, ``.``).
+        fn: ``fn(inputs: loss.LossTermInputs, **options) -> loss.PolicyLossTokens`` (module docstring); of
+            ``clip_low``, ``clip_high``, ``dual_clip`` it receives those it names.
+        config: the dataclass of its section ``algo.<name>`` (fields documented with ``empo2.configschema.doc``),
+            passed to ``fn`` as keyword arguments.
+        doc: one line for listings.
+        replace: allow replacing an entry registered by another module.
+
+    Raises:
+        ValueError: a bad or taken name; ``config`` not a dataclass, with a field ``fn`` does not take, or with a
+            section name another table already uses.
+    """
+    _check_section("policy loss", name, fn, config, ())
+    return POLICY_LOSSES.register(name, fn, config=config, doc=doc, replace=replace)
+
+
 def register_loss_term(name: str, fn: LossTermFn, *, config: type, needs_entropy_grad: bool = False,
                        needs_ref: bool = False, doc: str = "", replace: bool = False) -> LossTermFn:
     """Register an extra per-token loss term under ``name`` (listed in ``algo.loss_terms``); returns ``fn``.
@@ -319,3 +366,6 @@ ADVANTAGES.register_lazy("grpo", "empo2.algo.advantages:grpo_step_advantages", m
                              "advantages)")
 ADVANTAGES.register_lazy("gigpo", "empo2.algo.advantages:gigpo_advantages", needs_anchor=True, min_group_size=2,
                          doc="episode advantage + ω · anchor-state step advantage (docs/algorithms.md, GiGPO)")
+POLICY_LOSSES.register_lazy("ppo_clip", "empo2.algo.loss:ppo_clip",
+                            doc="PPO's clipped surrogate with dual clip (algo.clip_low, algo.clip_high, algo.dual_clip; "
+                                "docs/algorithms.md, Policy loss)")

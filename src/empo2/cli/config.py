@@ -50,7 +50,7 @@ def registry_rows() -> list[tuple[str, str, str, str]]:
     retrievers (``empo2.memory.retriever``), action corrections (``action.correction``), action selectors
     (``action.selector``), demonstration sources (``sft.data``), metrics of the written tips (``empo2.tip_metrics``) and generation backends (``rollout.generator``).
     Lazy built-ins are listed without importing them (docs/architecture.md, "Extending")."""
-    from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS
+    from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS, POLICY_LOSSES
     from empo2.envs.registry import ENVS
     from empo2.config import RolloutConfig
     from empo2.corrections import CORRECTIONS
@@ -61,7 +61,7 @@ def registry_rows() -> list[tuple[str, str, str, str]]:
     from empo2.tip_metrics import TIP_METRICS
 
     rows = []
-    for reg in (ENVS, METHODS, ADVANTAGES, LOSS_TERMS, AUX_OBJECTIVES, RETRIEVERS, CORRECTIONS, SELECTORS,
+    for reg in (ENVS, METHODS, ADVANTAGES, POLICY_LOSSES, LOSS_TERMS, AUX_OBJECTIVES, RETRIEVERS, CORRECTIONS, SELECTORS,
                 DEMO_SOURCES, TIP_METRICS):
         if not reg.names():  # listed, so a user sees the key exists and that nothing is registered under it
             rows.append((reg.config_key, "(none registered)", "built-in", ""))

@@ -34,14 +34,16 @@ import contextlib
 import copy
 import dataclasses
 import functools
+import inspect
 import logging
 from typing import Any, Callable
 
 import numpy as np
 import torch
 
-from empo2.algo.loss import Aggregation, LossTerm, is_loss_metric, loss_normaliser, metric_floats, policy_loss
-from empo2.algo.registry import LOSS_TERMS, loss_term_spec
+from empo2.algo.loss import (Aggregation, LossTerm, LossTermInputs, PolicyLossTokens, is_loss_metric, loss_normaliser,
+                             metric_floats, policy_loss)
+from empo2.algo.registry import LOSS_TERMS, POLICY_LOSS_OPTIONS, POLICY_LOSSES, loss_term_spec
 from empo2.distributed import DistContext
 from empo2.algo.masking import low_prob_mask
 from empo2.config import AlgoConfig, TrainerConfig, algo_section
@@ -72,6 +74,24 @@ def loss_terms(algo: AlgoConfig) -> list[LossTerm]:
         settings = {f.name: getattr(section, f.name) for f in dataclasses.fields(section) if f.name != "coef"}
         out.append(LossTerm(name, float(section.coef), functools.partial(LOSS_TERMS.get(name).obj, **settings)))
     return out
+
+
+def make_policy_loss(algo: AlgoConfig) -> Callable[[LossTermInputs], PolicyLossTokens]:
+    """The policy-gradient loss of ``algo.policy_loss`` (``algo.registry.POLICY_LOSSES``) with its options bound:
+    those of ``algo.clip_low``, ``algo.clip_high``, ``algo.dual_clip`` its signature names, and every field of its
+    section ``algo.<name>`` (docs/architecture.md, "Extending").
+
+    Raises:
+        ConfigError: an unregistered name (``config.validate`` refuses it first).
+    """
+    fn = POLICY_LOSSES.get(algo.policy_loss).obj
+    params = inspect.signature(fn).parameters
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    opts = {k: getattr(algo, k) for k in POLICY_LOSS_OPTIONS if takes_all or k in params}
+    section = algo_section(algo, algo.policy_loss)
+    if section is not None:
+        opts.update({f.name: getattr(section, f.name) for f in dataclasses.fields(section)})
+    return functools.partial(fn, **opts)
 
 
 def needs_reference(algo: AlgoConfig) -> bool:
@@ -396,6 +416,7 @@ class Learner:
             raise ValueError(f"auxiliary objectives ({', '.join(t.name for t in self.aux)}) run in one process only "
                              f"(this run has {self.dist.world}); set algo.aux_objectives=[] or train with one process")
         self.terms = loss_terms(algo)
+        self.pg_loss = make_policy_loss(algo)
         self.needs_ref = needs_reference(algo)
         self.entropy_grad = algo.entropy_coef > 0 or any(loss_term_spec(t.name).needs_entropy_grad for t in self.terms)
         self.ref_model = None
@@ -620,7 +641,7 @@ class Learner:
             lp, b["logp_behavior"], b["adv"], mask, b["seq"], clip_low=algo.clip_low, clip_high=algo.clip_high,
             dual_clip=algo.dual_clip, aggregation=agg, normaliser=normaliser, logp_ref=ref, kl_coef=algo.kl_coef,
             entropy=ent, entropy_coef=algo.entropy_coef, metrics_by=b["off"], metrics_by_names={0: "on", 1: "off"},
-            terms=self.terms)
+            terms=self.terms, pg_loss=self.pg_loss)
         return loss, m, lp.detach()
 
     def _steps_plan(self, samples: list[PackedSample], masks: dict[int, torch.Tensor], signal: dict[int, bool],
