@@ -57,27 +57,67 @@ def cmd_collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def _env_name_given(config: str | None, overrides: list[str]) -> bool:
+    """Whether ``env.name`` is set by a ``key=value`` override or by the YAML config file (not left at its
+    default)."""
+    if any(o.split("=", 1)[0].strip() == "env.name" for o in overrides):
+        return True
+    if config is None:
+        return False
+    from empo2.configschema import load_yaml
+
+    env = load_yaml(config).get("env")
+    return isinstance(env, dict) and "name" in env
+
+
+def critic_env(cfg: Any, data: Path, records: list[dict[str, Any]], given: bool) -> tuple[str, str | None]:
+    """The environment family the critic of ``data`` is trained for, and a note to print (or None): the one the
+    data records (``pipeline.recorded_env``) unless ``env.name`` is ``given``; else ``cfg.env.name``, with a note
+    when it is only the default and the data records none."""
+    from .pipeline import recorded_env
+
+    recorded = recorded_env(data, records)
+    if recorded is not None and not given:
+        return recorded, None
+    if recorded is None and not given:
+        return cfg.env.name, (f"note: {data} does not record its environment; assuming env.name={cfg.env.name} "
+                              "(the default): pass env.name=NAME (or a --config that sets it) for data of another "
+                              "environment")
+    return cfg.env.name, None  # given: train_critic_folder refuses data recording another environment
+
+
 def cmd_critic(args: argparse.Namespace) -> int:
     """``python -m experiments.retrospex critic --data FILE --out DIR [--config CFG] [key=value ...]``: train and save
-    the IQL critic (``pipeline.train_critic_folder``); prints its size and how to evaluate with it.
+    the IQL critic (``pipeline.train_critic_folder``) for the environment the data records (``collect`` writes it),
+    else ``env.name`` (a note says when that is only the default); prints its size and how to evaluate with it. The
+    data is checked before ``--out`` is created.
 
     Returns:
         0.
     """
     from empo2.config import load_config
     from empo2.console import make_console
+    from empo2.trajfile import read_records
 
     from .pipeline import train_critic_folder
 
     cfg = load_config(args.config, args.overrides)
+    data = Path(args.data)
+    records = read_records(data)
+    env, note = critic_env(cfg, data, records, _env_name_given(args.config, args.overrides))
     console = make_console()
-    info = train_critic_folder(cfg, Path(args.data), Path(args.out), cfg.env.name,
+
+    def data_checked(n: int) -> None:  # the data holds transitions of env: say what is assumed before training
+        if note:
+            console.print(note, markup=False, highlight=False, soft_wrap=True)
+
+    info = train_critic_folder(cfg, data, Path(args.out), env, records=records, on_data=data_checked,
                                on_epoch=lambda ep, row: console.print(
                                    f"epoch {ep}: loss_q {row['critic/loss_q']:.4f} loss_v {row['critic/loss_v']:.4f} "
                                    f"q {row['critic/q_mean']:.3f} v {row['critic/v_mean']:.3f}"))
-    console.print(f"critic: {info['transitions']} transitions, {info['updates']} updates, {info['seconds']:.0f} s "
-                  f"→ {args.out}  (use, from the repository root: PYTHONPATH=. empo2 eval --checkpoint CKPT "
-                  "'run.plugins=[experiments.retrospex]' "
+    console.print(f"critic ({env}): {info['transitions']} transitions, {info['updates']} updates, "
+                  f"{info['seconds']:.0f} s → {args.out}  (use, from the repository root: PYTHONPATH=. empo2 eval "
+                  "--checkpoint CKPT 'run.plugins=[experiments.retrospex]' "
                   f"action.selector=retrospex action.retrospex.critic_dir={args.out})", markup=False, highlight=False,
                   soft_wrap=True)
     return 0
@@ -139,7 +179,8 @@ def build_parser() -> Any:
     k = rsub.add_parser("critic", help="train the IQL critic on transitions or rollouts JSONL")
     k.add_argument("--data", required=True, help="transitions.jsonl or rollouts.jsonl (critic_data/)")
     k.add_argument("--out", required=True, help="critic folder to write")
-    k.add_argument("--config", default=None, help="YAML config for env.name and action.retrospex.critic (optional)")
+    k.add_argument("--config", default=None, help="YAML config for action.retrospex.critic and env.name (optional; "
+                                                  "the environment the data records is used when none is set)")
     k.add_argument("overrides", nargs="*", help="key=value overrides, e.g. action.retrospex.critic.encoder=minilm")
     k.set_defaults(fn=cmd_critic)
     q = rsub.add_parser("pipeline", help="SFT → critic data → critic → eval with and without rescoring")

@@ -8,9 +8,10 @@ ScienceWorld the engine asks the environment for look + inventory before every a
 Output folder (``<run>/critic_data`` by default):
 
 * ``rollouts.jsonl`` — one episode per line in our trajectory JSONL format, plus per step the
-  ``anchor`` (look + inventory before the action), and ``initial_score`` / ``final_observation``;
+  ``anchor`` (look + inventory before the action), and ``env`` / ``initial_score`` / ``final_observation``;
 * ``transitions.jsonl`` — ``transitions.transitions_from_records`` of those episodes;
-* ``summary.json`` — episodes, success / failure rates, mean score, transitions, seconds.
+* ``summary.json`` — the environment family (``env``), episodes, success / failure rates, mean score,
+  transitions, seconds.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ SUMMARY = "summary.json"
 
 def trajectory_record(t: Trajectory) -> dict[str, Any]:
     """One episode in our trajectory JSONL format (the keys ``empo2 train`` writes), plus ``anchor``
-    per step, ``initial_score``, ``final_observation``, ``done`` and ``split``."""
-    return {"id": t.id, "task": t.task.task, "variation": t.task.variation, "split": t.task.split,
+    per step, ``initial_score``, ``final_observation``, ``done``, ``split`` and ``env`` (the environment family,
+    which ``python -m experiments.retrospex critic`` trains the critic for)."""
+    return {"id": t.id, "env": t.task.env, "task": t.task.task, "variation": t.task.variation, "split": t.task.split,
             "mode": t.mode.value, "score": t.final_score, "initial_score": t.initial_score, "success": t.success,
             "failed": t.failed, "done": t.done, "crashed": t.crashed, "tip": t.tip,
             "task_description": t.info.get("task_description", ""),
@@ -84,7 +86,7 @@ def collect_critic_data(cfg: Config, setup: Any, out_dir: Path, on_turn: Any = N
     write_transitions(trans, out_dir / TRANSITIONS)
     ok = [t for t in trajs if not t.crashed]
     n = max(len(ok), 1)
-    summary = {"episodes": len(trajs), "crashed": len(trajs) - len(ok), "transitions": len(trans),
+    summary = {"env": setup.family.name, "episodes": len(trajs), "crashed": len(trajs) - len(ok), "transitions": len(trans),
                "success_rate": sum(t.success for t in ok) / n, "failure_rate": sum(t.failed for t in ok) / n,
                "score_mean": sum(max(t.final_score, 0.0) for t in ok) / n,
                "steps_mean": sum(t.num_steps for t in ok) / n, "temperature": rc.collect_temperature,

@@ -27,7 +27,8 @@ from empo2.config import Config, config_from_dict
 
 log = logging.getLogger(__name__)
 
-__all__ = ["SUMMARY", "run_pipeline", "summary_table", "train_critic_folder"]
+__all__ = ["SUMMARY", "critic_transitions", "recorded_env", "run_pipeline", "summary_table",
+           "train_critic_folder"]
 
 SUMMARY = "retrospex_summary.json"
 
@@ -40,46 +41,118 @@ def _eval_config(cfg: Config, ckpt: Path) -> Config:
     return dataclasses.replace(cfg, model=saved.model)
 
 
-def train_critic_folder(cfg: Config, transitions_path: Path, out: Path, env: str,
-                        on_epoch: Any = None) -> dict[str, Any]:
-    """Train the critic of ``cfg.action.retrospex.critic`` on a transitions (or rollouts) JSONL, save it to ``out``.
+def recorded_env(path: Path, records: list[dict[str, Any]]) -> str | None:
+    """The environment family a critic data file records: the ``env`` of its episode records (``rollouts.jsonl``
+    of ``python -m experiments.retrospex collect``), else the ``env`` of the ``summary.json`` that ``collect`` wrote
+    beside it (for its ``transitions.jsonl``, whose lines hold only the ``Transition`` fields); None when neither
+    says (e.g. ``empo2 train`` trajectories, or critic data collected before ``collect`` recorded it).
 
-    A file whose records have ``steps`` is read as episodes and turned into transitions first.
-
-    Returns:
-        ``{"transitions", "updates", "seconds", "final"}`` (also in ``out/critic.yaml``).
+    Raises:
+        TrajectoryFileError: records that name different environments.
     """
-    from empo2.trainer.metrics import RunLogger
+    from .collect import SUMMARY as COLLECT_SUMMARY
+    from .transitions import TrajectoryFileError
 
-    from .critic import train_critic
-    from .transitions import Transition, TrajectoryFileError, read_records, transitions_from_records
+    envs = sorted({str(r["env"]) for r in records if isinstance(r, dict) and r.get("env")})
+    if len(envs) > 1:
+        raise TrajectoryFileError(f"{path} mixes episodes of several environments ({', '.join(envs)}); a critic is "
+                                  "trained on one: pass the data of one environment")
+    if envs:
+        return envs[0]
+    summary = Path(path).parent / COLLECT_SUMMARY
+    try:
+        meta = json.loads(summary.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(meta, dict) and "transitions" in meta and isinstance(meta.get("env"), str) and meta["env"]:
+        return str(meta["env"])
+    return None
 
-    t0 = time.perf_counter()
-    records = read_records(transitions_path)
+
+def critic_transitions(records: list[dict[str, Any]], path: Path, env: str) -> list[Any]:
+    """The transitions of a critic data file's ``records`` (``read_records(path)``): episodes (records with
+    ``steps``) turned into transitions for ``env``, or transitions as written.
+
+    Raises:
+        TrajectoryFileError: records that are neither, or no transition at all (an empty file, only crashed or
+            step-less episodes): the message names the file and the data to pass.
+    """
+    from .transitions import Transition, TrajectoryFileError, transitions_from_records
+
     if records and "steps" in records[0]:
         trans = transitions_from_records(records, env)
     else:
         try:
             trans = [Transition(**r) for r in records]
         except TypeError as e:
-            raise TrajectoryFileError(
-                f"{transitions_path}: neither episodes (with 'steps') nor transitions ({e})") from None
+            raise TrajectoryFileError(f"{path}: neither episodes (with 'steps') nor transitions ({e})") from None
+    if not trans:
+        what = "is empty" if not records else f"holds {len(records)} records but no step (crashed or empty episodes)"
+        raise TrajectoryFileError(f"{path} {what}: no transitions to train the critic on; pass the critic data that "
+                                  "python -m experiments.retrospex collect writes (critic_data/transitions.jsonl or "
+                                  "rollouts.jsonl)")
+    return trans
+
+
+def train_critic_folder(cfg: Config, transitions_path: Path, out: Path, env: str, on_epoch: Any = None,
+                        records: list[dict[str, Any]] | None = None,
+                        on_data: Callable[[int], Any] | None = None) -> dict[str, Any]:
+    """Train the critic of ``cfg.action.retrospex.critic`` on a transitions (or rollouts) JSONL, save it to ``out``.
+
+    A file whose records have ``steps`` is read as episodes and turned into transitions first. The data is read and
+    checked before ``out`` is created; a folder this call created is removed again when training fails or is
+    interrupted (no half-written critic folder).
+
+    Args:
+        records: the file's records when the caller read them already (``read_records``).
+        on_data: called with the number of transitions once the data is checked, before ``out`` is created.
+
+    Returns:
+        ``{"transitions", "updates", "seconds", "final"}`` (also in ``out/critic.yaml``).
+
+    Raises:
+        FileNotFoundError: no such file. TrajectoryFileError: a malformed file, one without transitions, or data
+        that records another environment than ``env`` (``recorded_env``).
+    """
+    import shutil
+
+    from empo2.trainer.metrics import RunLogger
+
+    from .critic import train_critic
+    from .transitions import TrajectoryFileError, read_records
+
+    t0 = time.perf_counter()
+    records = read_records(transitions_path) if records is None else records
+    data_env = recorded_env(transitions_path, records)
+    if data_env is not None and data_env != env:
+        raise TrajectoryFileError(f"{transitions_path} holds {data_env!r} episodes (recorded by collect), but the "
+                                  f"critic is for {env!r}; train it with env.name={data_env} (the critic command "
+                                  f"takes the data's environment when no env.name is given) or pass {env!r} data")
+    trans = critic_transitions(records, transitions_path, env)
+    if on_data is not None:
+        on_data(len(trans))
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    logger = RunLogger(out, trackers=())
-
-    def epoch_cb(ep: int, row: dict[str, float]) -> None:
-        logger.log(row, ep)
-        if on_epoch is not None:
-            on_epoch(ep, row)
-
+    created = not out.exists()
     try:
-        critic, _ = train_critic(trans, cfg.action.retrospex.critic, env, on_epoch=epoch_cb)
-    finally:
-        logger.close()
-    critic.meta["seconds"] = time.perf_counter() - t0
-    critic.meta["data"] = str(transitions_path)
-    critic.save(out)
+        out.mkdir(parents=True, exist_ok=True)
+        logger = RunLogger(out, trackers=())
+
+        def epoch_cb(ep: int, row: dict[str, float]) -> None:
+            logger.log(row, ep)
+            if on_epoch is not None:
+                on_epoch(ep, row)
+
+        try:
+            critic, _ = train_critic(trans, cfg.action.retrospex.critic, env, on_epoch=epoch_cb)
+        finally:
+            logger.close()
+        critic.meta["seconds"] = time.perf_counter() - t0
+        critic.meta["data"] = str(transitions_path)
+        critic.save(out)
+    except BaseException:
+        if created:  # nothing of a critic that was not saved stays behind
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     return {"transitions": len(trans), "updates": critic.meta.get("updates", 0), "seconds": critic.meta["seconds"],
             "final": critic.meta.get("final", {})}
 

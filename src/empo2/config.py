@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from empo2.configschema import (ConfigError, did_you_mean, doc, flatten_dotted, from_dict, load_yaml, parse_overrides,
-                                plugin_sections, set_dotted, to_dict)
+from empo2.configschema import (ConfigError, PluginSections, did_you_mean, doc, flatten_dotted, from_dict, load_yaml,
+                                parse_overrides, plugin_section, set_dotted, to_dict)
 from empo2.envs.scienceworld.config import SciWorldConfig
 from empo2.envs.tiny.config import TinyConfig
 from empo2.envs.webshop.config import WebShopConfig
@@ -114,8 +114,10 @@ class EnvConfig:
 
 
 @dataclass
-class ActionConfig:
+class ActionConfig(PluginSections):
     """How model text becomes an action (``action``)."""
+
+    __section_prefix__ = "action"
 
     mode: Literal["free", "constrained"] = doc(
         "'free': sample any text (paper); 'constrained': sample only admissible actions through a"
@@ -135,26 +137,11 @@ class ActionConfig:
         "each one's own config class")})
 
     @classmethod
-    def __extra_sections__(cls) -> dict[str, type]:
-        """``{name: config class}`` of every registered action selector with a section ``action.<name>``.
-
-        Raises:
-            ConfigError: a registered name that is also a key of ``action`` (its section would hide the key).
-        """
+    def __section_registries__(cls) -> tuple[Any, ...]:
+        """The action selectors (``SELECTORS``): their sections ``action.<name>`` (``PluginSections``)."""
         from empo2.selectors import SELECTORS
 
-        return plugin_sections(cls, (SELECTORS,), "action")
-
-    def __getattr__(self, name: str) -> Any:
-        """``cfg.action.<name>``: the section of a registered action selector (its defaults when unset)."""
-        if name.startswith("__") or name == "sections" or "sections" not in self.__dict__:
-            raise AttributeError(name)
-        from empo2.selectors import selector_section
-
-        section = selector_section(self, name)
-        if section is None:
-            raise AttributeError(f"ActionConfig has no key {name!r}")
-        return section
+        return (SELECTORS,)
 
 
 @dataclass
@@ -245,8 +232,10 @@ class MismatchConfig:
 
 
 @dataclass
-class AlgoConfig:
+class AlgoConfig(PluginSections):
     """Advantage estimator and policy loss (``algo``, docs/algorithms.md, GRPO advantages and Policy loss)."""
+
+    __section_prefix__ = "algo"
 
     advantage: str = doc(
         "advantage estimator: 'grpo' (episode-level), 'gigpo' (episode + anchor-state step advantage) or one a "
@@ -291,43 +280,19 @@ class AlgoConfig:
         "parsed with each one's own config class")})
 
     @classmethod
-    def __extra_sections__(cls) -> dict[str, type]:
-        """``{name: config class}`` of every registered advantage estimator, policy loss, loss term and auxiliary
-        objective with a section.
-
-        Raises:
-            ConfigError: a registered name that is also a key of ``algo`` (its section would hide the key).
-        """
+    def __section_registries__(cls) -> tuple[Any, ...]:
+        """The advantage estimators, policy losses, loss terms and auxiliary objectives, in this lookup order: their
+        sections ``algo.<name>`` (``PluginSections``)."""
         from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS, POLICY_LOSSES
 
-        return plugin_sections(cls, (ADVANTAGES, POLICY_LOSSES, LOSS_TERMS, AUX_OBJECTIVES), "algo")
-
-    def __getattr__(self, name: str) -> Any:
-        """``cfg.algo.<name>``: the section of a registered estimator, policy loss, loss term or auxiliary objective
-        (its defaults when unset)."""
-        if name.startswith("__") or name == "sections" or "sections" not in self.__dict__:
-            raise AttributeError(name)
-        section = algo_section(self, name)
-        if section is None:
-            raise AttributeError(f"AlgoConfig has no key {name!r}")
-        return section
+        return (ADVANTAGES, POLICY_LOSSES, LOSS_TERMS, AUX_OBJECTIVES)
 
 
 def algo_section(algo: AlgoConfig, name: str) -> Any:
     """The config section ``algo.<name>`` of a registered advantage estimator, policy loss, loss term or auxiliary
     objective: the one the config set, else its config class's defaults; None when ``name`` has no section (or is
-    not registered)."""
-    from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS, POLICY_LOSSES
-
-    sections = algo.__dict__.get("sections") or {}
-    if name in sections:
-        return sections[name]
-    for reg in (ADVANTAGES, POLICY_LOSSES, LOSS_TERMS, AUX_OBJECTIVES):
-        if name in reg:
-            cls = reg.config_class(name)
-            if cls is not None:
-                return cls()
-    return None
+    not registered). ``configschema.plugin_section`` with ``AlgoConfig``'s registries."""
+    return plugin_section(algo, name, AlgoConfig.__section_registries__())
 
 
 @dataclass

@@ -14,7 +14,7 @@ import difflib
 import types
 import typing
 from pathlib import Path
-from typing import Any, Iterable, Literal, get_args, get_origin
+from typing import Any, ClassVar, Iterable, Literal, get_args, get_origin
 
 import yaml
 
@@ -190,7 +190,9 @@ def from_dict(cls: type, data: dict[str, Any], path: str = "") -> Any:
     try:
         obj = cls(**kwargs)
     except ConfigError as e:
-        raise ConfigError(f"{path + ': ' if path else ''}{e}") from None
+        msg = str(e)  # a section's own check may already name the full key ("empo2.p must be ..."): no doubled prefix
+        named = not path or msg.startswith((f"{path}.", f"{path} ", f"{path}:", f"{path}="))
+        raise ConfigError(msg if named else f"{path}: {msg}") from None
     return obj
 
 
@@ -408,6 +410,93 @@ def plugin_sections(cls: type, registries: Any, prefix: str) -> dict[str, type]:
                                   f"{prefix}.{name}, but {prefix}.{name} is a key of the {prefix} section; rename it")
             out[name] = section
     return out
+
+
+def plugin_section(obj: Any, name: str, registries: Any = None) -> Any:
+    """The plug-in section ``<prefix>.<name>`` of a config section ``obj`` (a ``PluginSections`` config such as
+    ``AlgoConfig``): the one the config set (``obj.sections[name]``), else the defaults of the config class
+    ``name`` is registered with in ``registries`` (the first registry that knows ``name`` and gives it one);
+    None when ``name`` has no section or is not registered (docs/architecture.md, "Extending").
+
+    Args:
+        obj: the config section; its ``sections`` are read from ``obj.__dict__`` (no ``__getattr__`` recursion).
+        name: a registered name.
+        registries: ``registry.Registry`` objects to look ``name`` up in; ``None``:
+            ``type(obj).__section_registries__()``.
+
+    Raises:
+        AttributeError: ``registries`` is None and ``type(obj)`` has no ``__section_registries__``. Raises nothing
+            else of its own: an unknown name gives None.
+    """
+    sections = obj.__dict__.get("sections") or {}
+    if name in sections:
+        return sections[name]
+    if registries is None:
+        registries = type(obj).__section_registries__()
+    for reg in registries:
+        if name in reg:
+            cls = reg.config_class(name)
+            if cls is not None:
+                return cls()
+    return None
+
+
+class PluginSections:
+    """Mixin of a config dataclass that collects the sections of registered plug-ins (``algo.<name>``,
+    ``action.<name>``, ``sft.<name>``; docs/architecture.md, "Extending").
+
+    The dataclass declares a field ``sections: dict[str, Any] = field(default_factory=dict, metadata={"sections":
+    True, ...})``, sets ``__section_prefix__`` (its own key, e.g. ``"algo"``) and overrides the classmethod
+    ``__section_registries__`` to return its ``registry.Registry`` objects (imported inside it, so that importing
+    the config imports no registry). The mixin gives it:
+
+    * ``__extra_sections__`` (read by ``from_dict``, ``to_dict`` and ``help_table``): ``plugin_sections(cls,
+      registries, prefix)``, ``{name: config class}`` of every registered entry with a section;
+    * ``__getattr__``: ``cfg.<prefix>.<name>`` is ``plugin_section(cfg.<prefix>, name)``, the section the config
+      set or its config class's defaults.
+
+    Raises:
+        ConfigError: from ``__extra_sections__``, a registered name that is also a field of the class (its section
+            would hide the key).
+        AttributeError: from ``__getattr__``, a dunder name, ``sections`` itself, an instance without ``sections``
+            yet, or a name without a section (``"<ClassName> has no key 'name'"``).
+        NotImplementedError: ``__section_registries__`` not overridden.
+    """
+
+    __section_prefix__: ClassVar[str] = ""
+    """The config key of the section (``algo``): the ``<prefix>`` of ``<prefix>.<name>`` in error messages."""
+
+    @classmethod
+    def __section_registries__(cls) -> tuple[Any, ...]:
+        """The ``registry.Registry`` objects whose entries may have a section here, in lookup order.
+
+        Raises:
+            NotImplementedError: always; a subclass overrides it.
+        """
+        raise NotImplementedError(f"{cls.__name__} must define __section_registries__")
+
+    @classmethod
+    def __extra_sections__(cls) -> dict[str, type]:
+        """``{name: config class}`` of every registered entry of ``__section_registries__()`` with a section.
+
+        Raises:
+            ConfigError: a registered name that is also a key of the section (its section would hide the key).
+        """
+        return plugin_sections(cls, cls.__section_registries__(), cls.__section_prefix__)
+
+    def __getattr__(self, name: str) -> Any:
+        """``cfg.<prefix>.<name>``: the section of a registered entry (its defaults when the config did not set it).
+
+        Raises:
+            AttributeError: a dunder name, ``sections``, no ``sections`` set yet, or ``name`` has no section.
+        """
+        if name.startswith("__") or name == "sections" or "sections" not in self.__dict__:
+            raise AttributeError(name)
+        section = plugin_section(self, name)
+        if section is None:
+            raise AttributeError(f"{type(self).__name__} has no key {name!r}")
+        return section
+
 
 def help_table(cls: type, prefix: str = "") -> list[tuple[str, str, str]]:
     """(dotted key, default, help) rows for documentation (``empo2 config --help-keys``)."""

@@ -103,6 +103,17 @@ def method_name(cfg: Any) -> str:
     return auto_method(cfg) if name == "auto" else name
 
 
+def _builtin_method(cfg: Any) -> bool:
+    """Whether the config's method is a built-in one (``auto`` picks one), whose tip writing
+    ``tip_metrics.check_tip_metrics`` knows; False for a plug-in's method, or a config ``check_method`` refuses
+    itself."""
+    try:
+        name = method_name(cfg)
+    except ConfigError:  # auto_method's own refusal: check_method raises it next
+        return False
+    return name in METHODS and bool(METHODS.meta(name).get("builtin"))
+
+
 def check_method(cfg: Any) -> None:
     """``trainer.method`` names a registered method the rest of the config agrees with (plug-ins loaded); so does
     ``empo2.memory.retriever`` (``memory.retrieval.check_retriever``), ``action.correction``
@@ -121,7 +132,7 @@ def check_method(cfg: Any) -> None:
     # the plug-ins load
     check_retriever(cfg)
     check_correction(cfg)
-    check_tip_metrics(cfg)
+    check_tip_metrics(cfg, builtin_method=_builtin_method(cfg))
     auto_method(cfg)  # refuses GRPO + novelty with a novelty count that is always 0
     name = str(cfg.trainer.method)
     if name == "auto":

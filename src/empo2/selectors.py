@@ -33,12 +33,12 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from empo2.configschema import ConfigError
+from empo2.configschema import ConfigError, plugin_section
 from empo2.registry import Registry
 
-__all__ = ["DECISIONS_KEY", "POLICY", "SELECTORS", "SelectorFactory", "check_selector", "check_selector_ready",
-           "check_training_selector", "make_selector", "policy_selector", "register_selector", "selector_of",
-           "selector_record", "selector_section"]
+__all__ = ["DECISIONS_KEY", "POLICY", "SELECTORS", "SelectorFactory", "check_built_selector", "check_selector",
+           "check_selector_ready", "check_training_selector", "make_selector", "policy_selector", "register_selector",
+           "selector_of", "selector_record", "selector_section"]
 
 POLICY = "policy"
 """The built-in ``action.selector``: no selector, one sample of the policy per episode and turn."""
@@ -96,14 +96,7 @@ def selector_section(action: Any, name: str) -> Any:
         action: the ``action`` section (``config.ActionConfig``).
         name: a selector name.
     """
-    sections = action.__dict__.get("sections") or {}
-    if name in sections:
-        return sections[name]
-    if name in SELECTORS:
-        cls = SELECTORS.config_class(name)
-        if cls is not None:
-            return cls()
-    return None
+    return plugin_section(action, name, (SELECTORS,))
 
 
 def check_selector(cfg: Any) -> None:
@@ -155,17 +148,40 @@ def make_selector(setup: Any, cfg: Any) -> Any:
         cfg: the run config (``action.selector`` and the section ``action.<name>``).
 
     Raises:
-        ConfigError: an unregistered name; whatever the selector's factory raises (e.g. a missing file).
+        ConfigError: an unregistered name; a factory that returned no selector (``check_built_selector``); whatever
+            the selector's factory raises (e.g. a missing file).
     """
     name = str(cfg.action.selector)
     check_selector(cfg)
-    selector = SELECTORS.get(name).obj(setup, selector_section(cfg.action, name))
+    entry = SELECTORS.get(name)
+    selector = entry.obj(setup, selector_section(cfg.action, name))
+    check_built_selector(name, entry.source, selector)
     if selector is not None and not getattr(selector, "name", None):
         try:
             selector.name = name
         except AttributeError:  # a slotted or frozen object: evaluate names it by its class then
             pass
     return selector
+
+
+def check_built_selector(name: str, source: str, selector: Any) -> None:
+    """What the factory of ``action.selector = name`` (registered by the module ``source``) returned is an
+    ``ActionSelector`` (a callable ``select``) or None, checked as soon as it is built (``make_selector``), not when
+    the first turn calls it.
+
+    Raises:
+        ConfigError: anything else, in one line naming the selector, the plug-in module and what it must return.
+    """
+    if selector is None or callable(getattr(selector, "select", None)):
+        return
+    what = type(selector).__name__
+    why = "its select is not callable" if hasattr(selector, "select") else "it has no select method"
+    by = f"the plug-in module {source!r}" if source else "a plug-in"
+    raise ConfigError(f"action.selector={name}: the factory registered by {by} (register_selector) returned a "
+                      f"{what}, which is no action selector ({why}); the plug-in's "
+                      "factory(setup, section) must return an object with a method select(engine, live, admissible, "
+                      "settings, iteration) -> list[Generation] (empo2.rollout.engine.ActionSelector), or None to "
+                      "let the policy sample")
 
 
 def selector_record(selector: Any, trajectories: list[Any], result: Any) -> dict[str, Any]:

@@ -5,14 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from empo2.configschema import ConfigError, doc, plugin_sections
+from empo2.configschema import ConfigError, PluginSections, doc, plugin_section
 
 __all__ = ["SftConfig", "sft_section"]
 
 
 @dataclass
-class SftConfig:
+class SftConfig(PluginSections):
     """Imitation warm-up on demonstrations (``sft``; ``empo2 sft``, docs/retrospex.md, 1. Imitation warm-up)."""
+
+    __section_prefix__ = "sft"
 
     data: list[str] = doc(
         "demonstration sources: 'gold' = the gold paths of env.tasks' train variations "
@@ -44,36 +46,15 @@ class SftConfig:
             raise ConfigError(f"sft.lr must be > 0, got {self.lr}")
 
     @classmethod
-    def __extra_sections__(cls) -> dict[str, type]:
-        """``{name: config class}`` of every registered demonstration source with a section ``sft.<name>``.
-
-        Raises:
-            ConfigError: a registered name that is also a key of ``sft`` (its section would hide the key).
-        """
+    def __section_registries__(cls) -> tuple[Any, ...]:
+        """The demonstration sources (``DEMO_SOURCES``): their sections ``sft.<name>`` (``PluginSections``)."""
         from empo2.demo_sources import DEMO_SOURCES
 
-        return plugin_sections(cls, (DEMO_SOURCES,), "sft")
-
-    def __getattr__(self, name: str) -> Any:
-        """``cfg.sft.<name>``: the section of a registered demonstration source (its defaults when unset)."""
-        if name.startswith("__") or name == "sections" or "sections" not in self.__dict__:
-            raise AttributeError(name)
-        section = sft_section(self, name)
-        if section is None:
-            raise AttributeError(f"SftConfig has no key {name!r}")
-        return section
+        return (DEMO_SOURCES,)
 
 
 def sft_section(sft: SftConfig, name: str) -> Any:
     """The config section ``sft.<name>`` of a registered demonstration source: the one the config set, else its
-    config class's defaults; None when ``name`` has no section (or is not registered)."""
-    from empo2.demo_sources import DEMO_SOURCES
-
-    sections = sft.__dict__.get("sections") or {}
-    if name in sections:
-        return sections[name]
-    if name in DEMO_SOURCES:
-        cls = DEMO_SOURCES.config_class(name)
-        if cls is not None:
-            return cls()
-    return None
+    config class's defaults; None when ``name`` has no section (or is not registered).
+    ``configschema.plugin_section`` with ``SftConfig``'s registries."""
+    return plugin_section(sft, name, SftConfig.__section_registries__())

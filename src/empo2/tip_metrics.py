@@ -77,13 +77,26 @@ def register_tip_metric(name: str, fn: TipMetric, *, doc: str = "", replace: boo
     return TIP_METRICS.register(name, fn, doc=doc, replace=replace)
 
 
-def check_tip_metrics(cfg: Any) -> None:
-    """``empo2.tip_metrics`` names registered metrics, each once (called by ``config.validate`` after the plug-ins
-    are loaded, before any work).
+def check_tip_metrics(cfg: Any, builtin_method: bool = True) -> None:
+    """``empo2.tip_metrics`` names registered metrics, each once, in a config whose training writes tips (called by
+    ``config.validate`` after the plug-ins are loaded, before any work, through ``methods_registry.check_method``).
+
+    The metrics run only on the tips a training iteration writes (``Empo2Runtime.write_tips``; ``empo2 adapt``
+    discards the metrics of its tips, ``empo2 eval --with-memory`` writes none). With a built-in method
+    (``trainer.method``: auto, grpo, gigpo, empo2, memory_only) no tip is ever written when ``empo2.p`` is 0 (no
+    training rollout reads the memory: ``grpo``/``gigpo`` have none, and the ``empo2`` method of GRPO + novelty writes
+    no tip for a rollout that shows none at p 0) or when ``empo2.write_memory`` is ``never``, so naming metrics there
+    is refused.
+
+    Args:
+        cfg: the run config.
+        builtin_method: whether the run's method is a built-in one (``check_method`` says); False for a plug-in's
+            method, which decides itself which rollouts write tips: its config is not refused for ``p`` 0.
 
     Raises:
         ConfigError: an unregistered name (the message lists the registered ones, the closest match and how a
-            plug-in registers one), or a name listed twice.
+            plug-in registers one), a name listed twice, or metrics in a config that never writes a tip (one line
+            saying why and how to fix it).
     """
     names = list(getattr(cfg.empo2, "tip_metrics", []) or [])
     for name in names:
@@ -94,6 +107,16 @@ def check_tip_metrics(cfg: Any) -> None:
             raise ConfigError(TIP_METRICS.unknown_message(str(name)) + hint)
     if len(set(names)) != len(names):
         raise ConfigError(f"empo2.tip_metrics lists a metric twice: {names}; name each once")
+    if not names or not builtin_method:
+        return
+    listed = f"empo2.tip_metrics=[{','.join(names)}]"
+    if cfg.empo2.p == 0:
+        raise ConfigError(f"{listed} has no effect with empo2.p=0: no training rollout reads the memory, so none "
+                          "writes a tip and the metrics never run; set empo2.p > 0 (EMPO²) or empo2.tip_metrics=[]")
+    if cfg.empo2.write_memory == "never":
+        raise ConfigError(f"{listed} has no effect with empo2.write_memory=never: no tip is ever written, so the "
+                          "metrics never run; set empo2.write_memory=always (or memory_modes) or "
+                          "empo2.tip_metrics=[]")
 
 
 def compute_tip_metrics(names: Sequence[str], tips: list[str], trajs: list[Trajectory],

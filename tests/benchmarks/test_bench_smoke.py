@@ -468,12 +468,12 @@ def test_every_learn_arm_is_a_valid_config_and_the_q0_arms_never_train_tip_free(
     from empo2.config import load_config
 
     four = ["env.variations=[0,1,2,3]"]  # the live oracle plays the gold path of each training variation
-    for over in learn.ARMS.values():
-        load_config(learn.DEFAULT_CONFIG, [*four, *over])
+    for over in learn.ARMS.values():  # as the benchmark runs them: an arm's run.plugins= entries merged into one
+        load_config(learn.DEFAULT_CONFIG, [*four, *learn.merge_plugins(over)])
     for arm in ("empo2_live_oracle_q0", "init_empo2_live_oracle_q0", "empo2_q0", "init_empo2_q0"):
         with_q = learn.ARMS[arm.replace("_q0", "")]
         assert [o for o in learn.ARMS[arm] if o not in with_q] == ["empo2.q=0.0"]
-        cfg = load_config(learn.DEFAULT_CONFIG, [*four, *learn.ARMS[arm]])
+        cfg = load_config(learn.DEFAULT_CONFIG, [*four, *learn.merge_plugins(learn.ARMS[arm])])
         assert cfg.empo2.q == 0.0 and cfg.empo2.p == 0.5
         assert (cfg.trainer.method == "empo2_live_oracle") == ("live_oracle" in arm)  # experiments/empo2_oracle
     # every arm that writes tips logs the report's tip columns (experiments/tip_diagnostics), left out of the spec

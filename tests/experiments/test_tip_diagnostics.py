@@ -227,3 +227,28 @@ def test_an_unknown_tip_metric_fails_before_work(tmp_path):
     assert "RESULT 2 False" in out.stdout, (out.stdout, out.stderr)
     assert "unknown tip metric 'informativeness'" in out.stderr and "run.plugins=[experiments.tip_diagnostics]" in out.stderr
     assert not (tmp_path / "runs").exists()
+
+
+def test_tip_metrics_in_a_config_that_never_writes_a_tip_are_refused_with_the_fix():
+    """``empo2.p=0`` (no training rollout reads the memory) or ``empo2.write_memory=never``: no tip is ever written, so
+    the metrics would never run; a built-in method refuses them in one line naming the cause and the fix, an EMPO²
+    config takes them, and a plug-in's method (which decides itself which rollouts write tips) is not refused."""
+    from empo2.methods_registry import register_method
+
+    with_metrics = [*TINY, "run.plugins=[experiments.tip_diagnostics]", "empo2.tip_metrics=[informativeness]"]
+    for extra, cause, fix in (
+            (["empo2.p=0"], "has no effect with empo2.p=0", "set empo2.p > 0 (EMPO²) or empo2.tip_metrics=[]"),
+            (["empo2.p=0", "empo2.intrinsic.enabled=true", "empo2.intrinsic.in_advantage=true"],  # GRPO + novelty
+             "has no effect with empo2.p=0", "empo2.tip_metrics=[]"),
+            (["empo2.p=0.5", "empo2.write_memory=never"], "has no effect with empo2.write_memory=never",
+             "set empo2.write_memory=always (or memory_modes) or empo2.tip_metrics=[]")):
+        with pytest.raises(ConfigError) as e:
+            load_config(None, [*with_metrics, *extra])
+        msg = str(e.value)
+        assert msg.startswith("empo2.tip_metrics=[informativeness] " + cause) and fix in msg and "\n" not in msg
+    assert load_config(None, [*with_metrics, "empo2.p=0.5"]).empo2.tip_metrics == ["informativeness"]
+    assert load_config(None, [*TINY, "empo2.p=0"]).empo2.tip_metrics == []  # none named: nothing to refuse
+    register_method("test_tip_writer", lambda cfg, setup, run_dir: None, doc="test: writes tips its own way",
+                    replace=True)
+    cfg = load_config(None, [*with_metrics, "empo2.p=0", "trainer.method=test_tip_writer"])
+    assert cfg.empo2.tip_metrics == ["informativeness"]

@@ -153,3 +153,28 @@ def test_eval_plays_the_selector_and_records_its_report_summary_and_decisions(tm
     from empo2.evaluation.evaluate import read_eval
 
     assert read_eval(out).selector == sel
+
+
+def test_a_factory_that_returns_no_selector_is_refused_where_it_is_built_naming_the_plugin(tmp_path, capsys):
+    """A registered factory that returns something without a callable ``select`` fails in ``make_selector``, right
+    after it is built, in one line naming the selector, the module that registered it and what it must return;
+    ``empo2 eval`` stops with that line before any episode (no evaluation file), instead of an AttributeError on the
+    first turn."""
+    register_selector("probe_dict", lambda setup, section: {"pick": 0}, doc="test: returns a dict", replace=True)
+    register_selector("probe_attr", lambda setup, section: type("NotCallable", (), {"select": 3})(),
+                      doc="test: select is not a method", replace=True)
+    for name, why in (("probe_dict", "returned a dict, which is no action selector (it has no select method)"),
+                      ("probe_attr", "returned a NotCallable, which is no action selector (its select is not "
+                                     "callable)")):
+        with pytest.raises(ConfigError) as e:
+            make_selector(None, load_config(None, [*TINY, f"action.selector={name}"]))
+        msg = str(e.value)
+        assert msg.startswith(f"action.selector={name}: the factory registered by the plug-in module "
+                              f"'{__name__}' (register_selector) {why}") and "\n" not in msg
+        assert "must return an object with a method select(engine, live, admissible, settings, iteration)" in msg
+    cfg = write_config(tmp_path, BASE, "nosel")
+    out = tmp_path / "e.json"
+    assert main(["eval", "--config", str(cfg), "--out", str(out), "action.selector=probe_dict"]) == USER_ERROR
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "action.selector=probe_dict: the factory registered by" in err
+    assert not out.exists()

@@ -142,7 +142,10 @@ class StrictParser(argparse.ArgumentParser):
         line, ``unknown command 'evaluate'; did you mean 'eval'?`` (``unknown_command_message``), printed
         without the usage (``error``); another option's invalid choice gets ``; did you mean 'test'?``."""
         if isinstance(action, argparse._SubParsersAction) and value not in (action.choices or {}):
-            raise argparse.ArgumentError(None, unknown_command_message(value, list(action.choices or {})))
+            choices = dict(action.choices or {})
+            moved = {n: f"{p.moved_to} (formerly {self.prog} {n})" for n, p in choices.items()
+                     if getattr(p, "moved_to", None)}
+            raise argparse.ArgumentError(None, unknown_command_message(value, list(choices), moved))
         try:
             super()._check_value(action, value)
         except argparse.ArgumentError as e:
@@ -164,7 +167,8 @@ class StrictParser(argparse.ArgumentParser):
             from empo2.configschema import close_matches
 
             own = {o for a in self._actions for o in a.option_strings}
-            longs = [o for o in own if o.startswith("--")]
+            visible, moved = _suggestable_options(self)
+            longs = [*visible, *moved]
             unknown = [a for a in self._argv if a.startswith("--") and a.split("=", 1)[0] not in own
                        and close_matches(a.split("=", 1)[0], longs, n=1)]
             if unknown:
@@ -176,15 +180,20 @@ UNKNOWN_COMMAND = "unknown command "
 """The start of the one-line error of an unknown sub-command (``unknown_command_message``)."""
 
 
-def unknown_command_message(name: str, commands: list[str]) -> str:
+def unknown_command_message(name: str, commands: list[str], moved: dict[str, str] | None = None) -> str:
     """``unknown command 'evaluate'; did you mean 'eval'?``, or without a close one ``unknown command 'x';
-    the commands are train, eval, …`` (``configschema.close_matches``, the CLI's one suggestion rule)."""
+    the commands are train, eval, …`` (``configschema.close_matches``, the CLI's one suggestion rule). A close
+    command in ``moved`` (a removed command → the words naming what replaced it, ``cli.moved``) is named by those
+    words, never as a command to run: ``did you mean python -m experiments.retrospex (formerly empo2 retrospex)?``."""
     from empo2.configschema import close_matches
 
+    moved = moved or {}
     close = close_matches(name, commands, n=2)
     if close:
-        return f"{UNKNOWN_COMMAND}{name!r}; did you mean {' or '.join(repr(c) for c in close)}?"
-    return f"{UNKNOWN_COMMAND}{name!r}; the commands are {', '.join(commands)} (see --help)"
+        named = [moved[c] if c in moved else repr(c) for c in close]
+        return f"{UNKNOWN_COMMAND}{name!r}; did you mean {' or '.join(named)}?"
+    return f"{UNKNOWN_COMMAND}{name!r}; the commands are {', '.join(c for c in commands if c not in moved)} " \
+           "(see --help)"
 
 
 def _positional_config(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> None:
@@ -254,17 +263,37 @@ def _chosen_parser(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> a
     return parser
 
 
+def _suggestable_options(parser: argparse.ArgumentParser) -> tuple[list[str], dict[str, str]]:
+    """The long options of ``parser`` a near-miss may be pointed at: those its help shows, and the removed ones
+    (hidden, with ``moved_to``: ``cli.moved``) → what replaced them. Other hidden options are never suggested."""
+    visible: list[str] = []
+    moved: dict[str, str] = {}
+    for a in parser._actions:
+        longs = [o for o in a.option_strings if o.startswith("--")]
+        moved_to = getattr(a, "moved_to", None)
+        if moved_to:
+            moved.update(dict.fromkeys(longs, str(moved_to)))
+        elif a.help != argparse.SUPPRESS:
+            visible.extend(longs)
+    return visible, moved
+
+
 def unrecognized_message(extras: list[str], parser: argparse.ArgumentParser) -> str:
     """``unrecognized arguments: --resum (did you mean --resume?)``: each unknown option with the
-    closest option of ``parser`` (``configschema.close_matches``, similarity ≥ 0.6), if any."""
+    closest option of ``parser`` (``configschema.close_matches``, similarity ≥ 0.6), if any. A removed option
+    is never suggested: when it is the closest, its replacement is named (``--retro (--retrospex was removed; use
+    'run.plugins=[experiments.retrospex]' action.selector=retrospex …)``); a hidden option is never named."""
     from empo2.configschema import close_matches
 
-    options = [o for a in parser._actions for o in a.option_strings if o.startswith("--")]
+    visible, moved = _suggestable_options(parser)
     parts = []
     for arg in extras:
         name = arg.split("=", 1)[0]
-        close = close_matches(name, options, n=1) if name.startswith("-") else []
-        parts.append(f"{arg} (did you mean {close[0]}?)" if close else arg)
+        close = close_matches(name, [*visible, *moved], n=1) if name.startswith("-") else []
+        if close and close[0] in moved:
+            parts.append(f"{arg} ({close[0]} was removed; use {moved[close[0]]})")
+        else:
+            parts.append(f"{arg} (did you mean {close[0]}?)" if close else arg)
     return "unrecognized arguments: " + " ".join(parts)
 
 

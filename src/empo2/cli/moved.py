@@ -26,11 +26,21 @@ RETROSPEX_OPTION_MOVED = ("--retrospex {critic} moved to experiments/retrospex, 
 """The error of the removed ``--retrospex CRITIC`` option of ``empo2 eval`` and ``empo2 adapt``."""
 
 
+RETROSPEX_COMMAND_NOW = "python -m experiments.retrospex"
+"""What replaced ``empo2 retrospex`` (named when an unknown command is closest to it: ``moved_to`` of its parser)."""
+
+RETROSPEX_OPTION_NOW = ("'run.plugins=[experiments.retrospex]' action.selector=retrospex "
+                        "action.retrospex.critic_dir=CRITIC")
+"""What replaced ``--retrospex CRITIC`` (named when an unknown option is closest to it: ``moved_to`` of its action;
+``empo2.cli.unrecognized_message`` suggests no removed option itself)."""
+
+
 def add_cli(sub: Any) -> None:
     """Register the removed ``retrospex`` command on ``sub`` (``parser.add_subparsers()``): any arguments, one error
     line (``cmd_retrospex_moved``); ``empo2 --help`` lists it as moved."""
     r = sub.add_parser("retrospex", add_help=False,
                        help="moved: python -m experiments.retrospex (experiments/README.md)")
+    r.moved_to = RETROSPEX_COMMAND_NOW  # type: ignore[attr-defined]  # what a near-miss command is pointed at
     r.add_argument("-h", "--help", action="store_true")  # the old command line parses, so its one error line is this
     r.add_argument("rest", nargs=argparse.REMAINDER)
     r.set_defaults(fn=cmd_retrospex_moved)
@@ -48,7 +58,8 @@ def cmd_retrospex_moved(args: argparse.Namespace) -> int:
 def add_moved_options(parser: argparse.ArgumentParser) -> None:
     """Add the removed ``--retrospex CRITIC`` to ``parser`` (``eval``, ``adapt``), hidden from its help, so that
     ``check_moved_options`` answers it with one line."""
-    parser.add_argument("--retrospex", default=None, metavar="CRITIC", help=argparse.SUPPRESS)
+    a = parser.add_argument("--retrospex", default=None, metavar="CRITIC", help=argparse.SUPPRESS)
+    a.moved_to = RETROSPEX_OPTION_NOW  # type: ignore[attr-defined]  # what a near-miss option is pointed at
 
 
 def check_moved_options(args: argparse.Namespace) -> None:

@@ -110,6 +110,8 @@ def test_pipeline_through_the_cli_and_eval_with_the_selector_reproduce_it(tmp_pa
     assert summ["decisions"]["name"] == "retrospex" and summ["decisions"]["decisions"] > 0
     roll = [json.loads(line) for line in (run / "critic_data" / "rollouts.jsonl").read_text().splitlines()]
     assert len(roll) == 6 and {r["split"] for r in roll} == {"train"}  # one per train variation
+    assert {r["env"] for r in roll} == {"tiny"}  # the critic command trains for the environment the data records
+    assert json.loads((run / "critic_data" / "summary.json").read_text())["env"] == "tiny"
     assert json.loads((run / "eval_before.json").read_text()).get("selector") is None
     after = json.loads((run / "eval_after.json").read_text())
     assert load_run(run).algorithm is Algorithm.SELECTOR and load_run(run).label == "Retrospex"

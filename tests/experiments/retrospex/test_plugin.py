@@ -117,6 +117,37 @@ def test_the_removed_option_and_command_name_their_replacement(tmp_path, capsys)
         assert err.count("\n") == 1 and "python -m experiments.retrospex collect|critic|pipeline" in err, argv
 
 
+def test_a_near_miss_of_the_removed_option_or_command_is_pointed_at_its_replacement_not_at_it(capsys):
+    """``--retro`` (an unknown option) was answered "did you mean --retrospex?", the removed option, hidden from the
+    help, that only fails; now a removed option or command is never suggested: the one closest to it names what
+    replaced it, and a hidden option is never named."""
+    from empo2.cli import unrecognized_message
+    from empo2.cli.moved import RETROSPEX_OPTION_NOW
+
+    for argv in (["eval", "--checkpoint", "c", "--retro", "x"], ["adapt", "--retro", "x"]):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert "did you mean --retrospex" not in err, argv
+        assert f"--retro (--retrospex was removed; use {RETROSPEX_OPTION_NOW})" in err, argv
+        assert err.strip().splitlines()[-1].count("error:") == 1
+    assert "action.selector=retrospex action.retrospex.critic_dir=CRITIC" in RETROSPEX_OPTION_NOW
+    with pytest.raises(SystemExit):
+        main(["eval", "--checkpoint", "c", "--episode", "3"])  # a shown option is still suggested as it was
+    assert "--episode (did you mean --episodes?)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["retro"])
+    err = capsys.readouterr().err
+    assert err.strip() == ("empo2: error: unknown command 'retro'; did you mean python -m experiments.retrospex "
+                           "(formerly empo2 retrospex)?")
+    import argparse
+
+    hidden = argparse.ArgumentParser()
+    hidden.add_argument("--internal-knob", help=argparse.SUPPRESS)
+    assert unrecognized_message(["--internal-knb"], hidden) == "unrecognized arguments: --internal-knb"
+
+
 def test_eval_with_the_selector_checks_its_critic_before_the_model_loads(tmp_path, capsys):
     cfg = write_config(tmp_path, BASE, "rx")
     out = tmp_path / "e.json"
@@ -155,3 +186,17 @@ def test_without_the_plugin_the_selector_is_unknown_and_loading_it_imports_no_to
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={"PYTHONPATH": f"{REPO / 'src'}:{REPO}"},
                          capture_output=True, text=True, timeout=120)
     assert "RESULT 3 False" in out.stdout, (out.stdout, out.stderr)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["run.plugins=[experiments.retrospex]", "action.retrospex.k=0"], "action.retrospex.k must be >= 1, got 0"),
+    (["empo2.p=2"], "empo2.p must be in [0, 1], got 2.0"),
+    (["run.plugins=[experiments.retrospex]", "action.retrospex.k=abc"],
+     "action.retrospex.k: expected an integer, got 'abc'"),
+])
+def test_a_section_check_that_names_its_key_is_not_prefixed_twice(overrides, message):
+    from empo2.config import load_config
+
+    with pytest.raises(ValueError) as e:
+        load_config(None, overrides)
+    assert str(e.value) == message
