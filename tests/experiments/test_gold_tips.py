@@ -25,7 +25,7 @@ from empo2.records import SegmentKind
 from experiments.gold_tips import GOLD_TIPS, GoldTipsConfig, gold_tip_plan, imperative_tip, oracle_next_action, \
     with_gold_tips
 from tests.runcfg import write_config
-from tests.trainer.test_sft import BASE
+from tests.sft.test_sft import BASE
 
 REPO = Path(__file__).resolve().parents[2]
 ACTS = ["look around", "go to kitchen", "go to outside", "focus on egg parrot"]
@@ -33,7 +33,7 @@ PLUGIN = "experiments.gold_tips"
 
 
 def _write(tmp_path: Path, name: str, plugins: list[str] | None = None, **sections: dict) -> Path:
-    """A tiny ``empo2 sft`` config (``tests.trainer.test_sft.BASE``) with ``run.plugins``."""
+    """A tiny ``empo2 sft`` config (``tests.sft.test_sft.BASE``) with ``run.plugins``."""
     cfg = write_config(tmp_path, BASE, name, **sections)
     data = yaml.safe_load(cfg.read_text())
     data["run"]["plugins"] = [PLUGIN] if plugins is None else plugins

@@ -81,7 +81,7 @@ def test_chunk_rows_fits_the_budget_and_covers_every_row():
 
 @pytest.mark.parametrize("budget", [1, 10 ** 12])
 def test_tips_in_chunks_are_the_tips_of_one_batch(tmp_path, tiny_policy, chat_format, monkeypatch, budget):
-    from tests.trainer.test_tips_kv import IT, _assert_same, _reference, _rollout
+    from tests.methods.test_tips_kv import IT, _assert_same, _reference, _rollout
 
     import empo2.policy.generator as gen_mod
     import empo2.methods.empo2.runtime as rt_mod
@@ -109,7 +109,7 @@ def test_tips_in_chunks_are_the_tips_of_one_batch(tmp_path, tiny_policy, chat_fo
 def _empo2_rollout(tmp_path, policy, fmt, per_wave: bool):
     import gc
 
-    from tests.trainer.test_tips_kv import IT, _runtime
+    from tests.methods.test_tips_kv import IT, _runtime
 
     fam = TinyFamily()
     specs = [EpisodeSpec(TaskSpec("tiny", "fetch-key", v % 3), v, v // 3, v % 3,

@@ -16,7 +16,7 @@ error comes alone (``empo2.threads``; opt out: ``EMPO2_OMP_AUTO=0`` or set ``OMP
 yourself). Nothing imported at module level here or in the command modules, nor by ``main`` before it
 runs a command, may import torch or transformers (``empo2.errors``): a command that needs no model
 (``envs``, ``config keys``, ``memory``, ``report``, a config error) starts in well under a second
-instead of 5–7 s (``tests/trainer/test_cli_ux.py``; docs/architecture.md, "Import rules and the lint
+instead of 5–7 s (``tests/cli/test_cli_ux.py``; docs/architecture.md, "Import rules and the lint
 gate"); each command imports what it needs, after checking its inputs.
 """
 

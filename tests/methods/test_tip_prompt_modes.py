@@ -10,7 +10,7 @@ from empo2.envs.base import TaskSpec
 from empo2.methods.empo2.tips import SUMMARY_TIP_EXAMPLE, SUMMARY_TIP_INSTRUCTION, summary_tip_messages
 from empo2.records import Mode
 from empo2.rollout.engine import EpisodeSpec, RolloutSettings
-from tests.trainer.test_empo2_runtime import _roll
+from tests.methods.test_empo2_runtime import _roll
 
 
 def test_summary_messages():

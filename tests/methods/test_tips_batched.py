@@ -18,7 +18,7 @@ from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
 from empo2.rollout.pool import EnvPool
 from empo2.methods.empo2 import runtime as empo2_runtime
 from empo2.methods.empo2.runtime import Empo2Runtime, tip_batch_budget
-from tests.trainer.test_tips_kv import ATOL, IT, _reference, _runtime
+from tests.methods.test_tips_kv import ATOL, IT, _reference, _runtime
 
 
 def _run(tmp_path, policy, fmt, when, cap=2 * 1024 ** 3, kv_cache=True):
@@ -121,7 +121,7 @@ def test_tip_batch_budget_is_a_share_of_free_cuda_memory_and_the_constant_on_cpu
 @pytest.mark.parametrize("command", ["memory_only", "adapt"])
 def test_memory_only_training_and_adapt_sample_each_rollouts_tips_in_one_call(tmp_path, monkeypatch, command):
     from empo2.cli import main
-    from tests.trainer.test_adapt_baselines import _cfg
+    from tests.evaluation.test_adapt_baselines import _cfg
 
     calls: list[tuple[int, int]] = []  # (rows, rows continuing a kept cache)
     real = Empo2Runtime.sample_tips

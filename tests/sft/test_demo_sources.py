@@ -19,7 +19,7 @@ from empo2.demos.expert import load_demos
 from empo2.envs.tiny.env import TinyFamily
 from empo2.trajfile import TrajectoryFileError
 from tests.runcfg import write_config
-from tests.trainer.test_sft import BASE
+from tests.sft.test_sft import BASE
 
 PAIRS = [("fetch-key", 0), ("fetch-key", 1)]
 
