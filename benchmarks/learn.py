@@ -16,7 +16,7 @@ separates the reward from the tips), ``empo2_paper`` (p 0.25, q 0.68, modes per 
 ``empo2_paper_q0`` (the same with q = 0: no tip-free updates), ``empo2_paper_task`` / ``grpo_novelty_task`` (the
 memory and the novelty count span every game of a task, ``empo2.memory.bucket: task``: with many training games each
 played about once, per-game buckets are never read again), ``empo2_paper_obs`` / ``grpo_novelty_obs`` (the same,
-the state keyed by the current observation alone, ``OBS_KEY``), ``empo2_authors`` (p 0.25, q 0.68, the mode drawn per
+the state keyed by the current observation alone, ``OBS_KEY``; ``empo2_paper_obs_q0``: with q = 0), ``empo2_authors`` (p 0.25, q 0.68, the mode drawn per
 iteration, novelty logged but not in the advantage, as the authors' code runs it), ``empo2_q0`` (q = 0: every memory rollout
 trained with its tips, i.e. no off-policy distillation), ``memory_only`` (frozen weights), ``empo2_oracle``
 (the memory seeded from ``--memory-import FILE.jsonl`` before training — the oracle tips of ``python -m
@@ -124,6 +124,8 @@ ARMS: dict[str, list[str]] = {
     "empo2_paper_task": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *TIP_DIAGNOSTICS],
     "grpo_novelty_obs": ["empo2.p=0.0", *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY],
     "empo2_paper_obs": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY, *TIP_DIAGNOSTICS],
+    "empo2_paper_obs_q0": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY, "empo2.q=0.0",
+                           *TIP_DIAGNOSTICS],
     "empo2_authors": ["empo2.p=0.25", "empo2.q=0.68", "empo2.mode_granularity=iteration",
                       "empo2.intrinsic.in_advantage=false", *TIP_DIAGNOSTICS],
     "empo2_q0": [*EMPO2, "empo2.q=0.0", *TIP_DIAGNOSTICS],
