@@ -9,7 +9,8 @@ token's gradient, a REINFORCE term weighted by the clipped, detached ratio:
     ℓ_t = −sg(clip(ρ_t, 1 − ε_l, 1 + ε_h)) · A_t · log π_θ(token_t)          (sg: stop-gradient)
 
 so ∇ℓ_t = −clip(ρ_t)·A_t·∇log π_θ: equal to PPO's gradient −ρ·A·∇log π_θ while ρ is inside the bounds, and
-scaled down (never cut to 0) outside them. MiniMax-M1 sets no lower bound (a large ε_l) and tunes only ε_h.
+scaled down (never cut to 0) outside them. ℓ_t is linear in A_t, so the loss is registered ``advantage_linear``
+(zero-advantage trajectories may be skipped, TIS may weight through the advantage). MiniMax-M1 sets no lower bound (a large ε_l) and tunes only ε_h.
 Here ε_h is the shared ``algo.clip_high`` (the function names ``clip_high``, so it receives it) and ε_l is the
 plug-in's own key ``algo.cispo.eps_low`` (default 1: a floor of 0, i.e. no lower bound). The tokens whose weight
 is clipped are reported as ``train/clip_frac`` (their gradient is scaled, not zero), and each token's weight as
@@ -67,5 +68,5 @@ def cispo(inputs: LossTermInputs, *, clip_high: float, eps_low: float) -> Policy
     return PolicyLossTokens(pg=-weight * inputs.advantages * inputs.logp_current, clipped=clipped, grad_weight=weight)
 
 
-register_policy_loss("cispo", cispo, config=CispoConfig,
+register_policy_loss("cispo", cispo, config=CispoConfig, advantage_linear=True,
                      doc="CISPO (MiniMax-M1): REINFORCE weighted by the clipped, detached importance ratio")

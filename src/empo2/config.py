@@ -430,7 +430,8 @@ class TrainerConfig:
         default=True)
     skip_zero_advantage: bool = doc(
         "skip the forward/backward of trajectories whose every advantage is 0 when algo.kl_coef = "
-        "algo.entropy_coef = 0: their gradient is exactly 0 and the loss normaliser still counts their "
+        "algo.entropy_coef = 0, no algo.loss_terms and the policy loss is zero at A = 0 (ppo_clip; a plug-in's "
+        "registered advantage_linear): their gradient is exactly 0 and the loss normaliser still counts their "
         "tokens, so the step is the same; the per-token train/ metrics (ratio, clip, KL, entropy, "
         "adv_mean) then cover the updated trajectories only", default=True)
     logprob_chunk: int = doc("positions per chunk when computing log-probs (bounds logits memory)", default=512)
@@ -730,6 +731,7 @@ def _check_algo_names(cfg: Config) -> None:
                           f"compares the rollouts of a group); use group_size >= {spec.min_group_size}")
     if algo.policy_loss not in POLICY_LOSSES:
         raise ConfigError(POLICY_LOSSES.unknown_message(algo.policy_loss))
+    _check_policy_loss(cfg)
     if algo.policy_loss != "ppo_clip" and not cfg.trainer.update:
         raise ConfigError(f"algo.policy_loss={algo.policy_loss} has no effect in a memory-only run (trainer.update=false "
                           "takes no gradient steps); leave algo.policy_loss at ppo_clip or set trainer.update=true")
@@ -750,6 +752,26 @@ def _check_algo_names(cfg: Config) -> None:
             raise ConfigError(f"algo.{name} is set but {name!r} is not used, so it would have no effect; add it to "
                               f"{what} or remove algo.{name}")
     check_method(cfg)
+
+
+def _check_policy_loss(cfg: Config) -> None:
+    """``algo.policy_loss`` can run with this config: TIS (``algo.mismatch.tis_cap``) weights tokens by scaling their
+    advantage, which weights the loss only for a loss registered ``advantage_linear``; a shared clip key set away from
+    its default that the chosen loss does not read gets a warning."""
+    from empo2.algo.registry import POLICY_LOSS_OPTIONS, policy_loss_spec
+
+    algo = cfg.algo
+    spec = policy_loss_spec(algo.policy_loss)
+    if algo.mismatch.tis_cap > 0 and not spec.advantage_linear:
+        raise ConfigError(f"algo.mismatch.tis_cap={algo.mismatch.tis_cap} weights each token through its advantage, which "
+                          f"weights the loss only for a policy loss linear in the advantage; algo.policy_loss="
+                          f"{algo.policy_loss} is not registered with advantage_linear=True: set algo.mismatch.tis_cap=0 "
+                          "or register the loss with advantage_linear=True if ℓ(w·A) = w·ℓ(A) for w > 0")
+    defaults = AlgoConfig.__dataclass_fields__
+    ignored = [k for k in POLICY_LOSS_OPTIONS if k not in spec.options and getattr(algo, k) != defaults[k].default]
+    if ignored:
+        log.warning("algo.policy_loss=%s does not read %s: the value(s) set there have no effect (its own settings are "
+                    "in algo.%s)", algo.policy_loss, ", ".join(f"algo.{k}" for k in ignored), algo.policy_loss)
 
 
 def _check_aux_objectives(cfg: Config) -> None:

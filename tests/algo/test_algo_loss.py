@@ -315,10 +315,12 @@ def test_the_registered_ppo_clip_is_the_default_bit_for_bit():
     (lambda x: _tokens(pg=x.ratio[:2]), r"pg as a float tensor of shape \(3,\)"),
     (lambda x: _tokens(pg=x.ratio, clipped=x.ratio), "clipped as None or a bool tensor"),
     (lambda x: _tokens(pg=x.ratio, grad_weight=x.mask), "grad_weight as None or a float tensor"),
+    (lambda x: _tokens(pg=-x.advantages * x.ratio.detach()), "pg without a gradient"),
 ])
 def test_a_policy_loss_with_a_bad_output_is_named(out, message):
     with pytest.raises(ValueError, match=message):
-        policy_loss(torch.zeros(3), torch.zeros(3), torch.ones(3), torch.ones(3), **CLIP, pg_loss=out)
+        policy_loss(torch.zeros(3, requires_grad=True), torch.zeros(3), torch.ones(3), torch.ones(3), **CLIP,
+                    pg_loss=out)
 
 
 def _tokens(**kw):

@@ -142,7 +142,9 @@ def test_cispo_matches_the_hand_computation(examples_path):
     e = float(np.exp(-1.0))
     # ℓ = −clip(ρ, 0, 1.3)·A·log π: 1·1·1, e^−1·1·2, then ρ = e clipped to 1.3 with A = −1, log π = −0.5 → −0.65
     assert float(loss.detach()) == pytest.approx((1.0 + 2 * e - 0.65) / 3)
-    assert float(m["clip_frac"]) == pytest.approx(1 / 3) and float(m["clip_frac_low"]) == pytest.approx(1 / 3)
+    # the clipped token has A < 0 but ρ above the bound: it counts as clipped high (CISPO has no lower bound here)
+    assert float(m["clip_frac"]) == pytest.approx(1 / 3) and float(m["clip_frac_high"]) == pytest.approx(1 / 3)
+    assert float(m["clip_frac_low"]) == 0.0
     assert float(m["pos_adv_grad_weight"]) == pytest.approx((1.0 + e) / 3)  # the clipped weight, not 0
     loss.backward()
     # every trained token keeps a gradient −w·A/3, the clipped one too (PPO would give it 0)

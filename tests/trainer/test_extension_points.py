@@ -273,4 +273,51 @@ def test_a_policy_loss_gets_the_shared_keys_it_names_and_its_section(scratch_reg
     with pytest.raises(ValueError, match=r"does not take the keyword argument\(s\) \['scale'\]"):
         register_policy_loss("bad_test", lambda inputs, *, clip_high: None, config=ScaleConfig)
     with pytest.raises(ValueError, match="already registered by empo2.algo.loss"):
-        register_policy_loss("ppo_clip", scaled)  # the lazy built-in is not silently replaced
+        register_policy_loss("ppo_clip", everything)  # the lazy built-in is not silently replaced
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(fn=None), "fn must be callable"),
+    (dict(fn=lambda inputs, *, clip_high, temperature: None), r"requires \['temperature'\]"),
+    (dict(fn=lambda inputs, *, clip_high: None, config="instance"), "the class, not an instance"),
+    (dict(fn=lambda inputs, *, clip_high: None, config="shadow"), "would hide the shared key"),
+    (dict(fn=lambda inputs: None, name="grpo"), "taken by the advantage estimator 'grpo'"),
+])
+def test_policy_loss_registration_refuses_what_would_fail_after_the_rollout(scratch_registries, monkeypatch, kwargs,
+                                                                           message):
+    from empo2.algo.registry import POLICY_LOSSES, register_policy_loss
+
+    monkeypatch.setattr(POLICY_LOSSES, "_entries", dict(POLICY_LOSSES._entries))
+
+    @dataclasses.dataclass
+    class Shadow:
+        clip_high: float = 0.05
+
+    @dataclasses.dataclass
+    class Plain:
+        scale: float = 1.0
+
+    config = {"instance": Plain(), "shadow": Shadow}.get(kwargs.get("config"), None)
+    with pytest.raises(ValueError, match=message):
+        register_policy_loss(kwargs.get("name", "bad_test"), kwargs["fn"], config=config)
+    assert "bad_test" not in POLICY_LOSSES
+
+
+def test_tis_needs_a_policy_loss_linear_in_the_advantage_and_unread_clip_keys_warn(scratch_registries, monkeypatch,
+                                                                                   caplog):
+    from empo2.algo.loss import PolicyLossTokens
+    from empo2.algo.registry import POLICY_LOSSES, register_policy_loss
+
+    monkeypatch.setattr(POLICY_LOSSES, "_entries", dict(POLICY_LOSSES._entries))
+
+    def reinforce(inputs):
+        return PolicyLossTokens(pg=-inputs.advantages * inputs.ratio)
+
+    register_policy_loss("reinforce_test", reinforce)
+    with pytest.raises(ConfigError, match="algo.mismatch.tis_cap=2.0 weights each token through its advantage"):
+        _cfg("algo.policy_loss=reinforce_test", "algo.mismatch.tis_cap=2")
+    assert _cfg("algo.mismatch.tis_cap=2").algo.mismatch.tis_cap == 2.0  # ppo_clip is linear in A
+    with caplog.at_level("WARNING"):
+        _cfg("algo.policy_loss=reinforce_test", "algo.clip_high=0.5")
+    assert "does not read algo.clip_high" in caplog.text
+

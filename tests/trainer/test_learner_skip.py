@@ -109,3 +109,60 @@ def test_no_skipping_with_an_entropy_bonus(tiny_policy):
     out = Learner(m, AlgoConfig(entropy_coef=0.01), TrainerConfig(lr=1e-3, tensorboard=False), 0.8,
                   pad_id=0).update(_samples())
     assert out["train/zero_adv_samples_skipped"] == 0.0
+
+
+def _policy_loss_step(model, name: str, zero_adv: bool = False) -> tuple[dict, dict[str, torch.Tensor]]:
+    """One update with ``algo.policy_loss = name`` (registered by the caller), skipping on."""
+    m = copy.deepcopy(model).float()
+    trainer = TrainerConfig(lr=1e-3, micro_batch_tokens=48, logprob_chunk=8, tensorboard=False)
+    samples = _samples()
+    if zero_adv:
+        for s in samples:
+            s.advantages = [0.0] * len(s.advantages)
+    out = Learner(m, AlgoConfig(policy_loss=name), trainer, 0.8, pad_id=0).update(samples)
+    return out, {k: v.detach().clone() for k, v in m.state_dict().items()}
+
+
+@pytest.fixture
+def scratch_policy_losses(monkeypatch):
+    from empo2.algo.registry import POLICY_LOSSES
+
+    monkeypatch.setattr(POLICY_LOSSES, "_entries", dict(POLICY_LOSSES._entries))
+
+
+def test_a_policy_loss_not_declared_linear_in_the_advantage_is_never_skipped(tiny_policy, scratch_policy_losses):
+    """ℓ = −A·ρ − β·log π has a gradient at A = 0: without ``advantage_linear`` the learner must train every
+    trajectory (and take a step when every advantage is 0); declared linear, the same batch is skipped."""
+    from empo2.algo.loss import PolicyLossTokens
+    from empo2.algo.registry import register_policy_loss
+
+    def anchored(inputs):
+        return PolicyLossTokens(pg=-inputs.advantages * inputs.ratio - 0.1 * inputs.logp_current)
+
+    register_policy_loss("anchored_test", anchored)
+    register_policy_loss("anchored_linear_test", anchored, advantage_linear=True)  # a false declaration
+    before = {k: v.detach().clone().float() for k, v in tiny_policy.model.state_dict().items()}
+    out, w = _policy_loss_step(tiny_policy.model, "anchored_test", zero_adv=True)
+    assert out["train/optimizer_steps"] > 0 and out["train/zero_adv_samples_skipped"] == 0.0
+    assert max(float((w[k] - before[k]).abs().max()) for k in w) > 1e-6
+    out, _ = _policy_loss_step(tiny_policy.model, "anchored_linear_test", zero_adv=True)
+    assert out.get("train/skipped_zero_advantage") == 1.0 and out["train/optimizer_steps"] == 0.0
+    out, _ = _policy_loss_step(tiny_policy.model, "anchored_test")
+    assert out["train/zero_adv_samples_skipped"] == 0.0
+
+
+def test_a_non_finite_gradient_skips_the_step_and_keeps_the_weights(tiny_policy, scratch_policy_losses, caplog):
+    from empo2.algo.loss import PolicyLossTokens
+    from empo2.algo.registry import register_policy_loss
+
+    def nan_grad(inputs):  # sqrt of log π < 0: NaN loss and gradient on every trained token
+        return PolicyLossTokens(pg=-inputs.advantages * torch.sqrt(inputs.logp_current))
+
+    register_policy_loss("nan_grad_test", nan_grad, advantage_linear=True)
+    before = {k: v.detach().clone().float() for k, v in tiny_policy.model.state_dict().items()}
+    with caplog.at_level("WARNING"):
+        out, w = _policy_loss_step(tiny_policy.model, "nan_grad_test")
+    assert out["train/nonfinite_grad_steps_skipped"] >= 1 and out["train/optimizer_steps"] == 0.0
+    for k in w:
+        assert torch.equal(w[k], before[k]), k
+    assert "algo.policy_loss=nan_grad_test" in caplog.text

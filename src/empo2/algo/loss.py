@@ -267,7 +267,7 @@ class PolicyLossTokens:
         pg: ``[T]`` float, the per-token policy-gradient loss ℓ_pg, with the gradient of ``logp_current``;
             values at masked tokens are ignored.
         clipped: ``[T]`` bool, the tokens where the loss's clip acts (reported as ``clip_frac``, and split by the
-            advantage's sign into ``clip_frac_high`` for A > 0 and ``clip_frac_low`` for A < 0), or None (no clip).
+            ratio's side into ``clip_frac_high`` for ρ > 1 and ``clip_frac_low`` for ρ < 1), or None (no clip).
         dual_clipped: ``[T]`` bool, the tokens where a dual clip acts (``dual_clip_frac``), or None.
         grad_weight: ``[T]`` float, detached: each token's gradient as a multiple of A·∇log π_θ (ρ where PPO's
             clip is inactive, 0 where it is), read by the ``pos_adv_grad_weight`` metric; None = ρ where neither
@@ -453,8 +453,8 @@ def policy_loss(
         per optimiser step with :func:`metric_floats`): ``loss``, ``pg_loss``, ``kl_loss``, ``entropy_loss`` are
         aggregated like the loss (they sum over micro-batches when ``normaliser`` is set);
         ``n_tokens``, ``clip_frac`` (fraction of trained tokens whose clipped branch is active,
-        i.e. zero gradient from the PPO clip), ``clip_frac_high`` (A>0, ρ>1+ε_h), ``clip_frac_low``
-        (A<0, ρ<1−ε_l), ``dual_clip_frac`` (A<0 and the dual clip active), ``ratio_mean/max/min``,
+        i.e. zero gradient from the PPO clip; another policy loss's ``clipped``), ``clip_frac_high`` / ``clip_frac_low``
+        (the clipped tokens with ρ > 1 / ρ < 1: for PPO's clip A>0, ρ>1+ε_h / A<0, ρ<1−ε_l), ``dual_clip_frac`` (A<0 and the dual clip active), ``ratio_mean/max/min``,
         ``approx_kl`` (k1: mean of log μ − log π_θ, verl's ppo_kl), ``approx_kl_k3``, ``adv_mean``,
         ``pos_adv_frac`` (share of tokens with A > 0), ``pos_adv_grad_weight`` (token mean of ρ where A > 0
         and the clip is inactive, else 0; divided by ``pos_adv_frac`` it is the mean weight of a
@@ -545,6 +545,10 @@ def _checked_pg(out: Any, lc: Tensor) -> PolicyLossTokens:
     if not isinstance(out.pg, Tensor) or tuple(out.pg.shape) != shape or not out.pg.is_floating_point():
         raise ValueError(f"the policy loss (algo.policy_loss) must return pg as a float tensor of shape {shape}, got "
                          f"{type(out.pg).__name__} {tuple(getattr(out.pg, 'shape', ()))}")
+    if lc.requires_grad and torch.is_grad_enabled() and not out.pg.requires_grad:
+        raise ValueError("the policy loss (algo.policy_loss) returned pg without a gradient: it must be computed from "
+                         "inputs.logp_current or inputs.ratio (not only from detached tensors), or training would follow "
+                         "the other terms alone")
     for name in ("clipped", "dual_clipped", "grad_weight"):
         x = getattr(out, name)
         want_bool = name != "grad_weight"
@@ -569,7 +573,8 @@ def _pg_tensors(pg: PolicyLossTokens, inputs: LossTermInputs, log_ratio: Tensor)
     return {
         "pg": pg.pg, "ratio": ratio, "log_ratio": log_ratio, "adv": adv, "grad_weight": grad_weight,
         "clip_active": clip_active, "dual_active": dual_active,
-        "clip_high_active": clip_active & (adv > 0), "clip_low_active": clip_active & (adv < 0),
+        # the side of the ratio the clip acts on (for PPO's clip the same as the advantage's sign: A>0 only above)
+        "clip_high_active": clip_active & (ratio > 1.0), "clip_low_active": clip_active & (ratio < 1.0),
     }
 
 

@@ -39,10 +39,14 @@ Policy loss; verl's ``register_policy_loss``)::
 ``inputs`` holds the micro-batch's per-token tensors (T tokens, masked positions zeroed; ``ratio`` is the importance
 ratio ρ = π_θ/μ with its gradient); ``options`` are the keyword arguments the function names from ``clip_low``,
 ``clip_high``, ``dual_clip`` (``algo.clip_low``, ``algo.clip_high``, ``algo.dual_clip``) and every field of its own
-config section ``algo.<name>`` (all of which it must accept). It returns ``pg`` ``[T]`` (with its gradient) and,
-optionally, where its clip acts (``clipped``, ``dual_clipped``: ``[T]`` bool, logged as ``train/clip_frac*``) and each
-token's gradient weight (``grad_weight``). The KL, entropy bonus, extra terms and aggregation are added around it
-whatever the policy loss. Built in: ``ppo_clip`` (PPO's clipped surrogate with dual clip).
+config section ``algo.<name>`` (all of which it must accept). It returns ``pg`` ``[T]`` (with the gradient of
+``logp_current``) and, optionally, where its clip acts (``clipped``, ``dual_clipped``: ``[T]`` bool, logged as
+``train/clip_frac*``) and each token's gradient weight (``grad_weight``); it must not modify ``inputs`` in place.
+The KL, entropy bonus, extra terms and aggregation are added around it whatever the policy loss. A loss registered
+with ``advantage_linear=True`` declares ℓ_t positively homogeneous in A_t (0 at A_t = 0, ℓ(w·A) = w·ℓ(A) for w > 0,
+as PPO's clip and CISPO are): only then does the learner skip zero-advantage trajectories
+(``trainer.skip_zero_advantage``) and may ``algo.mismatch.tis_cap`` weight tokens by scaling their advantage.
+Built in: ``ppo_clip`` (PPO's clipped surrogate with dual clip).
 
 **A loss term** adds ``coef · value_t`` to the per-token policy loss before aggregation
 (``loss.policy_loss``, docs/algorithms.md, Policy loss)::
@@ -92,6 +96,7 @@ __all__ = [
     "AuxObjectiveSpec",
     "POLICY_LOSSES",
     "PolicyLossFn",
+    "PolicyLossSpec",
     "LossTermFn",
     "LossTermSpec",
     "advantage_spec",
@@ -101,6 +106,7 @@ __all__ = [
     "register_aux_objective",
     "register_loss_term",
     "register_policy_loss",
+    "policy_loss_spec",
 ]
 
 AdvantageFn = Callable[..., "tuple[Tensor, dict[str, float]]"]
@@ -255,8 +261,8 @@ def register_advantage(name: str, fn: AdvantageFn, *, needs_anchor: bool = False
                                min_group_size=int(min_group_size))
 
 
-def register_policy_loss(name: str, fn: PolicyLossFn, *, config: type | None = None, doc: str = "",
-                         replace: bool = False) -> PolicyLossFn:
+def register_policy_loss(name: str, fn: PolicyLossFn, *, config: type | None = None, advantage_linear: bool = False,
+                         doc: str = "", replace: bool = False) -> PolicyLossFn:
     """Register a policy-gradient loss under ``algo.policy_loss = name``; returns ``fn``.
 
     Args:
@@ -264,16 +270,56 @@ def register_policy_loss(name: str, fn: PolicyLossFn, *, config: type | None = N
         fn: ``fn(inputs: loss.LossTermInputs, **options) -> loss.PolicyLossTokens`` (module docstring); of
             ``clip_low``, ``clip_high``, ``dual_clip`` it receives those it names.
         config: the dataclass of its section ``algo.<name>`` (fields documented with ``empo2.configschema.doc``),
-            passed to ``fn`` as keyword arguments.
+            passed to ``fn`` as keyword arguments; no field may be called ``clip_low``, ``clip_high`` or
+            ``dual_clip`` (those are the shared keys).
+        advantage_linear: ℓ_t is positively homogeneous in A_t (0 at A_t = 0, ℓ(w·A) = w·ℓ(A) for w > 0; module
+            docstring): the learner may then skip zero-advantage trajectories and apply TIS through the advantage.
         doc: one line for listings.
         replace: allow replacing an entry registered by another module.
 
     Raises:
-        ValueError: a bad or taken name; ``config`` not a dataclass, with a field ``fn`` does not take, or with a
-            section name another table already uses.
+        ValueError: a bad or taken name (also one an advantage estimator, loss term or auxiliary objective uses);
+            ``fn`` not callable or with a required parameter that is neither a shared key nor a field of
+            ``config``; ``config`` not a dataclass type, with a field ``fn`` does not take or named like a shared key.
     """
+    fields = _check_policy_loss_fn(name, fn, config)
     _check_section("policy loss", name, fn, config, ())
-    return POLICY_LOSSES.register(name, fn, config=config, doc=doc, replace=replace)
+    for other in (ADVANTAGES, LOSS_TERMS, AUX_OBJECTIVES):
+        if name in other:
+            raise ValueError(f"policy loss {name!r}: the name is taken by the {other.kind} {name!r} (both would read "
+                             f"the section algo.{name}); pick another")
+    params = inspect.signature(fn).parameters
+    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    options = tuple(k for k in POLICY_LOSS_OPTIONS if takes_all or (k in params and k not in fields))
+    return POLICY_LOSSES.register(name, fn, config=config, doc=doc, replace=replace, options=options,
+                                  advantage_linear=bool(advantage_linear))
+
+
+def _check_policy_loss_fn(name: str, fn: Any, config: type | None) -> set[str]:
+    """``fn`` is callable and every parameter it requires after ``inputs`` is a shared key or a field of ``config``
+    (a dataclass type whose fields do not shadow the shared keys); returns the field names. Raises ValueError."""
+    if not callable(fn):
+        raise ValueError(f"policy loss {name!r}: fn must be callable (inputs, **options) -> PolicyLossTokens, got "
+                         f"{type(fn).__name__}")
+    if config is not None and not isinstance(config, type):
+        raise ValueError(f"policy loss {name!r}: config must be a dataclass type (the class, not an instance), got "
+                         f"{config!r}")
+    fields = {f.name for f in dataclasses.fields(config)} if config is not None and dataclasses.is_dataclass(config) \
+        else set()
+    shadow = sorted(fields & set(POLICY_LOSS_OPTIONS))
+    if shadow:
+        raise ValueError(f"policy loss {name!r}: its section field(s) {shadow} would hide the shared key(s) "
+                         f"{['algo.' + k for k in shadow]}; name the parameter in fn's signature to receive the shared "
+                         "value, or rename the field")
+    params = list(inspect.signature(fn).parameters.values())[1:]
+    required = [p.name for p in params if p.default is inspect.Parameter.empty
+                and p.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)]
+    unknown = [n for n in required if n not in POLICY_LOSS_OPTIONS and n not in fields]
+    if unknown:
+        raise ValueError(f"policy loss {name!r}: {getattr(fn, '__name__', fn)!r} requires {unknown}, which is neither a "
+                         f"shared key ({', '.join(POLICY_LOSS_OPTIONS)}) nor a field of its config section; give it a "
+                         "default or add it to config")
+    return fields
 
 
 def register_loss_term(name: str, fn: LossTermFn, *, config: type, needs_entropy_grad: bool = False,
@@ -350,6 +396,34 @@ def loss_term_spec(name: str) -> LossTermSpec:
                         LOSS_TERMS.config_class(name))
 
 
+@dataclass(frozen=True)
+class PolicyLossSpec:
+    """What the trainer knows about a policy loss before calling it, declared when it is registered.
+
+    Attributes:
+        name: its ``algo.policy_loss`` name.
+        options: the shared keys (of ``clip_low``, ``clip_high``, ``dual_clip``) it receives.
+        advantage_linear: ℓ_t is positively homogeneous in A_t (see :func:`register_policy_loss`).
+        config: the dataclass of its section ``algo.<name>`` (None: it has none).
+    """
+
+    name: str
+    options: tuple[str, ...] = ()
+    advantage_linear: bool = False
+    config: type | None = None
+
+
+def policy_loss_spec(name: str) -> PolicyLossSpec:
+    """What policy loss ``name`` needs and declares, read from its registration (a lazy built-in is not imported).
+
+    Raises:
+        ConfigError: ``name`` is not registered (the message lists the registered names).
+    """
+    meta = POLICY_LOSSES.meta(name)
+    return PolicyLossSpec(name, tuple(meta.get("options", ())), bool(meta.get("advantage_linear", False)),
+                          POLICY_LOSSES.config_class(name))
+
+
 def aux_objective_spec(name: str) -> AuxObjectiveSpec:
     """What the trainer knows about auxiliary objective ``name``, read from its registration.
 
@@ -366,6 +440,6 @@ ADVANTAGES.register_lazy("grpo", "empo2.algo.advantages:grpo_step_advantages", m
                              "advantages)")
 ADVANTAGES.register_lazy("gigpo", "empo2.algo.advantages:gigpo_advantages", needs_anchor=True, min_group_size=2,
                          doc="episode advantage + ω · anchor-state step advantage (docs/algorithms.md, GiGPO)")
-POLICY_LOSSES.register_lazy("ppo_clip", "empo2.algo.loss:ppo_clip",
+POLICY_LOSSES.register_lazy("ppo_clip", "empo2.algo.loss:ppo_clip", options=POLICY_LOSS_OPTIONS, advantage_linear=True,
                             doc="PPO's clipped surrogate with dual clip (algo.clip_low, algo.clip_high, algo.dual_clip; "
                                 "docs/algorithms.md, Policy loss)")

@@ -14,7 +14,8 @@ def add_cli(sub: Any) -> None:
     c = sub.add_parser("config", help="config helpers")
     csub = c.add_subparsers(dest="config_command", required=True)
     ck = csub.add_parser("keys", help="list every config key with its default and meaning (plug-ins' sections too)")
-    cr = csub.add_parser("registries", help="list what env.name, trainer.method, algo.advantage, algo.loss_terms, "
+    cr = csub.add_parser("registries", help="list what env.name, trainer.method, algo.advantage, algo.policy_loss, "
+                                            "algo.loss_terms, "
                                             "algo.aux_objectives, sft.data and rollout.generator can name (plug-ins "
                                             "included)")
     ck.add_argument("--config", default=None, help="show this config's values (with the overrides) instead of the "

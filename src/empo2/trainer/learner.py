@@ -36,6 +36,7 @@ import dataclasses
 import functools
 import inspect
 import logging
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -43,7 +44,7 @@ import torch
 
 from empo2.algo.loss import (Aggregation, LossTerm, LossTermInputs, PolicyLossTokens, is_loss_metric, loss_normaliser,
                              metric_floats, policy_loss)
-from empo2.algo.registry import LOSS_TERMS, POLICY_LOSS_OPTIONS, POLICY_LOSSES, loss_term_spec
+from empo2.algo.registry import LOSS_TERMS, POLICY_LOSS_OPTIONS, POLICY_LOSSES, loss_term_spec, policy_loss_spec
 from empo2.distributed import DistContext
 from empo2.algo.masking import low_prob_mask
 from empo2.config import AlgoConfig, TrainerConfig, algo_section
@@ -501,7 +502,8 @@ class Learner:
         ``train/policy_kl`` (``trainer.measure_policy_kl``): after the last step the on-policy action
         tokens are scored again (no grad) and KL(π_before ‖ π_after) is estimated with k1 = mean(log μ
         − log π_after) over tokens sampled from μ = π_before (``policy_kl_k3`` is the k3 estimate);
-        ``ratio_after_mean`` / ``clip_frac_after`` show how far the trained ratios moved.
+        ``ratio_after_mean`` / ``clip_frac_after`` (PPO's clip rule: with ``algo.policy_loss: ppo_clip`` only) show how far
+        the trained ratios moved.
 
         Skipping: with ``trainer.skip_zero_advantage`` (default) and no KL, entropy or extra loss term, trajectories
         whose advantages are all 0 get no forward/backward (their gradient is exactly 0; each
@@ -526,7 +528,9 @@ class Learner:
             # every token masked (low-probability masking): nothing to train on
             return {"train/skipped": 1.0, "train/masked_frac": masked_frac, "train/optimizer_steps": 0.0}
         signal = {id(s): any(a != 0.0 for a in s.advantages) for s in samples}
-        can_skip = algo.kl_coef == 0 and algo.entropy_coef == 0 and not self.terms  # else A = 0 still has a gradient
+        # else A = 0 still has a gradient: KL, entropy, extra terms, or a policy loss not declared zero at A = 0
+        can_skip = (algo.kl_coef == 0 and algo.entropy_coef == 0 and not self.terms
+                    and policy_loss_spec(algo.policy_loss).advantage_linear)
         aux_on = bool(self.aux)  # every mini-batch takes a step: an auxiliary objective has a gradient anyway
         if can_skip and not aux_on and not P.any(any(signal.values())):
             # Every loss term is A·(clipped ratio) with A = 0: the whole gradient is 0, no step at all.
@@ -541,7 +545,7 @@ class Learner:
         checkpoint_head = self._checkpointing()
         meter, later = _Meter(), _Meter()
         grad_norms: list[float] = []
-        skipped_minibatches = 0
+        skipped_minibatches = nonfinite_steps = 0
         params = [p for p in self.train_model.parameters() if p.requires_grad]
         max_norm = self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf")
         self.train_model.train()
@@ -568,7 +572,15 @@ class Learner:
                 progress.advance()
             for term in self.aux:  # algo.aux_objectives: coef × its loss on its own batch, into the same gradient
                 aux_metrics[term.name].append(self._aux_backward(term, iteration, step_index, checkpoint_head))
-            grad_norms.append(float(torch.nn.utils.clip_grad_norm_(params, max_norm)))
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+            if not math.isfinite(grad_norm):  # NaN/inf gradient (same on every rank): the step would poison the weights
+                self.optimizer.zero_grad(set_to_none=True)
+                nonfinite_steps += 1
+                log.warning("iteration %d: a non-finite gradient norm (%s): optimiser step skipped; check "
+                            "algo.policy_loss=%s and algo.loss_terms=%s for NaN/inf", iteration, grad_norm,
+                            algo.policy_loss, algo.loss_terms)
+                continue
+            grad_norms.append(grad_norm)
             self.optimizer.step()
             stepped = True
             # one host sync for the step's metrics (none: a step of the auxiliary objectives alone)
@@ -585,6 +597,8 @@ class Learner:
         out.update(_update_counts(samples, plan, steps_plan, updated))
         out["train/optimizer_steps"] = float(meter.steps)
         out["train/zero_adv_minibatches_skipped"] = float(skipped_minibatches)
+        if nonfinite_steps:
+            out["train/nonfinite_grad_steps_skipped"] = float(nonfinite_steps)
         out["train/grad_norm"] = float(np.mean(grad_norms)) if grad_norms else 0.0
         out["train/grad_norm_max"] = float(np.max(grad_norms)) if grad_norms else 0.0
         out["train/masked_frac"] = masked_frac
@@ -727,13 +741,15 @@ class Learner:
         if d.numel() == 0:
             return {}
         ratio = torch.exp(d)
-        lo, hi = 1.0 - self.algo.clip_low, 1.0 + self.algo.clip_high
-        clipped = ((adv > 0) & (ratio > hi)) | ((adv < 0) & (ratio < lo))
-        return {
+        out = {
             "train/policy_kl": float((-d).mean()),
             "train/policy_kl_k3": float((torch.expm1(d) - d).mean()),
             "train/ratio_after_mean": float(ratio.mean()),
-            "train/clip_frac_after": float(clipped.float().mean()),
             "train/logp_gain_pos_adv": float(d[adv > 0].mean()) if bool((adv > 0).any()) else 0.0,
             "train/logp_gain_neg_adv": float(d[adv < 0].mean()) if bool((adv < 0).any()) else 0.0,
         }
+        if self.algo.policy_loss == "ppo_clip":  # PPO's clip rule (another policy loss clips by its own rule)
+            lo, hi = 1.0 - self.algo.clip_low, 1.0 + self.algo.clip_high
+            clipped = ((adv > 0) & (ratio > hi)) | ((adv < 0) & (ratio < lo))
+            out["train/clip_frac_after"] = float(clipped.float().mean())
+        return out
