@@ -20,7 +20,7 @@ unchanged (docs/algorithms.md, Policy loss).
 Use it without editing the package (docs/architecture.md, "Extending")::
 
     PYTHONPATH=examples empo2 train --config configs/tiny.yaml 'run.plugins=[policy_loss_cispo]' \
-        algo.policy_loss=cispo algo.clip_high=0.3 algo.cispo.eps_low=1.0
+        algo.policy_loss=cispo algo.clip_high=0.3 algo.cispo.eps_low=1.0 rollout.group_size=4
 
 It imports only the public API: ``empo2.algo.registry.register_policy_loss``, ``empo2.algo.loss`` (the input and
 output types) and ``empo2.configschema``.

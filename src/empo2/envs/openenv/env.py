@@ -324,9 +324,10 @@ class OpenEnvGame(TextGame):
             raise ConfigError(f"OpenEnvGame needs an OpenEnvConfig (env.openenv), got {type(cfg).__name__}")
         super().__init__(cfg)
         self.cfg = cfg
-        self._client_cls, self._closed_exc, self._ws_state = _import_client()
+        check_installed()  # cheap (no import); the client itself takes ~3 s to import, so only with a server named
         if not cfg.base_url:
             raise ConfigError(_NO_URL)
+        self._client_cls, self._closed_exc, self._ws_state = _import_client()
         self._splits = {t: Splits(range(cfg.n_train), range(DEV_BASE, DEV_BASE + cfg.n_dev),
                                   range(TEST_BASE, TEST_BASE + cfg.n_test)) for t in cfg.tasks}
         self._runner: _LoopThread | None = None
