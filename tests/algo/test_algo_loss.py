@@ -337,3 +337,19 @@ def test_a_policy_loss_without_clip_reports_no_clipping_and_the_ratio_as_weight(
     assert float(loss) == pytest.approx((-0.5 - 2.0 + 4.0) / 3)
     assert float(m["clip_frac"]) == 0.0 and float(m["dual_clip_frac"]) == 0.0
     assert float(m["pos_adv_grad_weight"]) == pytest.approx(2.5 / 3)
+
+
+def test_a_policy_losss_own_metrics_are_token_means_also_per_label():
+    from empo2.algo.loss import metric_floats
+
+    lc = torch.log(torch.tensor([0.5, 2.0, 4.0, 8.0]))
+    labels = torch.tensor([0, 0, 1, 1])
+    _, m = policy_loss(lc, torch.zeros(4), torch.ones(4), torch.tensor([1, 1, 1, 0]), **CLIP, metrics_by=labels,
+                       metrics_by_names={0: "on", 1: "off"},
+                       pg_loss=lambda x: _tokens(pg=-x.advantages * x.ratio, metrics={"double": 2 * x.ratio}))
+    f = metric_floats(m)
+    assert f["pg_double"] == pytest.approx(2 * (0.5 + 2.0 + 4.0) / 3)  # the masked token (8) is not counted
+    assert f["pg_double/on"] == pytest.approx(2.5) and f["pg_double/off"] == pytest.approx(8.0)
+    with pytest.raises(ValueError, match="must be an identifier not ending in '_loss'"):
+        policy_loss(lc, torch.zeros(4), torch.ones(4), torch.ones(4), **CLIP,
+                    pg_loss=lambda x: _tokens(pg=x.ratio, metrics={"seq_loss": x.ratio}))

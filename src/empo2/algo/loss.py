@@ -272,12 +272,16 @@ class PolicyLossTokens:
         grad_weight: ``[T]`` float, detached: each token's gradient as a multiple of A·∇log π_θ (ρ where PPO's
             clip is inactive, 0 where it is), read by the ``pos_adv_grad_weight`` metric; None = ρ where neither
             clip acts, else 0.
+        metrics: the loss's own per-token diagnostics, ``{key: [T] float}`` (e.g. GSPO's sequence ratio), each
+            reported like the other token metrics as ``pg_<key>`` (the token mean over the trained tokens, also per
+            ``metrics_by`` label); keys are identifiers not ending in ``_loss``. None: none.
     """
 
     pg: Tensor
     clipped: Tensor | None = None
     dual_clipped: Tensor | None = None
     grad_weight: Tensor | None = None
+    metrics: Mapping[str, Tensor] | None = None
 
 
 def ppo_clip(inputs: LossTermInputs, *, clip_low: float, clip_high: float, dual_clip: float) -> PolicyLossTokens:
@@ -337,6 +341,9 @@ def _token_metrics(sel: Tensor, t: dict[str, Tensor]) -> dict[str, Tensor]:
         pos_adv_frac=mean(t["adv"] > 0),
         pos_adv_grad_weight=mean(torch.where(t["adv"] > 0, t["grad_weight"], 0.0)),
     )
+    for key in t:
+        if key.startswith("pg_"):  # a policy loss's own per-token metrics (PolicyLossTokens.metrics)
+            out[key] = mean(t[key])
     if "kl" in t:
         out["kl_ref"] = mean(t["kl"])
     if "entropy" in t:
@@ -557,8 +564,17 @@ def _checked_pg(out: Any, lc: Tensor) -> PolicyLossTokens:
             raise ValueError(f"the policy loss (algo.policy_loss) must return {name} as None or a "
                              f"{'bool' if want_bool else 'float'} tensor of shape {shape}, got "
                              f"{getattr(x, 'dtype', type(x).__name__)} {tuple(getattr(x, 'shape', ()))}")
+    extra = dict(out.metrics or {})
+    for key, x in extra.items():
+        if not (isinstance(key, str) and key.isidentifier() and not key.endswith("_loss")):
+            raise ValueError(f"the policy loss (algo.policy_loss) metric key {key!r} must be an identifier not ending "
+                             "in '_loss' (it is reported as pg_<key>)")
+        if not isinstance(x, Tensor) or tuple(x.shape) != shape or not x.is_floating_point():
+            raise ValueError(f"the policy loss (algo.policy_loss) metric {key!r} must be a float tensor of shape "
+                             f"{shape}, got {type(x).__name__} {tuple(getattr(x, 'shape', ()))}")
     return PolicyLossTokens(pg=out.pg.to(lc.dtype), clipped=out.clipped, dual_clipped=out.dual_clipped,
-                            grad_weight=None if out.grad_weight is None else out.grad_weight.detach().to(lc.dtype))
+                            grad_weight=None if out.grad_weight is None else out.grad_weight.detach().to(lc.dtype),
+                            metrics={k: v.detach().to(lc.dtype) for k, v in extra.items()} or None)
 
 
 def _pg_tensors(pg: PolicyLossTokens, inputs: LossTermInputs, log_ratio: Tensor) -> dict[str, Tensor]:
@@ -570,7 +586,11 @@ def _pg_tensors(pg: PolicyLossTokens, inputs: LossTermInputs, log_ratio: Tensor)
     dual_active = no if pg.dual_clipped is None else pg.dual_clipped
     grad_weight = (torch.where(clip_active | dual_active, 0.0, ratio.detach()) if pg.grad_weight is None
                    else pg.grad_weight)
+    extra: dict[str, Tensor] = {}
+    for key, values in (pg.metrics or {}).items():
+        extra[f"pg_{key}"] = values
     return {
+        **extra,
         "pg": pg.pg, "ratio": ratio, "log_ratio": log_ratio, "adv": adv, "grad_weight": grad_weight,
         "clip_active": clip_active, "dual_active": dual_active,
         # the side of the ratio the clip acts on (for PPO's clip the same as the advantage's sign: A>0 only above)

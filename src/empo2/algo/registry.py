@@ -41,7 +41,8 @@ ratio ρ = π_θ/μ with its gradient); ``options`` are the keyword arguments th
 ``clip_high``, ``dual_clip`` (``algo.clip_low``, ``algo.clip_high``, ``algo.dual_clip``) and every field of its own
 config section ``algo.<name>`` (all of which it must accept). It returns ``pg`` ``[T]`` (with the gradient of
 ``logp_current``) and, optionally, where its clip acts (``clipped``, ``dual_clipped``: ``[T]`` bool, logged as
-``train/clip_frac*``) and each token's gradient weight (``grad_weight``); it must not modify ``inputs`` in place.
+``train/clip_frac*``), each token's gradient weight (``grad_weight``) and its own per-token diagnostics (``metrics``,
+logged as ``train/pg_<key>``); it must not modify ``inputs`` in place.
 The KL, entropy bonus, extra terms and aggregation are added around it whatever the policy loss. A loss registered
 with ``advantage_linear=True`` declares ℓ_t positively homogeneous in A_t (0 at A_t = 0, ℓ(w·A) = w·ℓ(A) for w > 0,
 as PPO's clip and CISPO are): only then does the learner skip zero-advantage trajectories
