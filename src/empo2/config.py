@@ -8,7 +8,7 @@ field is documented once, in its ``doc(...)`` help text; ``empo2 config keys`` p
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
@@ -1055,6 +1055,69 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None, *, 
     for key, value in parse_overrides(overrides or []):
         set_dotted(data, key, value)
     return config_from_dict(data, saved=saved)
+
+
+def without_training_plugins(data: dict[str, Any]) -> list[str]:
+    """For reading a trained run's saved config where only its policy is used (``empo2 eval``, ``adapt``,
+    ``export``): each module of ``run.plugins`` that cannot be imported here is dropped, and so are the training
+    choices that named what it registered — ``algo.policy_loss`` (→ ``ppo_clip``), ``algo.advantage`` (→ ``grpo``),
+    entries of ``algo.loss_terms`` / ``algo.aux_objectives``, ``trainer.method`` (→ ``auto``) and ``algo.<name>``
+    sections nothing registers — each with a warning, so a checkpoint evaluates without its training plug-ins. An
+    environment or action selector that came from a dropped plug-in still fails (``env.name`` / ``action.selector``
+    name it), as does ``--resume`` (it does not call this). ``data`` is edited in place.
+
+    Returns:
+        The dropped module names ([] when every plug-in imports).
+    """
+    import importlib.util
+
+    from empo2.algo.registry import ADVANTAGES, AUX_OBJECTIVES, LOSS_TERMS, POLICY_LOSSES
+    from empo2.methods_registry import METHODS
+    from empo2.registry import load_plugins
+
+    run = data.get("run")
+    mods = run.get("plugins") if isinstance(run, dict) else None
+    if not mods:
+        return []
+    mods = mods if isinstance(mods, list) else [mods]
+
+    def importable(mod: Any) -> bool:
+        try:
+            return isinstance(mod, str) and importlib.util.find_spec(mod) is not None
+        except (ImportError, ValueError):
+            return False
+
+    missing = [m for m in mods if not importable(m)]
+    if not missing:
+        return []
+    kept = [m for m in mods if m not in missing]
+    assert isinstance(run, dict)
+    run["plugins"] = kept
+    load_plugins(kept)
+    changes = []
+    algo = data.get("algo") if isinstance(data.get("algo"), dict) else {}
+    for key, table, default in (("policy_loss", POLICY_LOSSES, "ppo_clip"), ("advantage", ADVANTAGES, "grpo")):
+        if key in algo and algo[key] not in table:
+            changes.append(f"algo.{key}={algo[key]} → {default}")
+            algo[key] = default
+    for key, table in (("loss_terms", LOSS_TERMS), ("aux_objectives", AUX_OBJECTIVES)):
+        names = algo.get(key)
+        if isinstance(names, list) and any(n not in table for n in names):
+            changes.append(f"algo.{key}={names} → {[n for n in names if n in table]}")
+            algo[key] = [n for n in names if n in table]
+    own = {f.name for f in fields(AlgoConfig)}
+    for name in [k for k, v in algo.items() if isinstance(v, dict) and k not in own]:
+        if not any(name in t for t in (ADVANTAGES, POLICY_LOSSES, LOSS_TERMS, AUX_OBJECTIVES)):
+            changes.append(f"algo.{name} dropped")
+            del algo[name]
+    trainer = data.get("trainer")
+    if isinstance(trainer, dict) and trainer.get("method", "auto") not in ("auto", *METHODS.names()):
+        changes.append(f"trainer.method={trainer['method']} → auto")
+        trainer["method"] = "auto"
+    log.warning("run.plugins: %s cannot be imported here; using this run's weights without them (%s). The policy "
+                "is the same; put the plug-in on PYTHONPATH to keep its training settings", missing,
+                "; ".join(changes) or "nothing else changed")
+    return missing
 
 
 def config_from_dict(data: dict[str, Any], *, saved: bool = False) -> Config:

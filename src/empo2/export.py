@@ -109,7 +109,7 @@ def export_checkpoint(ckpt: Path, out: Path, adapter: bool = False) -> ExportRes
         CheckpointError: ``ckpt`` is not a complete checkpoint.
         ConfigError: ``out`` is not usable, or ``adapter`` for a full-weights checkpoint.
     """
-    from empo2.config import config_from_dict
+    from empo2.config import config_from_dict, without_training_plugins
     from empo2.policy.loading import load_policy
     from empo2.trainer.checkpoint import check_weights, checkpoint_config, load_state
 
@@ -117,6 +117,7 @@ def export_checkpoint(ckpt: Path, out: Path, adapter: bool = False) -> ExportRes
     load_state(ckpt)
     check_weights(ckpt)
     data = checkpoint_config(ckpt)
+    without_training_plugins(data)  # exporting the weights needs no training plug-in
     cfg = config_from_dict(data, saved=True)
     check_export_target(out)
     if adapter and not cfg.model.lora.enabled:

@@ -173,6 +173,25 @@ def test_cispo_trains_through_the_cli(tmp_path, examples_path, tiny_policy):
     assert main(["eval", "--checkpoint", str(ckpt), "--episodes", "2", "--out", str(tmp_path / "e.json")]) == 0
 
 
+def test_a_cispo_checkpoint_evaluates_without_its_plugin_but_does_not_resume(tmp_path, examples_path):
+    """eval/export use the policy only: a training-only plug-in missing here is dropped with its choices (warned);
+    --resume would train with another loss, so it still refuses."""
+    run = _train(tmp_path, "cispo_share", ["run.plugins=[policy_loss_cispo]", "algo.policy_loss=cispo",
+                                           "algo.cispo.eps_low=0.5"])
+    env = {"PYTHONPATH": str(SRC), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}  # a fresh process without examples/
+    ev = subprocess.run([sys.executable, "-m", "empo2.cli", "eval", "--checkpoint", str(run / "checkpoints" / "last"),
+                         "--episodes", "1", "--out", str(tmp_path / "e.json")], env=env, capture_output=True, text=True,
+                        timeout=300)
+    assert ev.returncode == 0, ev.stderr
+    assert "algo.policy_loss=cispo → ppo_clip; algo.cispo dropped" in ev.stderr + ev.stdout
+    ex = subprocess.run([sys.executable, "-m", "empo2.cli", "export", str(run / "checkpoints" / "last"),
+                         "--out", str(tmp_path / "exported")], env=env, capture_output=True, text=True, timeout=300)
+    assert ex.returncode == 0, ex.stderr
+    rs = subprocess.run([sys.executable, "-m", "empo2.cli", "train", "--resume", str(run), "trainer.iterations=2"],
+                        env=env, capture_output=True, text=True, timeout=300)
+    assert rs.returncode == 2 and "cannot import 'policy_loss_cispo'" in rs.stderr
+
+
 def test_cispo_without_its_plugin_is_an_unknown_name_with_the_fix():
     code = ("from empo2.config import load_config\ntry:\n    load_config(None, ['algo.policy_loss=cispo'])\n"
             "except ValueError as e:\n    print(e)")

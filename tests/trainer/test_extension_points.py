@@ -321,3 +321,22 @@ def test_tis_needs_a_policy_loss_linear_in_the_advantage_and_unread_clip_keys_wa
         _cfg("algo.policy_loss=reinforce_test", "algo.clip_high=0.5")
     assert "does not read algo.clip_high" in caplog.text
 
+
+
+def test_a_missing_training_plugin_is_dropped_with_the_choices_it_made_for_eval(caplog):
+    from empo2.config import config_from_dict, without_training_plugins
+
+    data = {"env": {"name": "tiny", "tasks": ["fetch-key"]},
+            "run": {"plugins": ["no_such_plugin_xyz.loss"]},
+            "algo": {"advantage": "never_adv_xyz", "policy_loss": "never_pl_xyz", "loss_terms": ["never_term_xyz"],
+                     "aux_objectives": ["never_aux_xyz"], "never_pl_xyz": {"eps": 1.0}, "clip_low": 0.1},
+            "trainer": {"method": "never_method_xyz"}}
+    with caplog.at_level("WARNING"):
+        assert without_training_plugins(data) == ["no_such_plugin_xyz.loss"]
+    assert data["run"]["plugins"] == [] and data["trainer"]["method"] == "auto"
+    assert {k: data["algo"][k] for k in ("advantage", "policy_loss", "loss_terms", "aux_objectives", "clip_low")} == {
+        "advantage": "grpo", "policy_loss": "ppo_clip", "loss_terms": [], "aux_objectives": [], "clip_low": 0.1}
+    assert "never_pl_xyz" not in data["algo"] and "cannot be imported here" in caplog.text
+    cfg = config_from_dict(data, saved=True)
+    assert cfg.algo.policy_loss == "ppo_clip" and cfg.algo.clip_low == 0.1
+    assert without_training_plugins({"run": {"plugins": []}}) == []

@@ -37,13 +37,14 @@ __all__ = ["Setup", "build_setup", "resolve_tasks", "run_config"]
 def run_config(ckpt: Path, overrides: list[str] | None = None,
                edit: Callable[[dict[str, Any]], None] | None = None, check_weights: bool = True) -> Config:
     """The ``Config`` of a checkpoint: its saved config, then ``edit(data)`` (a command's own changes,
-    e.g. ``empo2 adapt``'s tasks), then the ``key=value`` overrides, validated.
+    e.g. ``empo2 adapt``'s tasks), then the ``key=value`` overrides, validated. A plug-in of the run that cannot be
+    imported here is dropped with the training choices it made (``config.without_training_plugins``).
 
     Raises:
         CheckpointError: ``ckpt`` is not a loadable checkpoint (state or, with ``check_weights``, weights).
         ConfigError: a bad override or combination.
     """
-    from empo2.config import config_from_dict
+    from empo2.config import config_from_dict, without_training_plugins
     from empo2.configschema import parse_overrides, set_dotted
     from empo2.trainer import checkpoint
 
@@ -55,6 +56,7 @@ def run_config(ckpt: Path, overrides: list[str] | None = None,
         edit(data)
     for k, v in parse_overrides(overrides or []):
         set_dotted(data, k, v)
+    without_training_plugins(data)  # eval/adapt use the policy: a training-only plug-in need not be importable
     return config_from_dict(data, saved=True)  # the run's plug-ins first (run.plugins): their sections are in the saved config
 
 
