@@ -1107,7 +1107,7 @@ def without_training_plugins(data: dict[str, Any]) -> list[str]:
             algo[key] = [n for n in names if n in table]
     own = {f.name for f in fields(AlgoConfig)}
     for name in [k for k, v in algo.items() if isinstance(v, dict) and k not in own]:
-        if not any(name in t for t in (ADVANTAGES, POLICY_LOSSES, LOSS_TERMS, AUX_OBJECTIVES)):
+        if not any(name in t for t in AlgoConfig.__section_registries__()):
             changes.append(f"algo.{name} dropped")
             del algo[name]
     trainer = data.get("trainer")

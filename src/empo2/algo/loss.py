@@ -460,11 +460,12 @@ def policy_loss(
         per optimiser step with :func:`metric_floats`): ``loss``, ``pg_loss``, ``kl_loss``, ``entropy_loss`` are
         aggregated like the loss (they sum over micro-batches when ``normaliser`` is set);
         ``n_tokens``, ``clip_frac`` (fraction of trained tokens whose clipped branch is active,
-        i.e. zero gradient from the PPO clip; another policy loss's ``clipped``), ``clip_frac_high`` / ``clip_frac_low``
-        (the clipped tokens with ρ > 1 / ρ < 1: for PPO's clip A>0, ρ>1+ε_h / A<0, ρ<1−ε_l), ``dual_clip_frac`` (A<0 and the dual clip active), ``ratio_mean/max/min``,
+        i.e. zero gradient from the PPO clip; another policy loss's ``clipped``), ``clip_frac_high`` /
+        ``clip_frac_low`` (the clipped tokens with ρ > 1 / ρ < 1: for PPO's clip A>0, ρ>1+ε_h / A<0, ρ<1−ε_l),
+        ``dual_clip_frac`` (A<0 and the dual clip active), ``ratio_mean/max/min``,
         ``approx_kl`` (k1: mean of log μ − log π_θ, verl's ppo_kl), ``approx_kl_k3``, ``adv_mean``,
-        ``pos_adv_frac`` (share of tokens with A > 0), ``pos_adv_grad_weight`` (token mean of ρ where A > 0
-        and the clip is inactive, else 0; divided by ``pos_adv_frac`` it is the mean weight of a
+        ``pos_adv_frac`` (share of tokens with A > 0), ``pos_adv_grad_weight`` (token mean of the gradient weight
+        where A > 0, else 0 — for PPO's clip ρ where the clip is inactive, else 0; divided by ``pos_adv_frac`` it is the mean weight of a
         positive-advantage token's gradient ρ·A·∇log π_θ against an on-policy token's, the
         learner's ``pos_adv_grad_share``),
         ``kl_ref`` (if ``logp_ref``), ``entropy`` (if ``entropy``) are plain token means over
@@ -579,18 +580,16 @@ def _checked_pg(out: Any, lc: Tensor) -> PolicyLossTokens:
 
 def _pg_tensors(pg: PolicyLossTokens, inputs: LossTermInputs, log_ratio: Tensor) -> dict[str, Tensor]:
     """The per-token tensors the loss and the metrics read, from a policy loss's output: ``pg``, ``ratio``,
-    ``log_ratio``, ``adv``, ``clip_active`` (and its A > 0 / A < 0 parts), ``dual_active``, ``grad_weight``."""
+    ``log_ratio``, ``adv``, ``clip_active`` (and its ρ > 1 / ρ < 1 parts), ``dual_active``, ``grad_weight``, and the
+    loss's own metrics as ``pg_<key>``."""
     adv, ratio = inputs.advantages, inputs.ratio
     no = torch.zeros_like(inputs.mask)
     clip_active = no if pg.clipped is None else pg.clipped
     dual_active = no if pg.dual_clipped is None else pg.dual_clipped
     grad_weight = (torch.where(clip_active | dual_active, 0.0, ratio.detach()) if pg.grad_weight is None
                    else pg.grad_weight)
-    extra: dict[str, Tensor] = {}
-    for key, values in (pg.metrics or {}).items():
-        extra[f"pg_{key}"] = values
     return {
-        **extra,
+        **{f"pg_{key}": values for key, values in (pg.metrics or {}).items()},
         "pg": pg.pg, "ratio": ratio, "log_ratio": log_ratio, "adv": adv, "grad_weight": grad_weight,
         "clip_active": clip_active, "dual_active": dual_active,
         # the side of the ratio the clip acts on (for PPO's clip the same as the advantage's sign: A>0 only above)

@@ -283,7 +283,7 @@ def register_policy_loss(name: str, fn: PolicyLossFn, *, config: type | None = N
             ``fn`` not callable or with a required parameter that is neither a shared key nor a field of
             ``config``; ``config`` not a dataclass type, with a field ``fn`` does not take or named like a shared key.
     """
-    fields = _check_policy_loss_fn(name, fn, config)
+    _check_policy_loss_fn(name, fn, config)
     _check_section("policy loss", name, fn, config, ())
     for other in (ADVANTAGES, LOSS_TERMS, AUX_OBJECTIVES):
         if name in other:
@@ -291,14 +291,14 @@ def register_policy_loss(name: str, fn: PolicyLossFn, *, config: type | None = N
                              f"the section algo.{name}); pick another")
     params = inspect.signature(fn).parameters
     takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    options = tuple(k for k in POLICY_LOSS_OPTIONS if takes_all or (k in params and k not in fields))
+    options = tuple(k for k in POLICY_LOSS_OPTIONS if takes_all or k in params)  # fields cannot shadow these
     return POLICY_LOSSES.register(name, fn, config=config, doc=doc, replace=replace, options=options,
                                   advantage_linear=bool(advantage_linear))
 
 
-def _check_policy_loss_fn(name: str, fn: Any, config: type | None) -> set[str]:
+def _check_policy_loss_fn(name: str, fn: Any, config: type | None) -> None:
     """``fn`` is callable and every parameter it requires after ``inputs`` is a shared key or a field of ``config``
-    (a dataclass type whose fields do not shadow the shared keys); returns the field names. Raises ValueError."""
+    (a dataclass type whose fields do not shadow the shared keys). Raises ValueError."""
     if not callable(fn):
         raise ValueError(f"policy loss {name!r}: fn must be callable (inputs, **options) -> PolicyLossTokens, got "
                          f"{type(fn).__name__}")
@@ -320,7 +320,6 @@ def _check_policy_loss_fn(name: str, fn: Any, config: type | None) -> set[str]:
         raise ValueError(f"policy loss {name!r}: {getattr(fn, '__name__', fn)!r} requires {unknown}, which is neither a "
                          f"shared key ({', '.join(POLICY_LOSS_OPTIONS)}) nor a field of its config section; give it a "
                          "default or add it to config")
-    return fields
 
 
 def register_loss_term(name: str, fn: LossTermFn, *, config: type, needs_entropy_grad: bool = False,

@@ -34,7 +34,6 @@ import contextlib
 import copy
 import dataclasses
 import functools
-import inspect
 import logging
 import math
 from typing import Any, Callable
@@ -44,7 +43,7 @@ import torch
 
 from empo2.algo.loss import (Aggregation, LossTerm, LossTermInputs, PolicyLossTokens, is_loss_metric, loss_normaliser,
                              metric_floats, policy_loss)
-from empo2.algo.registry import LOSS_TERMS, POLICY_LOSS_OPTIONS, POLICY_LOSSES, loss_term_spec, policy_loss_spec
+from empo2.algo.registry import LOSS_TERMS, POLICY_LOSSES, loss_term_spec, policy_loss_spec
 from empo2.distributed import DistContext
 from empo2.algo.masking import low_prob_mask
 from empo2.config import AlgoConfig, TrainerConfig, algo_section
@@ -79,16 +78,15 @@ def loss_terms(algo: AlgoConfig) -> list[LossTerm]:
 
 def make_policy_loss(algo: AlgoConfig) -> Callable[[LossTermInputs], PolicyLossTokens]:
     """The policy-gradient loss of ``algo.policy_loss`` (``algo.registry.POLICY_LOSSES``) with its options bound:
-    those of ``algo.clip_low``, ``algo.clip_high``, ``algo.dual_clip`` its signature names, and every field of its
-    section ``algo.<name>`` (docs/architecture.md, "Extending").
+    those of ``algo.clip_low``, ``algo.clip_high``, ``algo.dual_clip`` its signature names (recorded at registration:
+    ``policy_loss_spec(name).options``), and every field of its section ``algo.<name>`` (docs/architecture.md,
+    "Extending").
 
     Raises:
         ConfigError: an unregistered name (``config.validate`` refuses it first).
     """
     fn = POLICY_LOSSES.get(algo.policy_loss).obj
-    params = inspect.signature(fn).parameters
-    takes_all = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    opts = {k: getattr(algo, k) for k in POLICY_LOSS_OPTIONS if takes_all or k in params}
+    opts = {k: getattr(algo, k) for k in policy_loss_spec(algo.policy_loss).options}
     section = algo_section(algo, algo.policy_loss)
     if section is not None:
         opts.update({f.name: getattr(section, f.name) for f in dataclasses.fields(section)})
