@@ -26,6 +26,13 @@ from empo2.records import Mode, StepRecord, Trajectory
     # the authors' per-step entry text names the action that past episode took at that step
     ("Explored; At that timestep, the specific action you took was look around; Eventually you got the score 0/100.",
      "look around", True),
+    # ... but not by the entry's fixed wording: "you took was" is not "take", "you got" is not "get"
+    ("The coin was in the pantry.; At that timestep, the specific action you took was go west; Eventually you got "
+     "the score 0.0/100.", "take coin", False),
+    ("Nothing here.; At that timestep, the specific action you took was look; Eventually you got the score 0/100.",
+     "get score", False),
+    ("The coin was in the pantry.; At that timestep, the specific action you took was take coin; Eventually you got "
+     "the score 100.0/100.", "take coin", True),
     ("anything at all", "to the", False),  # an action without content words is named by nothing
 ])
 def test_names_action(text, action, want):

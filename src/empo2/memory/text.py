@@ -105,6 +105,25 @@ def step_entry_text(tip: str, action: str, score: float) -> str:
     return one_line(f"{tip}; At that timestep, the specific action you took was {action}; {final_score_text(score)}")
 
 
+STEP_ENTRY = re.compile(r"^(?P<tip>.*); At that timestep, the specific action you took was (?P<action>.*); "
+                        r"(?P<score>Eventually you got the score [^;]*)$", re.S)
+"""Matches a :func:`step_entry_text`: groups ``tip``, ``action`` and ``score`` (the whole score sentence)."""
+
+
+def parse_step_entry(text: str) -> tuple[str, str | None, str | None]:
+    """Split a retrieved entry text back into its parts (the inverse of :func:`step_entry_text`).
+
+    Args:
+        text: a memory entry text as retrieved and shown (``StepRecord.tips`` items).
+
+    Returns:
+        ``(tip, action, score_sentence)`` for a per-step entry; ``(text, None, None)`` for any other
+        text (a per-episode entry, an oracle tip). Pure.
+    """
+    m = STEP_ENTRY.match(text)
+    return (m["tip"], m["action"], m["score"]) if m else (text, None, None)
+
+
 def episode_entry_text(tip: str, score: float) -> str:
     """One memory entry per episode: the tip and the final score (``entry_text=per_episode``).
 

@@ -53,7 +53,6 @@ import numpy as np
 from empo2.envs.base import EnvFamily, UnknownTaskError
 from empo2.memory.store import MemoryEntry
 from empo2.memory.text import episode_entry_text, one_line
-from empo2.report.runs import finite
 
 IMPORTED_ITERATION = -1
 """Stored iteration of an imported entry whose row gave no iteration (or 0): before the run's first
@@ -182,7 +181,7 @@ def check_row(row: Any, family: EnvFamily, where: str, line: int = 0) -> ImportR
             raise MemoryImportError(f"{where}: missing '{need}'")
     tip = _text(row, "text", where)
     score = row["score"]
-    if finite(score) is None or not -100 <= score <= 100:
+    if isinstance(score, bool) or not isinstance(score, (int, float)) or not -100 <= score <= 100:
         raise MemoryImportError(f"{where}: 'score' must be a number in -100..100, got {score!r}")
     bucket = _bucket_of(row, family, where)
     entry = _text(row, "entry", where) if "entry" in row else episode_entry_text(tip, float(score))

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from empo2.memory.text import parse_step_entry
 from empo2.report.runs import RunData
 from empo2.report.viewer_assets import CSS, JS
 
@@ -96,8 +97,6 @@ def display_id(stored: str, iteration: int) -> str:
     return f"it{int(m[1]) + 1}-t{int(m[2]) + 1}-r{int(m[3]) + 1}"
 
 
-_STEP_ENTRY = re.compile(r"^(?P<tip>.*); At that timestep, the specific action you took was (?P<action>.*); "
-                         r"(?P<score>Eventually you got the score [^;]*)$", re.S)
 
 
 def unique_tips(tips: list[Any], limit: int) -> list[str]:
@@ -111,11 +110,10 @@ def unique_tips(tips: list[Any], limit: int) -> list[str]:
     groups: dict[tuple[str, str], list[str]] = {}
     for t in tips:
         text = "" if t is None else str(t)
-        m = _STEP_ENTRY.match(text)
-        key = (m["tip"], m["score"]) if m else (text, "")
-        acts = groups.setdefault(key, [])
-        if m and m["action"] not in acts:
-            acts.append(m["action"])
+        tip, action, score = parse_step_entry(text)
+        acts = groups.setdefault((tip, score or ""), [])
+        if action is not None and action not in acts:
+            acts.append(action)
     out = []
     for (tip, score), acts in groups.items():
         out.append(cut(f"{tip} (actions at those steps: {' · '.join(acts)}; {score})" if acts else tip, limit))

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 
 import Stemmer
 
+from empo2.memory.text import parse_step_entry
 from empo2.records import Mode, Trajectory
 
 __all__ = ["STOPWORDS", "names_action", "stem_all", "stems", "tip_follow_counts", "tip_follow_shares", "words"]
@@ -94,9 +95,13 @@ def names_action(text: str, action: str) -> bool:
 
     Returns:
         True when the action has ≥ 1 content word (``STOPWORDS`` dropped) and each one's Snowball stem
-        (irregular verbs mapped first) occurs in ``text``; see the module docstring. Pure.
+        (irregular verbs mapped first) occurs in ``text``; see the module docstring. A per-step entry
+        (``memory.text.step_entry_text``) is matched on its tip and its recorded action only, not on the
+        entry's fixed wording ("the specific action you *took* was …; Eventually you *got* the score"),
+        which would otherwise name every ``take …`` action whose object the tip mentions. Pure.
     """
-    return _names_action(stems(text), action)
+    tip, recorded, _ = parse_step_entry(text)
+    return _names_action(stems(tip if recorded is None else f"{tip} {recorded}"), action)
 
 
 def tip_follow_counts(trajs: Iterable[Trajectory]) -> dict[str, int]:

@@ -1,0 +1,243 @@
+"""Where does EMPO²'s chain break? Finding, taking, tip writing and tip reading, from training trajectories.
+
+EMPO² can only beat GRPO if four things happen in turn: a rollout **finds** the goal, it **takes** the
+deciding action there, the tip written after it **names** what worked, and a later rollout shown that
+tip **acts** on it (after which the tip-free off-policy updates can distil it; that last link is measured
+by comparing an arm with ``empo2.q = 0``, not here). This script measures the first four links from
+the trajectories a run wrote (``RUN/trajectories/iter-NNNNN.jsonl``, docs/report.md's trajectory
+format), for a game whose goal is an object named in the observation of the room that holds it and
+whose deciding action is one command — the TextWorld / TextWorldExpress coin games
+(``--goal coin --action "take coin"``, the defaults).
+
+Per run folder, over the training iterations from ``--from-iteration`` on, one row per rollout class:
+
+* ``plain``: rollouts sampled without memory (``mode == "plain"``; every GRPO rollout);
+* ``tipped``: rollouts in a memory mode shown at least one tip at some step;
+* ``memory, no tip``: rollouts in a memory mode whose retrieval returned nothing.
+
+Columns: ``episodes``; ``success`` with its Wilson 95% interval; ``found``: the share of episodes with
+an observation naming the goal (``--goal``, a whole word, case-insensitive); ``took | found``: the
+share of those that issued the deciding action (``--action``) in a step whose observation named the
+goal; ``goal-room actions``: the three commonest actions in such steps.
+
+Then, per run, the tips it **wrote** (the trajectory's ``tip``): how many, how many after a success,
+and the shares that name the deciding action, a compass direction, or a room (a word of the run's
+room headers ``-= Kitchen =-``); and the entries it was **shown** (each step's ``tips``, counted once
+per (episode, entry)), split as ``memory.text.parse_step_entry`` splits a per-step entry: the share
+whose tip text names the deciding action, whose recorded action is the deciding action ("At that
+timestep, the specific action you took was take coin"), whose tip names a room, and whose tip names a
+room this episode never saw (a tip from another game's layout: with many generated games a route
+cannot transfer); and the **reading** test: in goal-room steps of tipped rollouts, how often the
+deciding action was taken when a shown entry named it, against when none did. Last, **order**: the
+first iteration with a tipped success and with a plain success. "Names an action" is the rule of
+``memory/tip_follow_rate`` (``methods.empo2.tipinfo.names_action``: every content word's stem occurs,
+in any order — ``take the coin`` names ``take coin``).
+
+Usage::
+
+    python -m benchmarks.mechanisms RUN [RUN ...] [--goal coin] [--action "take coin"]
+        [--from-iteration 1] [--json OUT]
+
+A run folder named ``ARM-sSEED`` (``benchmarks.learn``'s layout) is labelled by it. Pure file
+reading: no model, no environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from collections import Counter
+from pathlib import Path
+from typing import Any, Iterator
+
+from benchmarks.survey_envs import wilson
+from empo2.memory.text import parse_step_entry
+from empo2.methods.empo2.tipinfo import names_action
+
+_HEADER = re.compile(r"^-=\s*(.+?)\s*=-\s*$", re.MULTILINE)
+_DIRECTION = re.compile(r"\b(north|south|east|west)\b", re.IGNORECASE)
+CLASSES = ("plain", "tipped", "memory, no tip")
+
+
+def _word(text: str) -> re.Pattern[str]:
+    """A whole-word, case-insensitive pattern for ``text`` (spaces match any run of spaces)."""
+    return re.compile(r"\b" + r"\s+".join(re.escape(w) for w in text.split()) + r"\b", re.IGNORECASE)
+
+
+def rooms_of(text: str) -> set[str]:
+    """Room names in an observation: the lower-cased titles of its ``-= Room =-`` headers."""
+    return {m.group(1).strip().lower() for m in _HEADER.finditer(text)}
+
+
+def episodes(run: Path, from_iteration: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(iteration, trajectory)`` for every training trajectory of ``run`` from ``from_iteration`` on.
+
+    Raises:
+        FileNotFoundError: ``run/trajectories`` holds no ``iter-*.jsonl``.
+    """
+    files = sorted((run / "trajectories").glob("iter-*.jsonl"))
+    if not files:
+        raise FileNotFoundError(f"{run}/trajectories has no iter-*.jsonl: is {run} a training run folder?")
+    for path in files:
+        it = int(path.stem.split("-")[1])
+        if it < from_iteration:
+            continue
+        with path.open() as fh:
+            for line in fh:
+                if line.strip():
+                    yield it, json.loads(line)
+
+
+def rollout_class(ep: dict[str, Any]) -> str:
+    """``plain``, ``tipped`` or ``memory, no tip`` (see the module docstring)."""
+    if ep.get("mode", "plain") == "plain":
+        return "plain"
+    return "tipped" if any(s.get("tips") for s in ep.get("steps") or []) else "memory, no tip"
+
+
+def run_summary(run: Path, goal: str, action: str, from_iteration: int = 1) -> dict[str, Any]:
+    """All the measures of the module docstring for one run folder.
+
+    Args:
+        run: a training run folder with ``trajectories/iter-*.jsonl``.
+        goal: the goal object's name as observations write it (``coin``).
+        action: the deciding command (``take coin``); matched as whole words in actions and tips.
+        from_iteration: the first training iteration counted (1-based).
+
+    Returns:
+        A JSON-able dict: ``classes`` (per rollout class: episodes, successes, found, took, goal-room
+        action counts), ``written``, ``shown``, ``reading`` and ``first_success`` (see the module
+        docstring).
+
+    Raises:
+        FileNotFoundError: see :func:`episodes`.
+    """
+    goal_re = _word(goal)
+    eps = list(episodes(run, from_iteration))
+    vocab: set[str] = set()
+    for _, ep in eps:
+        for s in ep.get("steps") or []:
+            vocab |= rooms_of(str(s.get("observation", "")))
+    room_res = {r: _word(r) for r in vocab}
+
+    def names_room(text: str) -> set[str]:
+        return {r for r, pat in room_res.items() if pat.search(text)}
+
+    classes: dict[str, dict[str, Any]] = {
+        c: {"episodes": 0, "successes": 0, "found": 0, "took": 0, "goal_actions": Counter()} for c in CLASSES}
+    written = {"tips": 0, "after_success": 0, "action": 0, "action_after_success": 0, "direction": 0, "room": 0}
+    shown = {"tips": 0, "action": 0, "recorded_action": 0, "room": 0, "foreign_room": 0}
+    reading = {"named": [0, 0], "not_named": [0, 0]}  # [goal-room steps, deciding action taken]
+    first: dict[str, int | None] = {"tipped": None, "plain": None}
+    for it, ep in eps:
+        cls = rollout_class(ep)
+        row = classes[cls]
+        row["episodes"] += 1
+        success = bool(ep.get("success"))
+        row["successes"] += success
+        steps = ep.get("steps") or []
+        seen: set[str] = set()
+        for s in steps:
+            seen |= rooms_of(str(s.get("observation", "")))
+        found = took = False
+        tips_here: set[str] = set()
+        for s in steps:
+            tips = [str(t) for t in s.get("tips") or []]
+            tips_here.update(tips)
+            if goal_re.search(str(s.get("observation", ""))):
+                found = True
+                act = str(s.get("action", ""))
+                row["goal_actions"][act] += 1
+                hit = names_action(act, action)
+                took |= hit
+                if cls == "tipped":
+                    cell = reading["named" if any(names_action(t, action) for t in tips) else "not_named"]
+                    cell[0] += 1
+                    cell[1] += hit
+        row["found"] += found
+        row["took"] += found and took
+        for t in tips_here:
+            text, recorded, _ = parse_step_entry(t)
+            shown["tips"] += 1
+            shown["action"] += names_action(text, action)
+            shown["recorded_action"] += recorded is not None and names_action(recorded, action)
+            rooms = names_room(text)
+            shown["room"] += bool(rooms)
+            shown["foreign_room"] += bool(rooms - seen)
+        if success and cls in first and first[cls] is None:
+            first[cls] = it
+        tip = ep.get("tip")
+        if tip:
+            tip = str(tip)
+            written["tips"] += 1
+            written["after_success"] += success
+            named = names_action(tip, action)
+            written["action"] += named
+            written["action_after_success"] += named and success
+            written["direction"] += bool(_DIRECTION.search(tip))
+            written["room"] += bool(names_room(tip))
+    for row in classes.values():
+        row["goal_actions"] = dict(row["goal_actions"].most_common())
+    return {"run": run.name, "from_iteration": from_iteration, "classes": classes, "written": written,
+            "shown": shown, "reading": reading, "first_success": first}
+
+
+def _share(k: int, n: int) -> str:
+    return f"{k}/{n}" if n else "–"
+
+
+def render(summaries: list[dict[str, Any]]) -> str:
+    """The Markdown tables of the module docstring for a list of :func:`run_summary` results."""
+    out = ["| run | rollouts | episodes | success [95% CI] | found | took \\| found | goal-room actions |",
+           "|---|---|---|---|---|---|---|"]
+    for s in summaries:
+        for c in CLASSES:
+            r = s["classes"][c]
+            n = r["episodes"]
+            if not n:
+                continue
+            lo, hi = wilson(r["successes"], n)
+            top = ", ".join(f"{a} {k}" for a, k in list(r["goal_actions"].items())[:3]) or "–"
+            out.append(f"| {s['run']} | {c} | {n} | {r['successes']} ({100 * r['successes'] / n:.1f}% "
+                       f"[{100 * lo:.1f}, {100 * hi:.1f}]) | {_share(r['found'], n)} | "
+                       f"{_share(r['took'], r['found'])} | {top} |")
+    out += ["", "| run | tips written | after a success | name the action (after a success) | name a direction | "
+            "name a room | entries shown | tip names the action | records the action | tip names a room | "
+            "a room this episode never saw | took the action in the goal room: an entry named it / not | "
+            "first success: tipped / plain |",
+            "|---" * 13 + "|"]
+    for s in summaries:
+        w, sh, rd, fs = s["written"], s["shown"], s["reading"], s["first_success"]
+        if not w["tips"] and not sh["tips"]:
+            continue
+        out.append(
+            f"| {s['run']} | {w['tips']} | {w['after_success']} | {w['action']} ({w['action_after_success']}) | "
+            f"{_share(w['direction'], w['tips'])} | {_share(w['room'], w['tips'])} | {sh['tips']} | "
+            f"{_share(sh['action'], sh['tips'])} | {_share(sh['recorded_action'], sh['tips'])} | "
+            f"{_share(sh['room'], sh['tips'])} | "
+            f"{_share(sh['foreign_room'], sh['tips'])} | {_share(rd['named'][1], rd['named'][0])} / "
+            f"{_share(rd['not_named'][1], rd['not_named'][0])} | {fs['tipped'] or '–'} / {fs['plain'] or '–'} |")
+    return "\n".join(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the tables (and write JSON with ``--json``). Returns the exit status."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="run folders (with trajectories/iter-*.jsonl)")
+    ap.add_argument("--goal", default="coin", help="the goal object as observations name it (default: coin)")
+    ap.add_argument("--action", default="take coin", help="the deciding command (default: 'take coin')")
+    ap.add_argument("--from-iteration", type=int, default=1, help="first training iteration counted (default 1)")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args(argv)
+    if not args.goal.strip() or not args.action.strip():
+        ap.error("--goal and --action must be non-empty")
+    summaries = [run_summary(r, args.goal, args.action, args.from_iteration) for r in args.runs]
+    print(render(summaries))
+    if args.json:
+        args.json.write_text(json.dumps(summaries, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,102 @@
+"""``benchmarks.mechanisms``: the finding → taking → tip writing → tip reading chain, counted on
+hand-written trajectories whose every count is known."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import mechanisms
+from empo2.memory.text import parse_step_entry, step_entry_text
+
+
+def _step(obs, action, tips=()):
+    return {"observation": obs, "action": action, "tips": list(tips)}
+
+
+KITCHEN = "-= Kitchen =-\nYou are in a kitchen.\n\nThere is a coin on the floor."
+HALL = "-= Hall =-\nA hall. There is an exit to the east."
+PANTRY_TIP = step_entry_text("The coin was in the pantry.", "go west", 0.0)
+TAKE_TIP = step_entry_text("Look around.", "take coin", 100.0)
+
+
+def _write(run, iterations):
+    (run / "trajectories").mkdir(parents=True)
+    for it, eps in iterations.items():
+        (run / "trajectories" / f"iter-{it:05d}.jsonl").write_text("\n".join(json.dumps(e) for e in eps) + "\n")
+
+
+@pytest.fixture
+def run(tmp_path):
+    r = tmp_path / "empo2-s0"
+    _write(r, {
+        1: [  # counted only from iteration 1
+            {"mode": "plain", "success": True, "tip": "Take the coin when you see it.",
+             "steps": [_step(HALL, "go east"), _step(KITCHEN, "take coin")]},
+            {"mode": "plain", "success": False, "tip": "The hall was empty; go east.",
+             "steps": [_step(HALL, "go east"), _step(KITCHEN, "examine coin"), _step(KITCHEN, "go west")]},
+        ],
+        2: [
+            {"mode": "off_policy", "success": True, "tip": "The kitchen had it.",
+             "steps": [_step(HALL, "go east", [PANTRY_TIP]), _step(KITCHEN, "take coin", [TAKE_TIP])]},
+            {"mode": "on_policy_tips", "success": False, "tip": None,
+             "steps": [_step(HALL, "look", [PANTRY_TIP]), _step(KITCHEN, "look", [PANTRY_TIP])]},
+            {"mode": "on_policy_tips", "success": False, "steps": [_step(HALL, "look")]},
+            {"mode": "plain", "success": False, "steps": [_step(HALL, "go north")]},
+        ],
+    })
+    return r
+
+
+def test_parse_step_entry_inverts_step_entry_text():
+    assert parse_step_entry(TAKE_TIP) == ("Look around.", "take coin", "Eventually you got the score 100.0/100.")
+    assert parse_step_entry("a plain tip") == ("a plain tip", None, None)
+
+
+def test_counts_per_rollout_class(run):
+    s = mechanisms.run_summary(run, "coin", "take coin")
+    plain, tipped, untipped = (s["classes"][c] for c in mechanisms.CLASSES)
+    assert (plain["episodes"], plain["successes"], plain["found"], plain["took"]) == (3, 1, 2, 1)
+    assert plain["goal_actions"] == {"take coin": 1, "examine coin": 1, "go west": 1}
+    assert (tipped["episodes"], tipped["successes"], tipped["found"], tipped["took"]) == (2, 1, 2, 1)
+    assert (untipped["episodes"], untipped["found"]) == (1, 0)
+    # tips written: 3 (None and a missing tip are not tips); one after a success names the action
+    assert s["written"] == {"tips": 3, "after_success": 2, "action": 1, "action_after_success": 1,
+                            "direction": 1, "room": 2}
+    # entries shown once per (episode, entry): the pantry tip twice (two episodes), the take-coin entry once;
+    # "pantry" is not a room of this run's headers, so no shown tip names a room
+    assert s["shown"] == {"tips": 3, "action": 0, "recorded_action": 1, "room": 0, "foreign_room": 0}
+    # goal-room steps of tipped rollouts: with the take-coin entry shown → taken; with only the pantry tip → not
+    assert s["reading"] == {"named": [1, 1], "not_named": [1, 0]}
+    assert s["first_success"] == {"tipped": 2, "plain": 1}
+
+
+def test_from_iteration_and_foreign_rooms(tmp_path):
+    r = tmp_path / "run"
+    tip = step_entry_text("Go to the kitchen.", "go east", 100.0)
+    _write(r, {
+        1: [{"mode": "plain", "success": True, "steps": [_step(KITCHEN, "take coin")]}],
+        2: [{"mode": "off_policy", "success": False, "steps": [_step(HALL, "go east", [tip])]}],
+    })
+    s = mechanisms.run_summary(r, "coin", "take coin", from_iteration=2)
+    assert s["classes"]["plain"]["episodes"] == 0
+    # "kitchen" is a room of the run (iteration 1's header counts for the vocabulary only if read): from
+    # iteration 2 the vocabulary is {hall}, so the tip names no known room
+    assert s["shown"]["room"] == 0
+    s = mechanisms.run_summary(r, "coin", "take coin")
+    assert s["shown"]["room"] == 1 and s["shown"]["foreign_room"] == 1  # the episode saw only the hall
+
+
+def test_cli_prints_tables_and_writes_json(run, tmp_path, capsys):
+    out = tmp_path / "m.json"
+    assert mechanisms.main([str(run), "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "| empo2-s0 | tipped | 2 | 1 (50.0% [" in text
+    assert "| empo2-s0 | 3 | 2 | 1 (1) | 1/3 | 2/3 | 3 | 0/3 | 1/3 | 0/3 | 0/3 | 1/1 / 0/1 | 2 / 1 |" in text
+    assert json.loads(out.read_text())[0]["run"] == "empo2-s0"
+
+
+def test_missing_trajectories_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no iter-"):
+        mechanisms.run_summary(tmp_path, "coin", "take coin")
