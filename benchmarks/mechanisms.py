@@ -28,7 +28,10 @@ whose tip text names the deciding action, whose recorded action is the deciding 
 timestep, the specific action you took was take coin"), whose tip names a room, and whose tip names a
 room this episode never saw (a tip from another game's layout: with many generated games a route
 cannot transfer); and the **reading** test: in goal-room steps of tipped rollouts, how often the
-deciding action was taken when a shown entry named it, against when none did. Last, **order**: the
+deciding action was taken when a shown entry named it, against when none did; and **within groups**:
+in the groups (iteration, task, variation: same game, same weights) where both a plain and a tipped
+rollout found the goal, ``took | found`` of each class — the comparison of showing tips or not that
+the game and the policy's training state do not confound. Last, **order**: the
 first iteration with a tipped success and with a plain success. "Names an action" is the rule of
 ``memory/tip_follow_rate`` (``methods.empo2.tipinfo.names_action``: every content word's stem occurs,
 in any order — ``take the coin`` names ``take coin``).
@@ -107,7 +110,8 @@ def run_summary(run: Path, goal: str, action: str, from_iteration: int = 1) -> d
 
     Returns:
         A JSON-able dict: ``classes`` (per rollout class: episodes, successes, found, took, goal-room
-        action counts), ``written``, ``shown``, ``reading`` and ``first_success`` (see the module
+        action counts), ``written``, ``shown``, ``reading``, ``within_groups`` (``groups`` and, per
+        class, ``[found, took]``) and ``first_success`` (see the module
         docstring).
 
     Raises:
@@ -130,6 +134,7 @@ def run_summary(run: Path, goal: str, action: str, from_iteration: int = 1) -> d
     shown = {"tips": 0, "action": 0, "recorded_action": 0, "room": 0, "foreign_room": 0}
     reading = {"named": [0, 0], "not_named": [0, 0]}  # [goal-room steps, deciding action taken]
     first: dict[str, int | None] = {"tipped": None, "plain": None}
+    groups: dict[tuple[int, str, Any], dict[str, list[int]]] = {}
     for it, ep in eps:
         cls = rollout_class(ep)
         row = classes[cls]
@@ -157,6 +162,10 @@ def run_summary(run: Path, goal: str, action: str, from_iteration: int = 1) -> d
                     cell[1] += hit
         row["found"] += found
         row["took"] += found and took
+        if found and cls != "memory, no tip":
+            grp = groups.setdefault((it, str(ep.get("task")), ep.get("variation")), {"plain": [0, 0], "tipped": [0, 0]})
+            grp[cls][0] += 1
+            grp[cls][1] += took
         for t in tips_here:
             text, recorded, _ = parse_step_entry(t)
             shown["tips"] += 1
@@ -179,8 +188,14 @@ def run_summary(run: Path, goal: str, action: str, from_iteration: int = 1) -> d
             written["room"] += bool(names_room(tip))
     for row in classes.values():
         row["goal_actions"] = dict(row["goal_actions"].most_common())
+    paired: dict[str, Any] = {"groups": 0, "plain": [0, 0], "tipped": [0, 0]}
+    for grp in groups.values():
+        if grp["plain"][0] and grp["tipped"][0]:
+            paired["groups"] += 1
+            for c in ("plain", "tipped"):
+                paired[c] = [a + b for a, b in zip(paired[c], grp[c])]
     return {"run": run.name, "from_iteration": from_iteration, "classes": classes, "written": written,
-            "shown": shown, "reading": reading, "first_success": first}
+            "shown": shown, "reading": reading, "within_groups": paired, "first_success": first}
 
 
 def _share(k: int, n: int) -> str:
@@ -205,10 +220,10 @@ def render(summaries: list[dict[str, Any]]) -> str:
     out += ["", "| run | tips written | after a success | name the action (after a success) | name a direction | "
             "name a room | entries shown | tip names the action | records the action | tip names a room | "
             "a room this episode never saw | took the action in the goal room: an entry named it / not | "
-            "first success: tipped / plain |",
-            "|---" * 13 + "|"]
+            "took \\| found in groups where both found: tipped / plain (groups) | first success: tipped / plain |",
+            "|---" * 14 + "|"]
     for s in summaries:
-        w, sh, rd, fs = s["written"], s["shown"], s["reading"], s["first_success"]
+        w, sh, rd, fs, wg = s["written"], s["shown"], s["reading"], s["first_success"], s["within_groups"]
         if not w["tips"] and not sh["tips"]:
             continue
         out.append(
@@ -217,7 +232,8 @@ def render(summaries: list[dict[str, Any]]) -> str:
             f"{_share(sh['action'], sh['tips'])} | {_share(sh['recorded_action'], sh['tips'])} | "
             f"{_share(sh['room'], sh['tips'])} | "
             f"{_share(sh['foreign_room'], sh['tips'])} | {_share(rd['named'][1], rd['named'][0])} / "
-            f"{_share(rd['not_named'][1], rd['not_named'][0])} | {fs['tipped'] or '–'} / {fs['plain'] or '–'} |")
+            f"{_share(rd['not_named'][1], rd['not_named'][0])} | {_share(wg['tipped'][1], wg['tipped'][0])} / "
+            f"{_share(wg['plain'][1], wg['plain'][0])} ({wg['groups']}) | {fs['tipped'] or '–'} / {fs['plain'] or '–'} |")
     return "\n".join(out)
 
 

@@ -70,6 +70,21 @@ def test_counts_per_rollout_class(run):
     # goal-room steps of tipped rollouts: with the take-coin entry shown → taken; with only the pantry tip → not
     assert s["reading"] == {"named": [1, 1], "not_named": [1, 0]}
     assert s["first_success"] == {"tipped": 2, "plain": 1}
+    assert s["within_groups"] == {"groups": 0, "plain": [0, 0], "tipped": [0, 0]}  # no group where both found
+
+
+def test_within_groups_pairs_same_game_and_iteration(tmp_path):
+    r = tmp_path / "run"
+    found_took = [_step(HALL, "go east"), _step(KITCHEN, "take coin")]
+    found_left = [_step(HALL, "go east", [PANTRY_TIP]), _step(KITCHEN, "go west", [PANTRY_TIP])]
+    _write(r, {1: [
+        {"mode": "plain", "success": True, "task": "c", "variation": 1, "steps": found_took},
+        {"mode": "plain", "success": True, "task": "c", "variation": 1, "steps": found_took},
+        {"mode": "off_policy", "success": False, "task": "c", "variation": 1, "steps": found_left},
+        {"mode": "plain", "success": True, "task": "c", "variation": 2, "steps": found_took},  # no tipped one here
+    ]})
+    s = mechanisms.run_summary(r, "coin", "take coin")
+    assert s["within_groups"] == {"groups": 1, "plain": [2, 2], "tipped": [1, 0]}
 
 
 def test_from_iteration_and_foreign_rooms(tmp_path):
@@ -93,7 +108,7 @@ def test_cli_prints_tables_and_writes_json(run, tmp_path, capsys):
     assert mechanisms.main([str(run), "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert "| empo2-s0 | tipped | 2 | 1 (50.0% [" in text
-    assert "| empo2-s0 | 3 | 2 | 1 (1) | 1/3 | 2/3 | 3 | 0/3 | 1/3 | 0/3 | 0/3 | 1/1 / 0/1 | 2 / 1 |" in text
+    assert "| empo2-s0 | 3 | 2 | 1 (1) | 1/3 | 2/3 | 3 | 0/3 | 1/3 | 0/3 | 0/3 | 1/1 / 0/1 | – / – (0) | 2 / 1 |" in text
     assert json.loads(out.read_text())[0]["run"] == "empo2-s0"
 
 
