@@ -5,7 +5,10 @@ resumes where it stopped; ``--redo STAGE`` recomputes one):
 
 ``collect``  a fixed set of finished episodes of the target task (``--task``, default 7-1): rollouts
     of the base model at T 1.0 on the first ``--variations`` train variations, plus their gold paths
-    (score 100), so that outcomes vary. → ``trajectories.jsonl`` (our trajectory JSONL format).
+    (score 100), so that outcomes vary. → ``trajectories.jsonl`` (our trajectory JSONL format). With
+    ``--records FILE…`` the episodes are read instead from training trajectories of any environment
+    (``--records-per-outcome`` successes and as many failures, ``records_from_files``); ``--config`` then
+    names the run config they came from (default: configs/quickstart.yaml at ``--task``).
 ``write``    per setting (tip prompt × temperature × max tokens), one tip per episode, scored:
 
     * informativeness (``experiments.tip_diagnostics.tip_informativeness``: outcome / task object / scoring action);
@@ -25,8 +28,8 @@ resumes where it stopped; ``--redo STAGE`` recomputes one):
     ``methods.empo2.tips.TIP_INSTRUCTION``, as ``methods.empo2.runtime.Empo2Runtime.tip_prompts``);
     ``summary`` / ``summary_fewshot`` (``methods.empo2.tips.summary_tip_messages``, the prompts of
     ``empo2.tips.prompt``: one user turn with the task, the numbered actions, the final observation and
-    score and a one-sentence instruction, no system prompt; optionally after one worked example of
-    another task as a user/assistant pair).
+    score and a one-sentence instruction, no system prompt; optionally after one worked example as a
+    user/assistant pair: the environment family's own, as in a run, e.g. TextWorld's).
 ``read``     the tip-following probe: at every state of the target task's gold paths (``--variations``
     train variations), the policy's sequence-level probability of each admissible action
     (teacher-forced log-prob of ``encode(action) + <end of turn>``, normalised over the admissible
@@ -92,8 +95,11 @@ def _config(args: argparse.Namespace) -> Any:
         over = ["model.name_or_path=tiny-random", "env.name=tiny", "env.tasks=[fetch-key]", "env.max_turns=4",
                 "env.num_workers=2", "action.mode=constrained", "action.max_new_tokens=6"]
         return load_config(None, over + args.overrides)
-    over = [f"env.tasks=[{args.task}]", "env.num_workers=4", f"trainer.threads={args.threads}"]
-    return load_config(REPO_ROOT / "configs" / "quickstart.yaml", over + args.overrides)
+    if args.config is None:  # the ScienceWorld default: the quickstart config at --task (7-1)
+        over = [f"env.tasks=[{args.task or '7-1'}]", "env.num_workers=4", f"trainer.threads={args.threads}"]
+        return load_config(REPO_ROOT / "configs" / "quickstart.yaml", over + args.overrides)
+    over = ([f"env.tasks=[{args.task}]"] if args.task else []) + [f"trainer.threads={args.threads}"]
+    return load_config(args.config, over + args.overrides)
 
 
 def _setup(cfg: Any, checkpoint: str | None) -> Any:
@@ -129,6 +135,12 @@ def stage_collect(args: argparse.Namespace, cfg: Any, setup: Any, out: Path) -> 
     path = out / "trajectories.jsonl"
     if path.exists() and "collect" not in args.redo:
         return [json.loads(x) for x in path.read_text().splitlines()]
+    if args.records:
+        recs = records_from_files(args.records, args.records_per_outcome, cfg.run.seed)
+        out.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+        log.info("collect: %d episodes from %d file(s)", len(recs), len(args.records))
+        return recs
     t0 = time.perf_counter()
     pairs = variation_pairs(setup.family, setup.tasks, [], args.variations)
     specs = [EpisodeSpec(TaskSpec(setup.family.name, t, v, "train"), task_index=i, rollout=r, group=i)
@@ -140,6 +152,44 @@ def stage_collect(args: argparse.Namespace, cfg: Any, setup: Any, out: Path) -> 
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     log.info("collect: %d episodes in %.0f s", len(recs), time.perf_counter() - t0)
     return recs
+
+
+def records_from_files(paths: list[Path], per_outcome: int, seed: int) -> list[dict[str, Any]]:
+    """Finished episodes read from trajectory JSONL files (``RUN/trajectories/iter-K.jsonl``, docs/report.md's
+    format) instead of collected: ``per_outcome`` successes and ``per_outcome`` failures drawn without
+    replacement (``random.Random(seed)``; all of a kind when fewer), crashed episodes skipped. Each record's
+    ``id`` becomes ``FILE-PARENT/FILE-STEM/ID`` (ids repeat across files) and its steps' shown tips are dropped
+    (the tip prompts are tip-free). Successes first, then failures, each in file order.
+
+    Raises:
+        ValueError: no file given, a file that does not exist, or no usable episode in them.
+    """
+    import random
+
+    if not paths:
+        raise ValueError("--records needs at least one trajectory JSONL file")
+    kinds: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
+    for path in paths:
+        if not path.is_file():
+            raise ValueError(f"--records: {path} is not a file (give RUN/trajectories/iter-K.jsonl files)")
+        for line in path.read_text().splitlines():
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            if r.get("crashed") or not r.get("steps"):
+                continue
+            r = {**r, "id": f"{path.parent.parent.name}/{path.stem}/{r.get('id')}",
+                 "steps": [{**st, "tips": []} for st in r["steps"]]}
+            kinds[bool(r.get("success"))].append(r)
+    if not kinds[True] and not kinds[False]:
+        raise ValueError(f"--records: no finished episode in {[str(p) for p in paths]}")
+    rng = random.Random(seed)
+    out: list[dict[str, Any]] = []
+    for ok in (True, False):
+        pool = kinds[ok]
+        keep = sorted(rng.sample(range(len(pool)), min(per_outcome, len(pool))))
+        out += [pool[i] for i in keep]
+    return out
 
 
 # ----------------------------------------------------------------------------------------- write
@@ -198,9 +248,11 @@ def tip_prompt(kind: str, r: dict[str, Any], fmt: Any, family: Any, max_context:
     if kind not in ("summary", "summary_fewshot"):
         raise ValueError(f"unknown tip prompt {kind!r}; use trajectory, summary or summary_fewshot")
     ids: list[int] = []  # as Empo2Runtime.tip_prompts with empo2.tips.prompt = kind
+    example_of = getattr(family, "tip_example", None)  # the family's worked example, as the runtime uses it
     for role, text in summary_tip_messages(r.get("task_description", ""), [s["action"] for s in r["steps"]],
                                            r.get("final_observation", ""), max(float(r["score"]), 0.0),
-                                           kind == "summary_fewshot"):
+                                           kind == "summary_fewshot",
+                                           example_of() if callable(example_of) else None):
         ids += fmt.open(role) + fmt.encode(text) + fmt.close(role)
     return ids + fmt.open("assistant")
 
@@ -230,6 +282,9 @@ def stage_write(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs:
     res: dict[str, Any] = json.loads(path.read_text()) if path.exists() and "write" not in args.redo else {}
     fmt, model, family = setup.fmt, setup.policy.model, setup.family
     trajs = [_record_traj(r, fmt, family) for r in recs]
+    example_of = getattr(family, "tip_example", None)
+    example = example_of() if callable(example_of) else None
+    example_tip = example.tip if example is not None else None
     ekvs: dict[str, list[Any]] = {}
     for prompt, temp, max_new in write_settings(args):
         key = f"{prompt}/T{temp}/tok{max_new}"
@@ -249,12 +304,13 @@ def stage_write(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs:
         res[key] = {"tips": [{"id": r["id"], "score": r["score"], "raw": fmt.decode(g.ids)} for r, g in zip(recs, outs)],
                     "seconds": time.perf_counter() - t0}
         _dump(path, res)
-        log.info("write %s: %s", key, {k: round(v, 2) for k, v in score_tips(res[key]["tips"], recs, trajs).items()})
+        summary = score_tips(res[key]["tips"], recs, trajs, example_tip)
+        log.info("write %s: %s", key, {k: round(v, 2) for k, v in summary.items()})
     for kvs in ekvs.values():
         for e in kvs:
             e.clear()
     for v in res.values():  # scored from the saved raw tips, so the measure can change without resampling
-        v["summary"] = score_tips(v["tips"], recs, trajs)
+        v["summary"] = score_tips(v["tips"], recs, trajs, example_tip)
     _dump(path, res)
     cols = ["setting", "n", "malformed", "coherent", "grounded", "outcome", "object", "action", "useful", "copy"]
     print_table(f"tip writing ({args.label})", cols,
@@ -263,8 +319,11 @@ def stage_write(args: argparse.Namespace, cfg: Any, setup: Any, out: Path, recs:
     return res
 
 
-def score_tips(rows: list[dict[str, Any]], recs: list[dict[str, Any]], trajs: list[Any]) -> dict[str, float]:
-    """Clean and score each row's ``raw`` tip in place (module docstring); returns the shares over rows."""
+def score_tips(rows: list[dict[str, Any]], recs: list[dict[str, Any]], trajs: list[Any],
+               example_tip: str | None = None) -> dict[str, float]:
+    """Clean and score each row's ``raw`` tip in place (module docstring); returns the shares over rows.
+    ``example_tip``: the worked example's tip the ``summary_fewshot`` prompt showed (copying is measured
+    against it; None = ``SUMMARY_TIP_EXAMPLE``'s)."""
     from empo2.methods.empo2.tips import clean_tip
     from experiments.tip_diagnostics import copies_example, tip_informativeness
 
@@ -276,7 +335,8 @@ def score_tips(rows: list[dict[str, Any]], recs: list[dict[str, Any]], trajs: li
         inf = tip_informativeness(tip, t) if tip else None
         row.update(tip=tip, coherent=coh, grounded=grounded, outcome=bool(inf and inf.outcome),
                    object=bool(inf and inf.object), action=bool(inf and inf.action),
-                   useful=bool(coh and inf and (inf.outcome or inf.action)), copy=bool(tip and copies_example(tip)))
+                   useful=bool(coh and inf and (inf.outcome or inf.action)),
+                   copy=bool(tip and copies_example(tip, example_tip)))
     n = len(rows)
     agg = {k: sum(bool(x[k]) for x in rows) / n
            for k in ("coherent", "outcome", "object", "action", "useful", "copy")}
@@ -750,7 +810,14 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("stages", nargs="*", default=["all"], help="collect write read play | all | speed")
     p.add_argument("--out", type=Path, required=True, help="results folder (resumable)")
-    p.add_argument("--task", default="7-1")
+    p.add_argument("--task", default=None, help="env.tasks=[TASK] (default: 7-1 with the quickstart config; "
+                                                 "the config's own tasks with --config)")
+    p.add_argument("--config", type=Path, default=None,
+                   help="the run config (default: configs/quickstart.yaml, ScienceWorld)")
+    p.add_argument("--records", type=Path, nargs="+", default=[],
+                   help="collect: take episodes from these trajectory JSONL files instead of sampling them")
+    p.add_argument("--records-per-outcome", type=int, default=12,
+                   help="with --records: successes and failures drawn (each)")
     p.add_argument("--variations", type=int, default=4, help="train variations of collect/read")
     p.add_argument("--rollouts", type=int, default=5, help="base rollouts per variation (collect)")
     p.add_argument("--episodes", type=int, default=0, help="play: test episodes per arm (0 = skip play)")

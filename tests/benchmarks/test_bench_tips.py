@@ -71,3 +71,34 @@ def test_overrides_after_the_stages_are_overrides(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         tips.main(["play", "--out", str(tmp_path), "env.max_turns=12"])
     assert seen == {"stages": ["play"], "over": ["env.max_turns=12"]}
+
+
+def _episode(i, success):
+    steps = [{"observation": "You are in room 0.", "action": "go east", "reward": 0.0, "score": 0.0,
+              "tips": ["a tip shown while sampling"]},
+             {"observation": "You are in room 1. A key is here.", "action": "take key" if success else "look",
+              "reward": 100.0 if success else 0.0, "score": 100.0 if success else 0.0}]
+    return {"id": f"it1-t1-r{i}", "task": "fetch-key", "variation": 0, "mode": "plain", "score": 100.0 * success,
+            "success": success, "crashed": False, "task_description": "Fetch the key.", "steps": steps,
+            "final_observation": "You took the key." if success else "Nothing happens."}
+
+
+def test_records_from_training_trajectories(tmp_path):
+    run = tmp_path / "run-s0" / "trajectories"
+    run.mkdir(parents=True)
+    eps = [_episode(i, ok) for i, ok in enumerate([True, False, True, True, False])]
+    eps.append({**_episode(9, True), "crashed": True})
+    (run / "iter-00001.jsonl").write_text("".join(json.dumps(e) + "\n" for e in eps))
+    recs = tips.records_from_files([run / "iter-00001.jsonl"], 2, 0)
+    assert [r["success"] for r in recs] == [True, True, False, False]  # 2 of each kind, the crashed one skipped
+    assert all(r["id"].startswith("run-s0/iter-00001/it1-t1-r") for r in recs)
+    assert all(st["tips"] == [] for r in recs for st in r["steps"])
+    assert recs == tips.records_from_files([run / "iter-00001.jsonl"], 2, 0)  # seeded
+    with pytest.raises(ValueError, match="not a file"):
+        tips.records_from_files([tmp_path / "missing.jsonl"], 2, 0)
+    # the write stage on them (tiny model): one tip per record and setting
+    out = tmp_path / "out"
+    assert tips.main(["write", "--tiny", "--threads", "1", "--out", str(out), "--records", str(run / "iter-00001.jsonl"),
+                      "--records-per-outcome", "1"]) == 0
+    write = json.loads((out / "write-base.json").read_text())
+    assert all(v["summary"]["n"] == 2 for v in write.values())
