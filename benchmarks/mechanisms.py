@@ -36,6 +36,8 @@ first iteration with a tipped success and with a plain success. "Names an action
 ``memory/tip_follow_rate`` (``methods.empo2.tipinfo.names_action``: every content word's stem occurs,
 in any order — ``take the coin`` names ``take coin``).
 
+Crashed episodes are left out. Exit status 1 when no run has an episode in the counted iterations.
+
 Usage::
 
     python -m benchmarks.mechanisms RUN [RUN ...] [--goal coin] [--action "take coin"]
@@ -50,6 +52,8 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
@@ -58,45 +62,69 @@ from benchmarks.survey_envs import wilson
 from empo2.memory.text import parse_step_entry
 from empo2.methods.empo2.tipinfo import names_action
 
-_HEADER = re.compile(r"^-=\s*(.+?)\s*=-\s*$", re.MULTILINE)
+_HEADER = re.compile(r"^\s*-=\s*(.+?)\s*=-\s*$", re.MULTILINE)
+_ITER_FILE = re.compile(r"^iter-(\d+)\.jsonl$")
 _DIRECTION = re.compile(r"\b(north|south|east|west)\b", re.IGNORECASE)
 CLASSES = ("plain", "tipped", "memory, no tip")
 
 
 def _word(text: str) -> re.Pattern[str]:
-    """A whole-word, case-insensitive pattern for ``text`` (spaces match any run of spaces)."""
-    return re.compile(r"\b" + r"\s+".join(re.escape(w) for w in text.split()) + r"\b", re.IGNORECASE)
+    """A whole-word, case-insensitive pattern for ``text`` (spaces match any run of spaces; a word
+    character may not touch either end, so names that start or end with punctuation match too)."""
+    return re.compile(r"(?<!\w)" + r"\s+".join(re.escape(w) for w in text.split()) + r"(?!\w)", re.IGNORECASE)
 
 
 def rooms_of(text: str) -> set[str]:
     """Room names in an observation: the lower-cased titles of its ``-= Room =-`` headers."""
-    return {m.group(1).strip().lower() for m in _HEADER.finditer(text)}
+    return {name for m in _HEADER.finditer(text) if (name := m.group(1).strip().lower())}
 
 
 def episodes(run: Path, from_iteration: int) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(iteration, trajectory)`` for every training trajectory of ``run`` from ``from_iteration`` on.
+    """``(iteration, trajectory)`` for every training trajectory of ``run`` from ``from_iteration`` on, in
+    iteration order. Crashed episodes are left out; a line that is not a JSON object (e.g. the partial last
+    line of a run still writing) is skipped with a warning naming the file and line.
 
     Raises:
-        FileNotFoundError: ``run/trajectories`` holds no ``iter-*.jsonl``.
+        FileNotFoundError: ``run/trajectories`` holds no ``iter-N.jsonl``.
     """
-    files = sorted((run / "trajectories").glob("iter-*.jsonl"))
+    folder = run / "trajectories"
+    files = sorted((int(m[1]), p) for p in folder.glob("iter-*.jsonl") if (m := _ITER_FILE.match(p.name)))
     if not files:
-        raise FileNotFoundError(f"{run}/trajectories has no iter-*.jsonl: is {run} a training run folder?")
-    for path in files:
-        it = int(path.stem.split("-")[1])
+        raise FileNotFoundError(f"{folder} has no iter-N.jsonl: is {run} a training run folder?")
+    for it, path in files:
         if it < from_iteration:
             continue
         with path.open() as fh:
-            for line in fh:
-                if line.strip():
-                    yield it, json.loads(line)
+            for n, line in enumerate(fh, 1):
+                if not line.strip():
+                    continue
+                try:
+                    ep = json.loads(line)
+                except json.JSONDecodeError as e:
+                    warnings.warn(f"{path}:{n}: not JSON ({e.msg}); line skipped", stacklevel=2)
+                    continue
+                if not isinstance(ep, dict):
+                    warnings.warn(f"{path}:{n}: not a JSON object; line skipped", stacklevel=2)
+                    continue
+                if not ep.get("crashed"):
+                    yield it, ep
+
+
+def _steps(ep: dict[str, Any]) -> list[dict[str, Any]]:
+    """The episode's steps that are objects, each with ``tips`` as a list of strings."""
+    out = []
+    for st in ep.get("steps") or []:
+        if isinstance(st, dict):
+            tips = st.get("tips") or []
+            out.append({**st, "tips": [str(tips)] if isinstance(tips, str) else [str(t) for t in tips]})
+    return out
 
 
 def rollout_class(ep: dict[str, Any]) -> str:
     """``plain``, ``tipped`` or ``memory, no tip`` (see the module docstring)."""
-    if ep.get("mode", "plain") == "plain":
+    if (ep.get("mode") or "plain") == "plain":
         return "plain"
-    return "tipped" if any(s.get("tips") for s in ep.get("steps") or []) else "memory, no tip"
+    return "tipped" if any(s["tips"] for s in _steps(ep)) else "memory, no tip"
 
 
 def run_summary(run: Path, goal: str, action: str, from_iteration: int = 1) -> dict[str, Any]:
@@ -121,7 +149,7 @@ def run_summary(run: Path, goal: str, action: str, from_iteration: int = 1) -> d
     eps = list(episodes(run, from_iteration))
     vocab: set[str] = set()
     for _, ep in eps:
-        for s in ep.get("steps") or []:
+        for s in _steps(ep):
             vocab |= rooms_of(str(s.get("observation", "")))
     room_res = {r: _word(r) for r in vocab}
 
@@ -141,14 +169,14 @@ def run_summary(run: Path, goal: str, action: str, from_iteration: int = 1) -> d
         row["episodes"] += 1
         success = bool(ep.get("success"))
         row["successes"] += success
-        steps = ep.get("steps") or []
+        steps = _steps(ep)
         seen: set[str] = set()
         for s in steps:
             seen |= rooms_of(str(s.get("observation", "")))
         found = took = False
         tips_here: set[str] = set()
         for s in steps:
-            tips = [str(t) for t in s.get("tips") or []]
+            tips = s["tips"]
             tips_here.update(tips)
             if goal_re.search(str(s.get("observation", ""))):
                 found = True
@@ -202,6 +230,11 @@ def _share(k: int, n: int) -> str:
     return f"{k}/{n}" if n else "–"
 
 
+def _cell(text: str) -> str:
+    """Text safe inside a Markdown table cell: ``|`` escaped, line breaks as spaces."""
+    return " ".join(str(text).split()).replace("|", "\\|")
+
+
 def render(summaries: list[dict[str, Any]]) -> str:
     """The Markdown tables of the module docstring for a list of :func:`run_summary` results."""
     out = ["| run | rollouts | episodes | success [95% CI] | found | took \\| found | goal-room actions |",
@@ -213,8 +246,8 @@ def render(summaries: list[dict[str, Any]]) -> str:
             if not n:
                 continue
             lo, hi = wilson(r["successes"], n)
-            top = ", ".join(f"{a} {k}" for a, k in list(r["goal_actions"].items())[:3]) or "–"
-            out.append(f"| {s['run']} | {c} | {n} | {r['successes']} ({100 * r['successes'] / n:.1f}% "
+            top = ", ".join(f"{_cell(a)} {k}" for a, k in list(r["goal_actions"].items())[:3]) or "–"
+            out.append(f"| {_cell(s['run'])} | {c} | {n} | {r['successes']} ({100 * r['successes'] / n:.1f}% "
                        f"[{100 * lo:.1f}, {100 * hi:.1f}]) | {_share(r['found'], n)} | "
                        f"{_share(r['took'], r['found'])} | {top} |")
     out += ["", "| run | tips written | after a success | name the action (after a success) | name a direction | "
@@ -224,10 +257,8 @@ def render(summaries: list[dict[str, Any]]) -> str:
             "|---" * 14 + "|"]
     for s in summaries:
         w, sh, rd, fs, wg = s["written"], s["shown"], s["reading"], s["first_success"], s["within_groups"]
-        if not w["tips"] and not sh["tips"]:
-            continue
         out.append(
-            f"| {s['run']} | {w['tips']} | {w['after_success']} | {w['action']} ({w['action_after_success']}) | "
+            f"| {_cell(s['run'])} | {w['tips']} | {w['after_success']} | {w['action']} ({w['action_after_success']}) | "
             f"{_share(w['direction'], w['tips'])} | {_share(w['room'], w['tips'])} | {sh['tips']} | "
             f"{_share(sh['action'], sh['tips'])} | {_share(sh['recorded_action'], sh['tips'])} | "
             f"{_share(sh['room'], sh['tips'])} | "
@@ -248,11 +279,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not args.goal.strip() or not args.action.strip():
         ap.error("--goal and --action must be non-empty")
+    if not names_action(args.action, args.action):
+        ap.error(f"--action {args.action!r} has no content word (only stop words): nothing could ever name it")
+    if args.json and not (args.json.parent.is_dir() and not args.json.is_dir()):
+        ap.error(f"--json {args.json}: its folder does not exist or it is a folder")
+    for r in args.runs:
+        if not (r / "trajectories").is_dir():
+            ap.error(f"{r} has no trajectories/ folder: give training run folders (RUN/trajectories/iter-N.jsonl)")
     summaries = [run_summary(r, args.goal, args.action, args.from_iteration) for r in args.runs]
+    empty = [s["run"] for s in summaries if not any(c["episodes"] for c in s["classes"].values())]
+    if empty:
+        print(f"warning: no episode from iteration {args.from_iteration} on in {', '.join(empty)}", file=sys.stderr)
     print(render(summaries))
     if args.json:
         args.json.write_text(json.dumps(summaries, indent=1))
-    return 0
+    return 0 if len(empty) < len(summaries) else 1
 
 
 if __name__ == "__main__":

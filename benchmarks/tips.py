@@ -161,24 +161,42 @@ def records_from_files(paths: list[Path], per_outcome: int, seed: int) -> list[d
     ``id`` becomes ``FILE-PARENT/FILE-STEM/ID`` (ids repeat across files) and its steps' shown tips are dropped
     (the tip prompts are tip-free). Successes first, then failures, each in file order.
 
+    A line that is not a JSON object with a list of ``steps`` is skipped with a warning; an id seen before
+    (the same file twice, two runs of one name) gets ``#2``, ``#3``… appended.
+
     Raises:
-        ValueError: no file given, a file that does not exist, or no usable episode in them.
+        ValueError: no file given, a file that does not exist, ``per_outcome`` < 1, or no usable episode.
     """
     import random
+    import warnings
 
     if not paths:
         raise ValueError("--records needs at least one trajectory JSONL file")
+    if per_outcome < 1:
+        raise ValueError(f"--records-per-outcome must be >= 1, got {per_outcome}")
+    seen: dict[str, int] = {}
     kinds: dict[bool, list[dict[str, Any]]] = {True: [], False: []}
     for path in paths:
         if not path.is_file():
             raise ValueError(f"--records: {path} is not a file (give RUN/trajectories/iter-K.jsonl files)")
-        for line in path.read_text().splitlines():
+        for n, line in enumerate(path.read_text().splitlines(), 1):
             if not line.strip():
                 continue
-            r = json.loads(line)
-            if r.get("crashed") or not r.get("steps"):
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError as e:
+                warnings.warn(f"{path}:{n}: not JSON ({e.msg}); skipped", stacklevel=2)
                 continue
-            r = {**r, "id": f"{path.parent.parent.name}/{path.stem}/{r.get('id')}",
+            if not isinstance(r, dict) or not isinstance(r.get("steps"), list) or \
+                    not all(isinstance(st, dict) for st in r["steps"]):
+                warnings.warn(f"{path}:{n}: not an episode record (an object with a list of step objects); skipped",
+                              stacklevel=2)
+                continue
+            if r.get("crashed") or not r["steps"]:
+                continue
+            rid = f"{path.parent.parent.name}/{path.stem}/{r.get('id')}"
+            seen[rid] = seen.get(rid, 0) + 1
+            r = {**r, "id": rid if seen[rid] == 1 else f"{rid}#{seen[rid]}",
                  "steps": [{**st, "tips": []} for st in r["steps"]]}
             kinds[bool(r.get("success"))].append(r)
     if not kinds[True] and not kinds[False]:

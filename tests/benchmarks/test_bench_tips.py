@@ -96,6 +96,14 @@ def test_records_from_training_trajectories(tmp_path):
     assert recs == tips.records_from_files([run / "iter-00001.jsonl"], 2, 0)  # seeded
     with pytest.raises(ValueError, match="not a file"):
         tips.records_from_files([tmp_path / "missing.jsonl"], 2, 0)
+    with pytest.raises(ValueError, match=">= 1"):
+        tips.records_from_files([run / "iter-00001.jsonl"], 0, 0)
+    # a partial last line and a non-record line are skipped with a warning; the same file twice keeps ids unique
+    bad = run / "iter-00002.jsonl"
+    bad.write_text(json.dumps(_episode(0, True)) + "\n[1, 2]\n" + json.dumps(_episode(1, False))[:30])
+    with pytest.warns(UserWarning, match="iter-00002.jsonl:2"):
+        twice = tips.records_from_files([bad, bad], 5, 0)
+    assert sorted(r["id"] for r in twice) == ["run-s0/iter-00002/it1-t1-r0", "run-s0/iter-00002/it1-t1-r0#2"]
     # the write stage on them (tiny model): one tip per record and setting
     out = tmp_path / "out"
     assert tips.main(["write", "--tiny", "--threads", "1", "--out", str(out), "--records", str(run / "iter-00001.jsonl"),

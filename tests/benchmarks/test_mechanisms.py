@@ -4,6 +4,7 @@ hand-written trajectories whose every count is known."""
 from __future__ import annotations
 
 import json
+import warnings
 
 import pytest
 
@@ -115,3 +116,33 @@ def test_cli_prints_tables_and_writes_json(run, tmp_path, capsys):
 def test_missing_trajectories_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="no iter-"):
         mechanisms.run_summary(tmp_path, "coin", "take coin")
+
+
+def test_odd_input_is_skipped_or_refused(tmp_path, capsys):
+    r = tmp_path / "run"
+    lab = "-= Room (A) =-\nA lab. There is a coin here."
+    good = {"mode": "off_policy", "success": False, "tip": "Go to the Room (A) then.",
+            "steps": [{"observation": HALL, "action": "go east", "tips": "The Room (A) had it."},
+                      _step(lab, "take coin | drop coin")]}
+    _write(r, {1: [good, {**good, "crashed": True}, {"mode": None, "success": True, "steps": ["not a step"]}]})
+    with (r / "trajectories" / "iter-00001.jsonl").open("a") as fh:
+        fh.write('[1, 2]\n{"mode": "plain", "succ')  # a non-object line and a partial last line
+    (r / "trajectories" / "iter-abc.jsonl").write_text("ignored\n")
+    (r / "trajectories" / "iter-00002.jsonl").write_text(json.dumps(
+        {"mode": "plain", "success": False, "tip": "x", "steps": [_step("-=  =-\nNowhere.", "look")]}) + "\n")
+    with pytest.warns(UserWarning, match=r"iter-00001.jsonl:4: not a JSON object"):
+        s = mechanisms.run_summary(r, "coin", "take coin")
+    tipped = s["classes"]["tipped"]  # tips given as one string count as one tip; the crashed copy is left out
+    assert (tipped["episodes"], tipped["found"], tipped["took"]) == (1, 1, 1)
+    assert s["classes"]["plain"]["episodes"] == 2  # mode None is plain; its non-object step is dropped
+    # a room name with punctuation is matched; a blank header "-=  =-" is no room (it would match every text)
+    assert s["written"]["room"] == 1 and s["shown"] == {"tips": 1, "action": 0, "recorded_action": 0, "room": 1,
+                                                       "foreign_room": 0}
+    warnings.simplefilter("ignore")  # (the skipped lines warn again; restored after the test by pytest)
+    assert mechanisms.main([str(r)]) == 0
+    assert "take coin \\| drop coin 1" in capsys.readouterr().out  # the pipe is escaped in the table
+    assert mechanisms.main([str(r), "--from-iteration", "9"]) == 1  # nothing counted
+    with pytest.raises(SystemExit):
+        mechanisms.main([str(r), "--action", "the"])  # stop words only
+    with pytest.raises(SystemExit):
+        mechanisms.main([str(tmp_path / "nope")])
