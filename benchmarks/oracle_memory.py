@@ -1,4 +1,4 @@
-"""Oracle memory replay: does a rollout on the gold path retrieve the oracle tip of its own state? (issue #18)
+"""Oracle memory replay: does a rollout on the gold path retrieve the oracle tip of its own state?
 
 An oracle memory (``python -m experiments.empo2_oracle.memory``, docs/notes/learning.md "An oracle memory") holds one tip per gold-path
 state, "Next action: <the gold action of that state>", keyed by the state text a rollout embeds there.

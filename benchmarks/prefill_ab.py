@@ -23,7 +23,7 @@
   cuts them at each ``--slot-costs`` value. Last, a tip-like batch (8 rows of 1,000–2,400 cached ids,
   up to 64 new ids, rows stopping at random) decoded whole (concatenated, in place) and shrinking
   as its rows finish (``sampling.DECODE_SHRINK``).
-* ``profile`` (where a long-context cached prefill spends its time, issue #21): ``extend_batch`` of
+* ``profile`` (where a long-context cached prefill spends its time): ``extend_batch`` of
   ``--profile-rows`` rows (cached / new ids like an EMPO² rollout's late turn with a tip block) under
   ``torch.profiler``, self CPU time grouped as attention (``scaled_dot_product_attention`` kernels),
   linear layers (``mm``/``addmm``/``bmm``), cache stacking (``fill_``/``copy_``/``index_select``/``cat``/

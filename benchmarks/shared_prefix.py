@@ -1,7 +1,7 @@
 """The update with and without the group-shared prefix (``trainer.share_prefix``), side by side.
 
 A synthetic batch shaped like the quickstart's (``configs/quickstart.yaml``: 2 task instances × 8
-rollouts × 5 turns, measured from its trajectories in issue #21): every trajectory opens with the same
+rollouts × 5 turns, measured from its trajectories): every trajectory opens with the same
 ``system`` tokens (system prompt: 616), the 8 rollouts of a group then share ``group`` tokens (task and
 first observation: 145), and each has its own 5 turns of ``obs`` observation/markup + ``act`` action
 tokens (31 + 4). Each case runs ``Learner.update`` once on that batch in a fresh subprocess with the
@@ -39,7 +39,7 @@ from typing import Any
 from benchmarks.common import REPO_ROOT, Run, add_common_args, model_name, pick, print_table, target
 
 SHAPE = {"groups": 2, "group_size": 8, "system": 616, "group": 145, "turns": 5, "obs": 31, "act": 4}
-"""The quickstart batch (token counts from its trajectories, issue #21)."""
+"""The quickstart batch (token counts from its trajectories)."""
 
 LONG_SHAPE = {"groups": 2, "group_size": 8, "system": 616, "group": 145, "turns": 9, "obs": 113, "act": 4}
 """A 12-turn batch of ``configs/learn_sciworld.yaml`` with ``env.max_turns=12`` (``--shape long``): 8.7 steps per

@@ -1,4 +1,4 @@
-"""Tips at 135M: can the policy write a useful tip, and does it read one? (issue #18 items 1 and 3)
+"""Tips at 135M: can the policy write a useful tip, and does it read one?
 
 Stages (each writes its JSON under ``--out`` and is skipped when that file exists, so the benchmark
 resumes where it stopped; ``--redo STAGE`` recomputes one):
@@ -16,7 +16,7 @@ resumes where it stopped; ``--redo STAGE`` recomputes one):
       of at most ``MAX_COHERENT_WORDS`` words, and (3) are *grounded*: at least ``GROUNDED_SHARE`` of
       their content words (≥ 3 letters, not stop words) occur, as Snowball stems, in the episode's own
       text (task, observations, actions, final observation, score sentence). A model log-prob is not
-      used: a peaked model scores its own babble highly. Grounding catches what issue #18 saw at T 1.0
+      used: a peaked model scores its own babble highly. Grounding catches what was seen at T 1.0 on ScienceWorld
       ("November 11th, a date ahead of a new employee @ Product.Time…": almost no word is from the
       episode); it cannot tell a wrong claim from a right one — informativeness does that.
     * **useful** = coherent and naming the outcome or a scoring action (restating the task's object
