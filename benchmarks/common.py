@@ -26,7 +26,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 """Default folder of the JSON results (git-ignored)."""
@@ -36,6 +36,30 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 DEFAULT_THREADS = 2
 """torch threads used by default (the reference machine has 2 cores)."""
+
+
+# ------------------------------------------------------------------------------------ JSON lines
+def json_objects(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` for each line of a JSON-lines file that holds a JSON object (1-based numbers).
+
+    Blank lines are passed over; a line that is not JSON (e.g. the partial last line of a file still being
+    written) or not an object is skipped with a ``UserWarning`` naming ``path:line``.
+    """
+    import warnings
+
+    with path.open() as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                warnings.warn(f"{path}:{n}: not JSON ({e.msg}); line skipped", stacklevel=3)
+                continue
+            if not isinstance(obj, dict):
+                warnings.warn(f"{path}:{n}: not a JSON object; line skipped", stacklevel=3)
+                continue
+            yield n, obj
 
 
 # ----------------------------------------------------------------------------------- arguments

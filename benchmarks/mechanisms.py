@@ -53,11 +53,11 @@ import argparse
 import json
 import re
 import sys
-import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterator
 
+from benchmarks.common import json_objects
 from benchmarks.survey_envs import wilson
 from empo2.memory.text import parse_step_entry
 from empo2.methods.empo2.tipinfo import names_action
@@ -94,20 +94,9 @@ def episodes(run: Path, from_iteration: int) -> Iterator[tuple[int, dict[str, An
     for it, path in files:
         if it < from_iteration:
             continue
-        with path.open() as fh:
-            for n, line in enumerate(fh, 1):
-                if not line.strip():
-                    continue
-                try:
-                    ep = json.loads(line)
-                except json.JSONDecodeError as e:
-                    warnings.warn(f"{path}:{n}: not JSON ({e.msg}); line skipped", stacklevel=2)
-                    continue
-                if not isinstance(ep, dict):
-                    warnings.warn(f"{path}:{n}: not a JSON object; line skipped", stacklevel=2)
-                    continue
-                if not ep.get("crashed"):
-                    yield it, ep
+        for _, ep in json_objects(path):
+            if not ep.get("crashed"):
+                yield it, ep
 
 
 def _steps(ep: dict[str, Any]) -> list[dict[str, Any]]:

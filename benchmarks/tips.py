@@ -170,6 +170,8 @@ def records_from_files(paths: list[Path], per_outcome: int, seed: int) -> list[d
     import random
     import warnings
 
+    from benchmarks.common import json_objects
+
     if not paths:
         raise ValueError("--records needs at least one trajectory JSONL file")
     if per_outcome < 1:
@@ -179,16 +181,8 @@ def records_from_files(paths: list[Path], per_outcome: int, seed: int) -> list[d
     for path in paths:
         if not path.is_file():
             raise ValueError(f"--records: {path} is not a file (give RUN/trajectories/iter-K.jsonl files)")
-        for n, line in enumerate(path.read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError as e:
-                warnings.warn(f"{path}:{n}: not JSON ({e.msg}); skipped", stacklevel=2)
-                continue
-            if not isinstance(r, dict) or not isinstance(r.get("steps"), list) or \
-                    not all(isinstance(st, dict) for st in r["steps"]):
+        for n, r in json_objects(path):
+            if not isinstance(r.get("steps"), list) or not all(isinstance(st, dict) for st in r["steps"]):
                 warnings.warn(f"{path}:{n}: not an episode record (an object with a list of step objects); skipped",
                               stacklevel=2)
                 continue
