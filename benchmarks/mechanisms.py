@@ -81,8 +81,9 @@ def rooms_of(text: str) -> set[str]:
 
 def episodes(run: Path, from_iteration: int) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(iteration, trajectory)`` for every training trajectory of ``run`` from ``from_iteration`` on, in
-    iteration order. Crashed episodes are left out; a line that is not a JSON object (e.g. the partial last
-    line of a run still writing) is skipped with a warning naming the file and line.
+    iteration order, its ``steps`` normalised by :func:`_steps`. Crashed episodes are left out; a line that is
+    not a JSON object (e.g. the partial last line of a run still writing) is skipped with a warning naming the
+    file and line.
 
     Raises:
         FileNotFoundError: ``run/trajectories`` holds no ``iter-N.jsonl``.
@@ -96,7 +97,7 @@ def episodes(run: Path, from_iteration: int) -> Iterator[tuple[int, dict[str, An
             continue
         for _, ep in json_objects(path):
             if not ep.get("crashed"):
-                yield it, ep
+                yield it, {**ep, "steps": _steps(ep)}
 
 
 def _steps(ep: dict[str, Any]) -> list[dict[str, Any]]:
@@ -138,7 +139,7 @@ def run_summary(run: Path, goal: str, action: str, from_iteration: int = 1) -> d
     eps = list(episodes(run, from_iteration))
     vocab: set[str] = set()
     for _, ep in eps:
-        for s in _steps(ep):
+        for s in ep["steps"]:
             vocab |= rooms_of(str(s.get("observation", "")))
     room_res = {r: _word(r) for r in vocab}
 
@@ -158,7 +159,7 @@ def run_summary(run: Path, goal: str, action: str, from_iteration: int = 1) -> d
         row["episodes"] += 1
         success = bool(ep.get("success"))
         row["successes"] += success
-        steps = _steps(ep)
+        steps = ep["steps"]
         seen: set[str] = set()
         for s in steps:
             seen |= rooms_of(str(s.get("observation", "")))
