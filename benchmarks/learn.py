@@ -216,8 +216,18 @@ def run_spec(arm: str, seed: int, cfg: str, extra: list[str], eval_episodes: int
             "memory_import_sha256": _digest(memory_import) if arm in ORACLE_ARMS else None}
 
 
+def same_spec(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two ``run_spec`` dicts describe the same run. The config file is compared by its content
+    (``config_sha256``), not its path: a run folder kept from another checkout or machine (an absolute path
+    under another root) is the same run when the file's bytes are."""
+    def key(s: dict[str, Any]) -> str:
+        return json.dumps({k: v for k, v in s.items() if k != "config" or not s.get("config_sha256")}, sort_keys=True)
+
+    return key(a) == key(b)
+
+
 def finished_run(run_dir: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
-    """The result of a finished run in ``run_dir`` with the same ``spec``, or None when there is none.
+    """The result of a finished run in ``run_dir`` with the same ``spec`` (``same_spec``), or None when there is none.
 
     Raises:
         SystemExit: the run finished with other settings (its ``result.json`` ``spec`` differs): the
@@ -227,8 +237,9 @@ def finished_run(run_dir: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
     if not path.is_file():
         return None
     r = json.loads(path.read_text())
-    if r.get("spec") != spec:
-        diff = sorted(k for k in set(spec) | set(r.get("spec", {})) if spec.get(k) != r.get("spec", {}).get(k))
+    if not same_spec(r.get("spec", {}), spec):
+        diff = sorted(k for k in set(spec) | set(r.get("spec", {})) if spec.get(k) != r.get("spec", {}).get(k)
+                      and not (k == "config" and spec.get("config_sha256")))
         raise SystemExit(f"error: {run_dir} finished with other settings ({', '.join(diff)} differ); pass --redo to "
                          "train it again with these, or use another --out")
     return r
@@ -236,14 +247,14 @@ def finished_run(run_dir: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
 
 def resumable(run_dir: Path, spec: dict[str, Any]) -> bool:
     """Whether ``run_dir`` holds an unfinished run of ``spec`` that ``empo2 train --resume`` can continue: its
-    ``learn_spec.json`` (written when it started) equals ``spec``, it has ``checkpoints/last`` and no
+    ``learn_spec.json`` (written when it started) is ``spec`` (``same_spec``), it has ``checkpoints/last`` and no
     ``result.json``."""
     path = run_dir / "learn_spec.json"
     last = run_dir / "checkpoints" / "last"
     if (run_dir / "result.json").exists() or not (last / "state.json").is_file() or not path.is_file():
         return False
     try:
-        return bool(json.loads(path.read_text()) == json.loads(json.dumps(spec)))
+        return same_spec(json.loads(path.read_text()), json.loads(json.dumps(spec)))
     except (OSError, ValueError):
         return False
 

@@ -280,6 +280,25 @@ def test_learn_resumes_an_interrupted_run_from_its_checkpoint(tmp_path, monkeypa
     assert not learn.resumable(run_dir, {**spec, "overrides": [*spec["overrides"], "trainer.lr=2e-3"]})
 
 
+def test_learn_keeps_a_finished_run_from_another_checkout(tmp_path):
+    """A finished run whose spec names the same config file under another root (a results folder kept from
+    another clone or machine) is kept: the config is compared by its bytes; a changed config file is refused."""
+    from benchmarks import learn
+
+    spec = learn.run_spec("grpo", 0, str(learn.REPO_ROOT / "configs" / "tiny.yaml"), ["trainer.threads=1"], 4, None, None)
+    run_dir = tmp_path / "runs" / "grpo-s0"
+    run_dir.mkdir(parents=True)
+    moved = {**spec, "config": "/elsewhere/empo2/configs/tiny.yaml"}
+    (run_dir / "result.json").write_text(json.dumps({"spec": moved, "eval": {}}))
+    assert learn.finished_run(run_dir, spec) == {"spec": moved, "eval": {}}
+    (run_dir / "result.json").write_text(json.dumps({"spec": {**moved, "config_sha256": "0" * 64}}))
+    with pytest.raises(SystemExit, match=r"\(config_sha256 differ\)"):
+        learn.finished_run(run_dir, spec)
+    (run_dir / "result.json").write_text(json.dumps({"spec": {**moved, "seed": 1}}))
+    with pytest.raises(SystemExit, match=r"\(seed differ\)"):
+        learn.finished_run(run_dir, spec)
+
+
 def test_gpu_check_runs_on_cpu_with_the_tiny_shape(tmp_path):
     """``benchmarks/gpu_check`` (the GPU-machine script) end to end on the CPU: a random model written and
     reloaded offline, GRPO with fp32 and with bf16 weights and EMPO² on WebShop, throughput, MFU and the warm
