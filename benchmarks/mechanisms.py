@@ -22,7 +22,7 @@ goal; ``goal-room actions``: the three commonest actions in such steps.
 
 Then, per run, the tips it **wrote** (the trajectory's ``tip``): how many, how many after a success,
 and the shares that name the deciding action, a compass direction, or a room (a word of the run's
-room headers ``-= Kitchen =-``); and the entries it was **shown** (each step's ``tips``, counted once
+room headers ``-= Kitchen =-``, or TextWorldExpress's ``You are in the kitchen.``); and the entries it was **shown** (each step's ``tips``, counted once
 per (episode, entry)), split as ``memory.text.parse_step_entry`` splits a per-step entry: the share
 whose tip text names the deciding action, whose recorded action is the deciding action ("At that
 timestep, the specific action you took was take coin"), whose tip names a room, and whose tip names a
@@ -63,6 +63,7 @@ from empo2.memory.text import parse_step_entry
 from empo2.methods.empo2.tipinfo import names_action
 
 _HEADER = re.compile(r"^\s*-=\s*(.+?)\s*=-\s*$", re.MULTILINE)
+_TWX_ROOM = re.compile(r"(?:^|(?<=[.!?]\s))You are in the ([A-Za-z][A-Za-z -]*?)\.", re.MULTILINE)
 _ITER_FILE = re.compile(r"^iter-(\d+)\.jsonl$")
 _DIRECTION = re.compile(r"\b(north|south|east|west)\b", re.IGNORECASE)
 CLASSES = ("plain", "tipped", "memory, no tip")
@@ -75,8 +76,10 @@ def _word(text: str) -> re.Pattern[str]:
 
 
 def rooms_of(text: str) -> set[str]:
-    """Room names in an observation: the lower-cased titles of its ``-= Room =-`` headers."""
-    return {name for m in _HEADER.finditer(text) if (name := m.group(1).strip().lower())}
+    """Room names in an observation, lower-cased: the titles of its TextWorld ``-= Room =-`` headers and the
+    rooms of its TextWorldExpress ``You are in the kitchen.`` sentences (at the start of a line or a sentence)."""
+    found = [m.group(1) for m in _HEADER.finditer(text)] + [m.group(1) for m in _TWX_ROOM.finditer(text)]
+    return {name for r in found if (name := r.strip().lower())}
 
 
 def episodes(run: Path, from_iteration: int) -> Iterator[tuple[int, dict[str, Any]]]:

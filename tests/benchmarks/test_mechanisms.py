@@ -146,3 +146,12 @@ def test_odd_input_is_skipped_or_refused(tmp_path, capsys):
         mechanisms.main([str(r), "--action", "the"])  # stop words only
     with pytest.raises(SystemExit):
         mechanisms.main([str(tmp_path / "nope")])
+
+
+def test_rooms_of_reads_textworld_headers_and_textworldexpress_sentences():
+    assert mechanisms.rooms_of(KITCHEN) == {"kitchen"} and mechanisms.rooms_of(HALL) == {"hall"}
+    twx = ("You are in the living room. In one part of the room you see a sofa. To the North you see the "
+           "kitchen. Through an open door, you see the corridor.")
+    assert mechanisms.rooms_of(twx) == {"living room"}  # the rooms seen through exits are not where one is
+    assert mechanisms.rooms_of("You take the coin.\nYou are in the pantry.") == {"pantry"}
+    assert mechanisms.rooms_of("While you are in the pantry, look.") == set()  # mid-sentence: not a location line
