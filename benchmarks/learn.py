@@ -220,10 +220,12 @@ def same_spec(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """Whether two ``run_spec`` dicts describe the same run. The config file is compared by its content
     (``config_sha256``), not its path: a run folder kept from another checkout or machine (an absolute path
     under another root) is the same run when the file's bytes are."""
-    def key(s: dict[str, Any]) -> str:
-        return json.dumps({k: v for k, v in s.items() if k != "config" or not s.get("config_sha256")}, sort_keys=True)
+    return json.dumps(_comparable(a), sort_keys=True) == json.dumps(_comparable(b), sort_keys=True)
 
-    return key(a) == key(b)
+
+def _comparable(spec: dict[str, Any]) -> dict[str, Any]:
+    """``spec`` without its config path when it has the config file's digest (what ``same_spec`` compares)."""
+    return {k: v for k, v in spec.items() if k != "config" or not spec.get("config_sha256")}
 
 
 def finished_run(run_dir: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
@@ -238,8 +240,8 @@ def finished_run(run_dir: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
         return None
     r = json.loads(path.read_text())
     if not same_spec(r.get("spec", {}), spec):
-        diff = sorted(k for k in set(spec) | set(r.get("spec", {})) if spec.get(k) != r.get("spec", {}).get(k)
-                      and not (k == "config" and spec.get("config_sha256")))
+        want, got = _comparable(spec), _comparable(r.get("spec", {}))
+        diff = sorted(k for k in set(want) | set(got) if want.get(k) != got.get(k))
         raise SystemExit(f"error: {run_dir} finished with other settings ({', '.join(diff)} differ); pass --redo to "
                          "train it again with these, or use another --out")
     return r
