@@ -618,6 +618,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "variations": list(c.env.variations), "lr": c.trainer.lr, "overrides": extra, "init": init,
             "memory_import": mem}
     runs = []
+    run_dirs: list[Path] = []  # this call's folder of each run in `runs`, for the report
     order = [(s, m) for s in seeds for m in arms]
     total = len(order)
     # every finished run is checked before any training: one made with other settings stops the call here
@@ -647,6 +648,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"[learn] {arm} seed {seed}: test score {e['score']:.1f}, success {100 * e['success_rate']:.0f}% "
                   f"({r['times']['train_s']:.0f} s train, {time.perf_counter() - t0:.0f} s so far)", flush=True)
         runs.append(r)
+        run_dirs.append(run_dir)
         meta["elapsed_min"] = (time.perf_counter() - t0) / 60.0
         write_partial(runs, meta, out)  # an interrupted benchmark keeps its table so far
     agg = aggregate(runs)
@@ -655,10 +657,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     plot(agg, out / "learn_curves.png")
     md = markdown(agg, meta)
     (out / "learn.md").write_text(md)
+    # the report reads whole run folders (metrics.jsonl); a run kept as its result.json alone
+    # (benchmarks/evidence) is in the table and the curves but not in the report
+    have = [d for d in run_dirs if (d / "metrics.jsonl").is_file()]
+    if len(have) < len(run_dirs):
+        bench.notes.append(f"report: {len(run_dirs) - len(have)} of {len(run_dirs)} run(s) are kept as result.json "
+                           "only (no metrics.jsonl under --out), so the report leaves them out; rerun an arm and "
+                           "seed with another --out to get its folder")
     # --force: a later call with more arms reports more runs into the same folder, which it owns
-    rep = subprocess.run([sys.executable, "-m", "empo2.cli", "report", *[r["run"] for r in runs], "--out",
-                          str(out / "report"), "--force"], cwd=REPO_ROOT, capture_output=True, text=True)
-    if rep.returncode != 0:
+    rep = subprocess.run([sys.executable, "-m", "empo2.cli", "report", *map(str, have), "--out",
+                          str(out / "report"), "--force"], cwd=REPO_ROOT, capture_output=True,
+                         text=True) if have else None
+    if rep is not None and rep.returncode != 0:
         bench.notes.append(f"empo2 report failed: {rep.stderr.strip()[-300:]}")
     rows = []
     for method, m in agg.items():

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -230,6 +231,15 @@ def test_learn_quick_runs_every_stage(tmp_path):
     assert only["config"]["not_run"] == ["base seed 1", "grpo seed 1", "empo2_oracle seed 1"]
     assert not (out / "runs" / "grpo-s1").exists()
     assert only["results"]["methods"]["grpo"]["test"]["score"] == methods["grpo"]["test"]["score"]
+    # a folder holding the runs' result.json alone (benchmarks/evidence): the table as before, no report of them
+    kept = tmp_path / "kept"
+    for arm in ("base", "grpo", "empo2_oracle"):
+        (kept / "runs" / f"{arm}-s0").mkdir(parents=True)
+        shutil.copy(out / "runs" / f"{arm}-s0" / "result.json", kept / "runs" / f"{arm}-s0" / "result.json")
+    again = learn.main([*args[:-2], str(kept), args[-1], "--finished-only"])
+    assert again["results"]["methods"]["grpo"]["test"]["score"] == methods["grpo"]["test"]["score"]
+    assert any("3 of 3 run(s) are kept as result.json only" in n for n in again["notes"])
+    assert not any("report failed" in n for n in again["notes"]) and not (kept / "report").exists()
     with pytest.raises(SystemExit, match="no run of"):
         learn.main([*args[:4], "1", *args[5:], "--finished-only"])
     with pytest.raises(SystemExit, match="give one of them"):
