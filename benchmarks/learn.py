@@ -228,6 +228,11 @@ def _comparable(spec: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in spec.items() if k != "config" or not spec.get("config_sha256")}
 
 
+def run_folder(out: Path, arm: str, seed: int) -> Path:
+    """The folder of the (arm, seed) run under a benchmark's ``--out``: ``<out>/runs/<arm>-s<seed>``."""
+    return out / "runs" / f"{arm}-s{seed}"
+
+
 def finished_run(run_dir: Path, spec: dict[str, Any]) -> dict[str, Any] | None:
     """The result of a finished run in ``run_dir`` with the same ``spec`` (``same_spec``), or None when there is none.
 
@@ -275,8 +280,8 @@ def run_one(arm: str, seed: int, cfg: str, extra: list[str], out: Path, eval_epi
     """Train one (arm, seed) run, evaluate its final policy on the test and train variations, and write
     ``result.json`` (what ``finished_run`` reads back). An unfinished run folder of the same settings
     (``resumable``) continues from its last checkpoint unless ``restart``; any other is started afresh."""
-    name = f"{arm}-s{seed}"
-    run_dir = out / "runs" / name
+    run_dir = run_folder(out, arm, seed)
+    name = run_dir.name
     log = out / "logs" / f"{name}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
     spec = run_spec(arm, seed, cfg, extra, eval_episodes, init, memory_import)
@@ -618,11 +623,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "variations": list(c.env.variations), "lr": c.trainer.lr, "overrides": extra, "init": init,
             "memory_import": mem}
     runs = []
-    run_dirs: list[Path] = []  # this call's folder of each run in `runs`, for the report
     order = [(s, m) for s in seeds for m in arms]
     total = len(order)
     # every finished run is checked before any training: one made with other settings stops the call here
-    done = {} if args.redo else {(s, m): finished_run(out / "runs" / f"{m}-s{s}",
+    done = {} if args.redo else {(s, m): finished_run(run_folder(out, m, s),
                                                       run_spec(m, s, cfg, extra, eval_episodes, init, mem))
                                  for s, m in order}
     skipped = 0
@@ -635,7 +639,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         order = [(s, m) for s, m in order if done.get((s, m)) is not None]
         meta["not_run"] = missing
     for k, (seed, arm) in enumerate(order):
-        run_dir = out / "runs" / f"{arm}-s{seed}"
+        run_dir = run_folder(out, arm, seed)
         r = done.get((seed, arm))
         if r is not None:
             skipped += 1
@@ -648,7 +652,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"[learn] {arm} seed {seed}: test score {e['score']:.1f}, success {100 * e['success_rate']:.0f}% "
                   f"({r['times']['train_s']:.0f} s train, {time.perf_counter() - t0:.0f} s so far)", flush=True)
         runs.append(r)
-        run_dirs.append(run_dir)
         meta["elapsed_min"] = (time.perf_counter() - t0) / 60.0
         write_partial(runs, meta, out)  # an interrupted benchmark keeps its table so far
     agg = aggregate(runs)
@@ -659,9 +662,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     (out / "learn.md").write_text(md)
     # the report reads whole run folders (metrics.jsonl); a run kept as its result.json alone
     # (benchmarks/evidence) is in the table and the curves but not in the report
-    have = [d for d in run_dirs if (d / "metrics.jsonl").is_file()]
-    if len(have) < len(run_dirs):
-        bench.notes.append(f"report: {len(run_dirs) - len(have)} of {len(run_dirs)} run(s) are kept as result.json "
+    have = [d for d in (run_folder(out, r["method"], r["seed"]) for r in runs) if (d / "metrics.jsonl").is_file()]
+    if len(have) < len(runs):
+        bench.notes.append(f"report: {len(runs) - len(have)} of {len(runs)} run(s) are kept as result.json "
                            "only (no metrics.jsonl under --out), so the report leaves them out; rerun an arm and "
                            "seed with another --out to get its folder")
     # --force: a later call with more arms reports more runs into the same folder, which it owns
