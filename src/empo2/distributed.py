@@ -249,7 +249,7 @@ def rank_device(device: str, ctx: DistContext) -> str:
 
 
 SUMMED_METRICS = ("rollout/episodes", "rollout/env_crashes", "rollout/env_steps", "rollout/context_full",
-                  "rollout/mode/", "train/tokens", "train/seq_tokens", "train/updated_tokens",
+                  "rollout/context_full/", "rollout/mode/", "train/tokens", "train/seq_tokens", "train/updated_tokens",
                   "train/micro_batches", "train/forward_tokens", "train/zero_adv_samples_skipped", "train/off_policy_samples",
                   "train/cut_steps", "rollout/env_restarts", "memory/tips_written", "memory/tips_malformed",
                   "memory/entries_added", "memory/tips_truncated")

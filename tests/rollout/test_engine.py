@@ -10,6 +10,7 @@ from empo2.envs.tiny.env import TinyEnv, TinyFamily
 from empo2.records import Mode, SegmentKind
 from empo2.rollout.engine import EpisodeSpec, RolloutEngine, RolloutSettings
 from empo2.rollout.pool import EnvPool
+from empo2.trainer.metrics import rollout_metrics
 from tests.fakes import BigramLM
 
 
@@ -145,6 +146,56 @@ def test_episodes_cut_before_their_first_action_are_said_once(fake, chat_format,
         with caplog.at_level("WARNING", logger="empo2.rollout.engine"):  # a context that fits: no warning
             fresh = RolloutEngine(fake, chat_format, fam, pool)
             assert all(t.num_steps > 0 for t in fresh.run(_specs(2), _settings(max_context=first + 200, max_turns=1)))
+        assert not caplog.records
+
+
+class _PacingEnv(TinyEnv):
+    """The tiny game without its pit or key: an episode only ends at the turn cap or the context limit."""
+
+    def admissible_actions(self):
+        return [a for a in super().admissible_actions() if a in ("look around", "go east", "go west")]
+
+
+class _PacingFamily(TinyFamily):
+    def make(self):
+        return _PacingEnv(self.cfg)
+
+
+class _LongTipHook(StepHook):
+    def before_turn(self, states):
+        for st in states:
+            st.tips = ["the coin was not in the kitchen; next time go east and search the rooms beyond it"] * 8
+
+
+def test_episodes_shown_tips_cut_by_the_context_are_said_once(fake, chat_format, caplog):
+    """Every turn keeps its tip block in the chat, so tipped episodes ran out of context after ~7 of 20 turns while
+    plain ones played all 20 (TextWorldExpress coin, 4096 tokens) with no word: the engine now warns once and
+    the metrics split steps and context ends by mode."""
+    fam = _PacingFamily()
+    with EnvPool(fam, 4) as pool:
+        engine = RolloutEngine(fake, chat_format, fam, pool)
+        first = engine.first_prompt_tokens(TaskSpec("tiny", "fetch-key", 0), _settings())
+        settings = _settings(max_context=first + 700, max_turns=16, max_tip_tokens=300)
+        specs = _specs(2, Mode.OFF_TIPS) + [EpisodeSpec(TaskSpec("tiny", "fetch-key", v % 3), v, 0, v, Mode.PLAIN)
+                                            for v in range(2, 4)]
+        with caplog.at_level("WARNING", logger="empo2.rollout.engine"):
+            trajs = engine.run(specs, settings, hook=_LongTipHook())
+            engine.run(specs, settings, iteration=1, hook=_LongTipHook())  # said once, not every iteration
+        tipped, plain = trajs[:2], trajs[2:]
+        assert all(t.info.get("context_full") and 0 < t.num_steps < 16 for t in tipped)
+        assert not any(t.info.get("context_full") for t in plain) and all(t.num_steps == 16 for t in plain)
+        warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+        assert len(warnings) == 1, warnings
+        assert warnings[0].startswith(f"2 of 2 episodes shown tips ended at model.max_context ({first + 700})")
+        assert "episodes without tips: 0 of 2 ended there" in warnings[0]
+        m = rollout_metrics(trajs)
+        assert m["rollout/context_full/off_policy"] == 2.0 and m["rollout/context_full/plain"] == 0.0
+        assert m["rollout/steps_mean/off_policy"] < m["rollout/steps_mean/plain"]
+        assert m["rollout/context_full"] == 2.0
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="empo2.rollout.engine"):  # the same tips with room: no warning
+            fresh = RolloutEngine(fake, chat_format, fam, pool)
+            fresh.run(specs, _settings(max_context=first + 4000, max_turns=16, max_tip_tokens=300), hook=_LongTipHook())
         assert not caplog.records
 
 

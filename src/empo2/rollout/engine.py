@@ -203,6 +203,7 @@ class RolloutEngine:
         self._open: dict[str, EpisodeState] = {}
         self._keep_kv: Callable[[EpisodeState], bool] | None = None
         self._warned_first_prompt = False  # episodes cut before their first action: said once per engine
+        self._warned_tips_cut = False  # episodes shown tips cut short by the context: said once per engine
 
     # ------------------------------------------------------------------ public
     def first_prompt_tokens(self, task: TaskSpec, settings: RolloutSettings) -> int | None:
@@ -252,6 +253,7 @@ class RolloutEngine:
             self._keep_kv = None
             self._open.clear()
         self._warn_cut_at_first_turn(out, settings)
+        self._warn_tips_cut(out, settings)
         return out
 
     def _warn_cut_at_first_turn(self, trajs: list[Trajectory], s: RolloutSettings) -> None:
@@ -269,6 +271,28 @@ class RolloutEngine:
                     "no step and teach nothing (counted in rollout/context_full); raise model.max_context to at "
                     "least %d, or shorten the prompt (%s)", len(cut), len(trajs), s.max_new_tokens, need,
                     s.max_context, need, shorter)
+
+    def _warn_tips_cut(self, trajs: list[Trajectory], s: RolloutSettings) -> None:
+        """Say once (per engine) when episodes shown tips ended at ``model.max_context`` after some turns.
+
+        Every turn keeps its tip block in the chat (docs/architecture.md, the token contract), so with
+        ``max_turns`` turns a tipped episode needs about ``max_turns`` × (observation + tip block) tokens; past
+        the context it ends early and has fewer turns to find anything than a plain episode. Only
+        ``rollout/context_full`` and ``rollout/steps_mean/<mode>`` would show it."""
+        tipped = [t for t in trajs if ROLLOUT_SHOWS_TIPS[t.mode] and not t.crashed]
+        cut = [t for t in tipped if t.info.get("context_full") and t.num_steps > 0]
+        if not cut or self._warned_tips_cut:
+            return
+        self._warned_tips_cut = True
+        plain = [t for t in trajs if not ROLLOUT_SHOWS_TIPS[t.mode] and not t.crashed]
+        plain_cut = sum(bool(t.info.get("context_full")) for t in plain)
+        turns = sum(t.num_steps for t in cut) / len(cut)
+        log.warning("%d of %d episodes shown tips ended at model.max_context (%d) after %.1f turns on average "
+                    "(rollout turn cap %d; episodes without tips: %d of %d ended there): every turn keeps its tip "
+                    "block in the chat, so tips cost turns (rollout/steps_mean/<mode>). Raise model.max_context, or "
+                    "show less per turn: empo2.memory.top_k, empo2.memory.max_tip_tokens (now %d), "
+                    "empo2.memory.entry_text=per_episode", len(cut), len(tipped), s.max_context, turns,
+                    s.max_turns, plain_cut, len(plain), s.max_tip_tokens)
 
     # ------------------------------------------------------------------ internals
     def _crash(self, st: EpisodeState, err: Exception) -> None:

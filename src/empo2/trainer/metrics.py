@@ -23,6 +23,10 @@ log = logging.getLogger(__name__)
 def rollout_metrics(trajs: list[Trajectory], two_word: Mapping[str, Collection[str]] | None = None) -> dict[str, float]:
     """Score (0..100), success rate, steps, action validity, crashes, modes, verb shares of one iteration.
 
+    Per rollout mode (``rollout/mode/<mode>``: how many episodes) also ``rollout/steps_mean/<mode>`` and
+    ``rollout/context_full/<mode>`` (episodes that ended at ``model.max_context``): every turn keeps its tip block
+    in the chat, so episodes shown tips can run out of context turns before plain ones (docs/architecture.md).
+
     ``two_word``: the environment family's ``two_word_verbs`` (``verb_shares``; None = ScienceWorld's).
     """
     ok = [t for t in trajs if not t.crashed]
@@ -49,6 +53,10 @@ def rollout_metrics(trajs: list[Trajectory], two_word: Mapping[str, Collection[s
             len(seg.ids) for t in ok for seg in t.segments if seg.kind.value == "action") / len(steps)
     for mode, c in Counter(t.mode.value for t in trajs).items():
         out[f"rollout/mode/{mode}"] = float(c)
+        of_mode = [t for t in ok if t.mode.value == mode]
+        if of_mode:  # tipped episodes can end at the context limit sooner than plain ones (tip blocks stay in the chat)
+            out[f"rollout/steps_mean/{mode}"] = sum(t.num_steps for t in of_mode) / len(of_mode)
+            out[f"rollout/context_full/{mode}"] = float(sum(bool(t.info.get("context_full")) for t in of_mode))
     out.update(verb_shares([s.action for s in steps], two_word))
     return out
 
