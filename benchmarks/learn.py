@@ -16,7 +16,8 @@ separates the reward from the tips), ``empo2_paper`` (p 0.25, q 0.68, modes per 
 ``empo2_paper_q0`` (the same with q = 0: no tip-free updates), ``empo2_paper_task`` / ``grpo_novelty_task`` (the
 memory and the novelty count span every game of a task, ``empo2.memory.bucket: task``: with many training games each
 played about once, per-game buckets are never read again), ``empo2_paper_obs`` / ``grpo_novelty_obs`` (the same,
-the state keyed by the current observation alone, ``OBS_KEY``; ``empo2_paper_obs_q0``: with q = 0), ``empo2_authors`` (p 0.25, q 0.68, the mode drawn per
+the state keyed by the current observation alone, ``OBS_KEY``; ``empo2_paper_obs_q0``: with q = 0;
+``empo2_paper_obs_fit``: with tips that leave a tipped episode all its turns, ``TIPS_FIT``), ``empo2_authors`` (p 0.25, q 0.68, the mode drawn per
 iteration, novelty logged but not in the advantage, as the authors' code runs it), ``empo2_q0`` (q = 0: every memory rollout
 trained with its tips, i.e. no off-policy distillation), ``memory_only`` (frozen weights), ``empo2_oracle``
 (the memory seeded from ``--memory-import FILE.jsonl`` before training — the oracle tips of ``python -m
@@ -102,6 +103,13 @@ alike: on the TextWorld coin collector (level 5, one base-policy episode through
 *different* rooms had cosine ≥ 0.9, the novelty threshold, and so counted as one state (a new room earned
 r_int ≈ 1/n like a revisit). Keyed by the observation, the same room is cosine 1.0 and different rooms at most
 0.73 (mean 0.59): the novelty count is a count of rooms."""
+TIPS_FIT = ["model.max_context=8192", "empo2.memory.top_k=3"]
+"""Tips that leave a tipped episode all its turns (the ``*_fit`` arms). Every turn keeps its tip block in the chat:
+on TextWorldExpress coin (``configs/twx_explore.yaml``, 20 turns) a plain episode takes 3265 tokens on average (at
+most 3859) of the 4096 of ``model.max_context``, and with the default k 10 the block of 8 retrieved entries
+(488 tokens) at every turn needs ~13000, so the tipped rollouts of ``empo2_paper_obs`` ended after 6.8 of 20 turns
+(seed 2: every one of them). With k 3 (a 194-token block) the same episodes need at most ~7740 tokens: they fit 8192,
+SmolLM2's trained context (token counts of seed 2's plain trajectories with a tip block added to every turn)."""
 LIVE_ORACLE = ["run.plugins=[experiments.empo2_oracle]", "trainer.method=empo2_live_oracle"]
 """The tips of the ``*_live_oracle`` arms: the next gold action at every memory-mode step, from the plug-in
 ``experiments/empo2_oracle`` (importable in the ``empo2`` subprocesses: ``_cli`` puts the repository root on their
@@ -126,6 +134,7 @@ ARMS: dict[str, list[str]] = {
     "empo2_paper_obs": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY, *TIP_DIAGNOSTICS],
     "empo2_paper_obs_q0": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY, "empo2.q=0.0",
                            *TIP_DIAGNOSTICS],
+    "empo2_paper_obs_fit": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY, *TIPS_FIT, *TIP_DIAGNOSTICS],
     "empo2_authors": ["empo2.p=0.25", "empo2.q=0.68", "empo2.mode_granularity=iteration",
                       "empo2.intrinsic.in_advantage=false", *TIP_DIAGNOSTICS],
     "empo2_q0": [*EMPO2, "empo2.q=0.0", *TIP_DIAGNOSTICS],
