@@ -107,7 +107,7 @@ TIPS_FIT = ["model.max_context=8192", "empo2.memory.top_k=3"]
 """Tips that leave a tipped episode all its turns (the ``*_fit`` arms). Every turn keeps its tip block in the chat:
 on TextWorldExpress coin (``configs/twx_explore.yaml``, 20 turns) a plain episode takes 3265 tokens on average (at
 most 3859) of the 4096 of ``model.max_context``, and with the default k 10 the block of 8 retrieved entries
-(488 tokens) at every turn needs ~13000, so the tipped rollouts of ``empo2_paper_obs`` ended after 6.8 of 20 turns
+(488 tokens) at every turn needs ~13000, so the tipped rollouts of ``empo2_paper_obs`` ended after 7.0 of 20 turns
 (seed 2: every one of them). With k 3 (a 194-token block) the same episodes need at most ~7740 tokens: they fit 8192,
 SmolLM2's trained context (token counts of seed 2's plain trajectories with a tip block added to every turn)."""
 LIVE_ORACLE = ["run.plugins=[experiments.empo2_oracle]", "trainer.method=empo2_live_oracle"]
