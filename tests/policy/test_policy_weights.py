@@ -72,3 +72,19 @@ def test_weights_loaded_from_a_checkpoint_are_aligned_and_compute_like_fresh_mem
     assert lin.weight.data_ptr() % WEIGHT_ALIGN_BYTES
     assert own_aligned(lin) == 1 and lin.weight.data_ptr() % WEIGHT_ALIGN_BYTES == 0
     assert own_aligned(lin) == 0
+
+
+def test_a_context_longer_than_the_trained_positions_is_warned(caplog):
+    """``load_policy`` warns when ``model.max_context`` exceeds ``config.max_position_embeddings`` (the
+    tiny model's 8192, like SmolLM2's) and stays quiet at or below it."""
+    import logging
+
+    from empo2.config import ModelConfig
+    from empo2.policy.loading import load_policy
+
+    with caplog.at_level(logging.WARNING, logger="empo2.policy.loading"):
+        load_policy(ModelConfig(name_or_path="tiny-random", max_context=8192))
+    assert "positions this model was trained on" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="empo2.policy.loading"):
+        load_policy(ModelConfig(name_or_path="tiny-random", max_context=16384))
+    assert "model.max_context (16384) is longer than the 8192 positions" in caplog.text

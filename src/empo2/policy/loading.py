@@ -416,7 +416,24 @@ def load_policy(cfg: ModelConfig, weights_dir: str | Path | None = None) -> Load
             lp.model.config.use_cache = False
     lp.model.to(device)
     own_aligned(lp.model)
+    _warn_untrained_positions(lp.model, cfg.max_context)
     return lp
+
+
+def _warn_untrained_positions(model: Any, max_context: int) -> None:
+    """Warn when ``model.max_context`` runs past the positions the model was trained on.
+
+    The model's ``config.max_position_embeddings`` (SmolLM2: 8192) is the longest sequence it saw in
+    training; a longer ``model.max_context`` is allowed (a model with RoPE scaling may handle it) but its
+    later positions were never trained, so long tipped episodes can degrade silently. Models without the
+    attribute are not checked.
+    """
+    n_pos = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    if isinstance(n_pos, int) and max_context > n_pos:
+        log.warning("model.max_context (%d) is longer than the %d positions this model was trained on "
+                    "(config.max_position_embeddings): tokens past %d sit at positions it never saw. Lower "
+                    "model.max_context to %d, or shorten episodes (empo2.memory.top_k, env.max_turns)",
+                    max_context, n_pos, n_pos, n_pos)
 
 
 WEIGHT_ALIGN_BYTES = 64
