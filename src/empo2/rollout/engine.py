@@ -279,9 +279,11 @@ class RolloutEngine:
         ``max_turns`` turns a tipped episode needs about ``max_turns`` × (observation + tip block) tokens; past
         the context it ends early and has fewer turns to find anything than a plain episode. Only
         ``rollout/context_full`` and ``rollout/steps_mean/<mode>`` would show it."""
+        if self._warned_tips_cut:
+            return
         tipped = [t for t in trajs if ROLLOUT_SHOWS_TIPS[t.mode] and not t.crashed]
         cut = [t for t in tipped if t.info.get("context_full") and t.num_steps > 0]
-        if not cut or self._warned_tips_cut:
+        if not cut:
             return
         self._warned_tips_cut = True
         plain = [t for t in trajs if not ROLLOUT_SHOWS_TIPS[t.mode] and not t.crashed]
