@@ -17,6 +17,8 @@ separates the reward from the tips), ``empo2_paper`` (p 0.25, q 0.68, modes per 
 memory and the novelty count span every game of a task, ``empo2.memory.bucket: task``: with many training games each
 played about once, per-game buckets are never read again), ``empo2_paper_obs`` / ``grpo_novelty_obs`` (the same,
 the state keyed by the current observation alone, ``OBS_KEY``; ``empo2_paper_obs_q0``: with q = 0;
+``grpo_novelty_obs_game``: ``grpo_novelty_obs`` with the novelty count per game, the default ``bucket: variation``,
+so 1/n restarts with every new game instead of shrinking towards 0 as the task's count grows);
 ``empo2_paper_obs_fit``: with tips that leave a tipped episode all its turns, ``TIPS_FIT``), ``empo2_authors`` (p 0.25, q 0.68, the mode drawn per
 iteration, novelty logged but not in the advantage, as the authors' code runs it), ``empo2_q0`` (q = 0: every memory rollout
 trained with its tips, i.e. no off-policy distillation), ``memory_only`` (frozen weights), ``empo2_oracle``
@@ -131,6 +133,7 @@ ARMS: dict[str, list[str]] = {
     "grpo_novelty_task": ["empo2.p=0.0", *NOVELTY, "empo2.memory.bucket=task"],
     "empo2_paper_task": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *TIP_DIAGNOSTICS],
     "grpo_novelty_obs": ["empo2.p=0.0", *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY],
+    "grpo_novelty_obs_game": ["empo2.p=0.0", *NOVELTY, *OBS_KEY],
     "empo2_paper_obs": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY, *TIP_DIAGNOSTICS],
     "empo2_paper_obs_q0": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY, "empo2.q=0.0",
                            *TIP_DIAGNOSTICS],

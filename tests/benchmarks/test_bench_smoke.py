@@ -505,6 +505,10 @@ def test_every_learn_arm_is_a_valid_config_and_the_q0_arms_never_train_tip_free(
         cfg = load_config(learn.DEFAULT_CONFIG, [*four, *learn.merge_plugins(learn.ARMS[arm])])
         assert cfg.empo2.q == 0.0 and cfg.empo2.p == 0.5
         assert (cfg.trainer.method == "empo2_live_oracle") == ("live_oracle" in arm)  # experiments/empo2_oracle
+    # the per-game novelty arm differs from its per-task counterpart only by what the count spans
+    assert [o for o in learn.ARMS["grpo_novelty_obs"] if o not in learn.ARMS["grpo_novelty_obs_game"]] == [
+        "empo2.memory.bucket=task"]
+    assert load_config(learn.DEFAULT_CONFIG, learn.ARMS["grpo_novelty_obs_game"]).empo2.memory.bucket == "variation"
     # every arm that writes tips logs the report's tip columns (experiments/tip_diagnostics), left out of the spec
     for arm, over in learn.ARMS.items():
         cfg = load_config(learn.DEFAULT_CONFIG, [*four, *learn.merge_plugins(over)])
