@@ -18,7 +18,7 @@ memory and the novelty count span every game of a task, ``empo2.memory.bucket: t
 played about once, per-game buckets are never read again), ``empo2_paper_obs`` / ``grpo_novelty_obs`` (the same,
 the state keyed by the current observation alone, ``OBS_KEY``; ``empo2_paper_obs_q0``: with q = 0;
 ``grpo_novelty_obs_game``: ``grpo_novelty_obs`` with the novelty count per game, the default ``bucket: variation``,
-so 1/n restarts with every new game instead of shrinking towards 0 as the task's count grows);
+so 1/n restarts with every new game instead of shrinking towards 0 as the task's count grows;
 ``empo2_paper_obs_fit``: with tips that leave a tipped episode all its turns, ``TIPS_FIT``), ``empo2_authors`` (p 0.25, q 0.68, the mode drawn per
 iteration, novelty logged but not in the advantage, as the authors' code runs it), ``empo2_q0`` (q = 0: every memory rollout
 trained with its tips, i.e. no off-policy distillation), ``memory_only`` (frozen weights), ``empo2_oracle``
