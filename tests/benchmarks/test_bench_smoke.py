@@ -508,6 +508,7 @@ def test_every_learn_arm_is_a_valid_config_and_the_q0_arms_never_train_tip_free(
     # the per-game novelty arm differs from its per-task counterpart only by what the count spans
     assert [o for o in learn.ARMS["grpo_novelty_obs"] if o not in learn.ARMS["grpo_novelty_obs_game"]] == [
         "empo2.memory.bucket=task"]
+    assert all(o in learn.ARMS["grpo_novelty_obs"] for o in learn.ARMS["grpo_novelty_obs_game"])
     assert load_config(learn.DEFAULT_CONFIG, learn.ARMS["grpo_novelty_obs_game"]).empo2.memory.bucket == "variation"
     # every arm that writes tips logs the report's tip columns (experiments/tip_diagnostics), left out of the spec
     for arm, over in learn.ARMS.items():
