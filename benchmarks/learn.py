@@ -500,6 +500,8 @@ def plot(agg: dict[str, Any], path: Path) -> None:
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
     axes[2].grid(alpha=0.3)
+    # arm names are long (``empo2_paper_obs_fit``): slanted, they do not run into each other
+    plt.setp(axes[2].get_xticklabels(), rotation=20, ha="right", fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
