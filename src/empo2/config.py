@@ -312,7 +312,7 @@ class MemoryConfig:
         "order of equal-score tips: newer first (ours) or insertion order (authors' stable sort)", default="newer_first")
     top_k: int = doc("k: at most this many tips per step", default=10)
     bucket: Literal["variation", "task"] = doc(
-        "what one memory bucket (and the novelty count) spans: one task variation (the authors': a game's tips are "
+        "what one memory bucket (and, with empo2.intrinsic.bucket: memory, the novelty count) spans: one task variation (the authors': a game's tips are "
         "retrieved only in that game) or every variation of a task (tips and state counts carry across games: with "
         "many training games each played about once, per-variation buckets are never read again)",
         default="variation")
@@ -355,6 +355,17 @@ class IntrinsicConfig:
     threshold: float = doc("τ_novelty: two states count as the same when their cosine is ≥ this", default=0.9)
     coef: float = doc("λ_int", default=0.1)
     in_advantage: bool = doc("add λ_int·Σ r_int to the return used for the advantage (authors' code: False)", default=False)
+    bucket: Literal["memory", "variation", "task"] = doc(
+        "what one novelty count spans: 'memory' = the tips' buckets (empo2.memory.bucket; authors: one game), "
+        "'variation' = one task variation (with memory.bucket: task, tips carry across games while 1/n restarts with "
+        "every game instead of shrinking towards 0 as the task's count grows), 'task' = every variation of a task; "
+        "count: similar_states only (count: retrieved counts the tips' bucket)", default="memory")
+
+    def __post_init__(self) -> None:
+        if self.count == "retrieved" and self.bucket != "memory":
+            raise ConfigError(f"empo2.intrinsic.bucket={self.bucket} needs empo2.intrinsic.count=similar_states: "
+                              "count: retrieved counts the tips retrieved from the memory's own bucket; set "
+                              "empo2.intrinsic.bucket=memory or empo2.intrinsic.count=similar_states")
 
 
 @dataclass

@@ -207,3 +207,38 @@ def test_task_buckets_carry_tips_across_variations(tmp_path):
         assert vars_seen == {0, 1}, vars_seen
         hits[bucket] = rows[1]["memory/retrieval_hit_rate"]
     assert hits["variation"] == 0 and hits["task"] > 0, hits
+
+
+def test_novelty_bucket_per_game_while_tips_are_shared(tmp_path):
+    """``empo2.intrinsic.bucket: variation`` with ``memory.bucket: task``: the second game still reads the first
+    game's tips, but its states are counted afresh (r_int of its first state is 1/1), where the default (the
+    memory's task bucket) counts them against the first game's visits (r_int < 1)."""
+    from empo2.methods.empo2.runtime import Empo2Runtime, span_key
+
+    spec = TaskSpec("tiny", "fetch-key", 3)
+    assert span_key(spec, "variation") == spec.bucket and span_key(spec, "task") == "tiny/fetch-key"
+    with pytest.raises(ValueError, match="spans 'variation' or 'task'"):
+        span_key(spec, "game")
+    rt = SimpleNamespace(mcfg=SimpleNamespace(bucket="task"), icfg=SimpleNamespace(bucket="memory"))
+    rt.bucket = lambda t: Empo2Runtime.bucket(rt, t)
+    assert Empo2Runtime.novelty_bucket(rt, spec) == "tiny/fetch-key"
+    rt.icfg.bucket = "variation"
+    assert Empo2Runtime.novelty_bucket(rt, spec) == spec.bucket
+    first, hits = {}, {}
+    for span in ("memory", "variation"):
+        cfg = _cfg(tmp_path, span, env={"variations": [0, 1]},
+                   empo2={"memory": {"bucket": "task"}, "intrinsic": {"bucket": span}})
+        assert main(["train", "--config", str(cfg)]) == 0
+        run = tmp_path / "runs" / span
+        hits[span] = _rows(run)[1]["memory/retrieval_hit_rate"]
+        trajs = [json.loads(x) for x in (run / "trajectories" / "iter-00002.jsonl").read_text().splitlines()]
+        first[span] = [t["steps"][0]["intrinsic"] for t in trajs]
+    assert hits["memory"] > 0 and hits["variation"] > 0, hits  # tips shared across the two games either way
+    assert all(r == 1.0 for r in first["variation"]), first
+    assert all(r < 1.0 for r in first["memory"]), first
+
+
+def test_novelty_bucket_needs_the_similar_states_count(tmp_path):
+    cfg = _cfg(tmp_path, "bad", empo2={"intrinsic": {"bucket": "variation", "count": "retrieved"}})
+    with pytest.raises(Exception, match="empo2.intrinsic.bucket=variation needs empo2.intrinsic.count=similar_states"):
+        load_config(cfg)

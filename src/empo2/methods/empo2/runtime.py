@@ -123,6 +123,21 @@ def rollout_state_text(messages: list[tuple[str, str]], task_description: str, o
     return key_text(list(messages) + [("user", user_text(task_description, observation, turn))], mode, recent_turns)
 
 
+def span_key(task: Any, span: str) -> str:
+    """The bucket of a ``TaskSpec`` that spans one task ``variation`` (``env/task/variation``, ``TaskSpec.bucket``)
+    or a whole ``task`` (``env/task``, every variation), for the tip memory (``empo2.memory.bucket``) and the
+    novelty count (``empo2.intrinsic.bucket``; docs/algorithms.md, EMPO² memory at run time).
+
+    Raises:
+        ValueError: ``span`` is neither ``variation`` nor ``task``.
+    """
+    if span == "variation":
+        return str(task.bucket)
+    if span == "task":
+        return f"{task.env}/{task.task}"
+    raise ValueError(f"a bucket spans 'variation' or 'task', got {span!r}")
+
+
 class Empo2Runtime(Method):
     """Memory, retrieval, novelty and tips of one run: the ``Method`` of EMPO² and of the memory-only
     baseline (``trainer.update: false``; ``methods.base`` has the table of hooks).
@@ -284,8 +299,14 @@ class Empo2Runtime(Method):
     # ------------------------------------------------------------------ tips + memory
     def bucket(self, task: Any) -> str:
         """The memory bucket of a ``TaskSpec`` (``empo2.memory.bucket``): ``env/task/variation`` (``TaskSpec.bucket``)
-        or, for ``task``, ``env/task`` — every variation's tips and state counts in one bucket."""
-        return task.bucket if self.mcfg.bucket == "variation" else f"{task.env}/{task.task}"
+        or, for ``task``, ``env/task`` — every variation's tips in one bucket."""
+        return span_key(task, self.mcfg.bucket)
+
+    def novelty_bucket(self, task: Any) -> str:
+        """The novelty-count bucket of a ``TaskSpec`` (``empo2.intrinsic.bucket``): the memory's (``bucket``) for
+        ``memory``, else ``span_key`` of ``variation`` / ``task`` (docs/algorithms.md, EMPO² memory at run time)."""
+        span = self.icfg.bucket
+        return self.bucket(task) if span == "memory" else span_key(task, span)
 
     def _writes_mode(self, mode: Mode) -> bool:
         if self.cfg.empo2.p == 0 and not ROLLOUT_SHOWS_TIPS[mode]:
@@ -493,7 +514,7 @@ class Empo2Runtime(Method):
                 raise ValueError(f"{t.id}: {len(e)} state embeddings for {t.num_steps} steps; "
                                  "was the rollout run with this runtime's step_hook()?")
             embs.append(np.stack(e))
-        r = self.memory.observe_episodes([self.bucket(t.task) for t in trajs], embs)
+        r = self.memory.observe_episodes([self.novelty_bucket(t.task) for t in trajs], embs)
         for t, rt in zip(trajs, r):
             for s, ri in zip(t.steps, rt):
                 s.intrinsic = float(ri)
