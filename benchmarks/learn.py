@@ -19,6 +19,8 @@ played about once, per-game buckets are never read again), ``empo2_paper_obs`` /
 the state keyed by the current observation alone, ``OBS_KEY``; ``empo2_paper_obs_q0``: with q = 0;
 ``grpo_novelty_obs_game``: ``grpo_novelty_obs`` with the novelty count per game, the default ``bucket: variation``,
 so 1/n restarts with every new game instead of shrinking towards 0 as the task's count grows;
+``empo2_paper_obs_game``: ``empo2_paper_obs`` with the tips still shared by every game of the task and the novelty
+count per game, ``empo2.intrinsic.bucket: variation``;
 ``empo2_paper_obs_fit``: with tips that leave a tipped episode all its turns, ``TIPS_FIT``), ``empo2_authors`` (p 0.25, q 0.68, the mode drawn per
 iteration, novelty logged but not in the advantage, as the authors' code runs it), ``empo2_q0`` (q = 0: every memory rollout
 trained with its tips, i.e. no off-policy distillation), ``memory_only`` (frozen weights), ``empo2_oracle``
@@ -135,6 +137,8 @@ ARMS: dict[str, list[str]] = {
     "grpo_novelty_obs": ["empo2.p=0.0", *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY],
     "grpo_novelty_obs_game": ["empo2.p=0.0", *NOVELTY, *OBS_KEY],
     "empo2_paper_obs": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY, *TIP_DIAGNOSTICS],
+    "empo2_paper_obs_game": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY, "empo2.intrinsic.bucket=variation",
+                             *TIP_DIAGNOSTICS],
     "empo2_paper_obs_q0": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY, "empo2.q=0.0",
                            *TIP_DIAGNOSTICS],
     "empo2_paper_obs_fit": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY, *TIPS_FIT, *TIP_DIAGNOSTICS],

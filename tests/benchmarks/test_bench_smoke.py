@@ -510,6 +510,12 @@ def test_every_learn_arm_is_a_valid_config_and_the_q0_arms_never_train_tip_free(
         "empo2.memory.bucket=task"]
     assert all(o in learn.ARMS["grpo_novelty_obs"] for o in learn.ARMS["grpo_novelty_obs_game"])
     assert load_config(learn.DEFAULT_CONFIG, learn.ARMS["grpo_novelty_obs_game"]).empo2.memory.bucket == "variation"
+    # EMPO²'s per-game count keeps the tips per task: it adds the count's own span and nothing else
+    assert [o for o in learn.ARMS["empo2_paper_obs_game"] if o not in learn.ARMS["empo2_paper_obs"]] == [
+        "empo2.intrinsic.bucket=variation"]
+    assert all(o in learn.ARMS["empo2_paper_obs_game"] for o in learn.ARMS["empo2_paper_obs"])
+    game = load_config(learn.DEFAULT_CONFIG, learn.merge_plugins(learn.ARMS["empo2_paper_obs_game"])).empo2
+    assert (game.memory.bucket, game.intrinsic.bucket) == ("task", "variation")
     # every arm that writes tips logs the report's tip columns (experiments/tip_diagnostics), left out of the spec
     for arm, over in learn.ARMS.items():
         cfg = load_config(learn.DEFAULT_CONFIG, [*four, *learn.merge_plugins(over)])
