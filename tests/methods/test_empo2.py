@@ -240,5 +240,7 @@ def test_novelty_bucket_per_game_while_tips_are_shared(tmp_path):
 
 def test_novelty_bucket_needs_the_similar_states_count(tmp_path):
     cfg = _cfg(tmp_path, "bad", empo2={"intrinsic": {"bucket": "variation", "count": "retrieved"}})
-    with pytest.raises(Exception, match="empo2.intrinsic.bucket=variation needs empo2.intrinsic.count=similar_states"):
+    from empo2.configschema import ConfigError
+
+    with pytest.raises(ConfigError, match="empo2.intrinsic.bucket=variation needs empo2.intrinsic.count=similar_states"):
         load_config(cfg)
