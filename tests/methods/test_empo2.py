@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 from tests.runcfg import write_config
 from empo2.config import load_config
+from empo2.configschema import ConfigError
 from empo2.envs.base import TaskSpec
 from empo2.envs.tiny.env import TinyFamily
 from empo2.policy.logprobs import target_logprobs
@@ -240,7 +241,5 @@ def test_novelty_bucket_per_game_while_tips_are_shared(tmp_path):
 
 def test_novelty_bucket_needs_the_similar_states_count(tmp_path):
     cfg = _cfg(tmp_path, "bad", empo2={"intrinsic": {"bucket": "variation", "count": "retrieved"}})
-    from empo2.configschema import ConfigError
-
     with pytest.raises(ConfigError, match="empo2.intrinsic.bucket=variation needs empo2.intrinsic.count=similar_states"):
         load_config(cfg)
