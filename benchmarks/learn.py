@@ -21,7 +21,9 @@ the state keyed by the current observation alone, ``OBS_KEY``; ``empo2_paper_obs
 so 1/n restarts with every new game instead of shrinking towards 0 as the task's count grows;
 ``empo2_paper_obs_game``: ``empo2_paper_obs`` with the tips still shared by every game of the task and the novelty
 count per game, ``empo2.intrinsic.bucket: variation``;
-``empo2_paper_obs_fit``: with tips that leave a tipped episode all its turns, ``TIPS_FIT``), ``empo2_authors`` (p 0.25, q 0.68, the mode drawn per
+``empo2_paper_obs_fit``: with tips that leave a tipped episode all its turns, ``TIPS_FIT``;
+``empo2_paper_obs_logged``: ``empo2_paper_obs`` with the novelty reward computed and logged but not in the
+advantage, ``NOVELTY_LOGGED``, as the authors' code has it), ``empo2_authors`` (p 0.25, q 0.68, the mode drawn per
 iteration, novelty logged but not in the advantage, as the authors' code runs it), ``empo2_q0`` (q = 0: every memory rollout
 trained with its tips, i.e. no off-policy distillation), ``memory_only`` (frozen weights), ``empo2_oracle``
 (the memory seeded from ``--memory-import FILE.jsonl`` before training — the oracle tips of ``python -m
@@ -88,6 +90,9 @@ EMPO2 = ["empo2.p=0.5"]
 NOVELTY = ["empo2.intrinsic.enabled=true", "empo2.intrinsic.in_advantage=true"]
 """The novelty reward r_int = 1/n in the return the advantage is computed from (``empo2.methods``: with p = 0 this
 is GRPO + novelty, no tips)."""
+NOVELTY_LOGGED = ["empo2.intrinsic.enabled=true", "empo2.intrinsic.in_advantage=false"]
+"""The novelty reward computed and logged (``memory/intrinsic_mean``) but left out of the return, as the authors'
+code runs it: until a rollout succeeds every advantage is 0 and the policy takes no step."""
 EMPO2_PAPER = ["empo2.p=0.25", "empo2.q=0.68", "empo2.mode_granularity=rollout"]
 """EMPO² as the paper describes it: p 0.25, q 0.68 (P(off-policy) 0.17, P(on-policy with tips) 0.08), each rollout
 drawing its own mode, so a group mixes tip-free and tipped rollouts and an iteration without memory is never a copy
@@ -142,6 +147,7 @@ ARMS: dict[str, list[str]] = {
     "empo2_paper_obs_q0": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY, "empo2.q=0.0",
                            *TIP_DIAGNOSTICS],
     "empo2_paper_obs_fit": [*EMPO2_PAPER, *NOVELTY, "empo2.memory.bucket=task", *OBS_KEY, *TIPS_FIT, *TIP_DIAGNOSTICS],
+    "empo2_paper_obs_logged": [*EMPO2_PAPER, *NOVELTY_LOGGED, "empo2.memory.bucket=task", *OBS_KEY, *TIP_DIAGNOSTICS],
     "empo2_authors": ["empo2.p=0.25", "empo2.q=0.68", "empo2.mode_granularity=iteration",
                       "empo2.intrinsic.in_advantage=false", *TIP_DIAGNOSTICS],
     "empo2_q0": [*EMPO2, "empo2.q=0.0", *TIP_DIAGNOSTICS],
