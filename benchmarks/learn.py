@@ -403,12 +403,25 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
                         "variations": runs_variations(rs, split)}
         its = sorted({int(row["iteration"]) for r in rs for row in r["metrics"]})
         curve = []
+        so_far = [[0.0, 0.0] for _ in rs]  # per run: training successes, episodes up to this iteration
         for it in its:
             vals = [row for r in rs for row in r["metrics"] if int(row["iteration"]) == it]
+            cum = []
+            for r, acc in zip(rs, so_far, strict=True):
+                for row in r["metrics"]:
+                    if int(row["iteration"]) == it:
+                        n = float(row.get("rollout/episodes", 0.0))
+                        acc[0] += float(row.get("rollout/success_rate", 0.0)) * n
+                        acc[1] += n
+                if acc[1]:
+                    cum.append(acc[0] / acc[1])
             sc = [v["rollout/score_mean"] for v in vals]
             su = [v.get("rollout/success_rate", 0.0) for v in vals]
             curve.append({"iteration": it, "score_mean": sum(sc) / len(sc), "score_min": min(sc), "score_max": max(sc),
-                          "success_mean": sum(su) / len(su), "seeds": len(vals),
+                          "success_mean": sum(su) / len(su),
+                          "cum_success_mean": sum(cum) / len(cum) if cum else 0.0,
+                          "cum_success_min": min(cum, default=0.0), "cum_success_max": max(cum, default=0.0),
+                          "seeds": len(vals),
                           "env_steps": sum(v.get("rollout/env_steps", 0.0) for v in vals) / len(vals),
                           "optimizer_steps": sum(v.get("train/optimizer_steps", 0.0) for v in vals) / len(vals),
                           "zero_adv_group_frac": sum(v.get("train/adv/zero_adv_group_frac", 0.0)
@@ -478,7 +491,8 @@ def paired_vs(runs: list[dict[str, Any]], a: str, b: str, split: str) -> dict[st
 
 
 def plot(agg: dict[str, Any], path: Path) -> None:
-    """Training score and success per iteration (mean over seeds, band = min..max) + final test eval."""
+    """Training score per iteration and the share of training rollouts that succeeded up to each iteration (mean
+    over seeds, band = the seeds' min..max) + the final evaluation (test and train, 95% CIs over episodes)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -490,9 +504,12 @@ def plot(agg: dict[str, Any], path: Path) -> None:
         c = m["curve"]
         if c:
             x = [p["iteration"] for p in c]
-            axes[0].plot(x, [p["score_mean"] for p in c], marker="o", color=color, label=method)
+            label = f"{method} ({len(m['seeds'])} seeds)"
+            axes[0].plot(x, [p["score_mean"] for p in c], marker="o", color=color, label=label)
             axes[0].fill_between(x, [p["score_min"] for p in c], [p["score_max"] for p in c], color=color, alpha=0.2)
-            axes[1].plot(x, [100 * p["success_mean"] for p in c], marker="o", color=color, label=method)
+            axes[1].plot(x, [100 * p["cum_success_mean"] for p in c], marker="o", color=color, label=label)
+            axes[1].fill_between(x, [100 * p["cum_success_min"] for p in c], [100 * p["cum_success_max"] for p in c],
+                                 color=color, alpha=0.2)
         for j, split in enumerate(("test", "train")):
             e = m[split]
             lo, hi = e["score_ci"]
@@ -503,7 +520,8 @@ def plot(agg: dict[str, Any], path: Path) -> None:
             else:
                 axes[2].plot([i + 0.2 * j], [e["score"]], "o" if split == "test" else "s", color=color)
     axes[0].set(title="training rollouts: score (0..100)", xlabel="iteration", ylabel="mean score")
-    axes[1].set(title="training rollouts: success %", xlabel="iteration", ylabel="success %")
+    axes[1].set(title="training rollouts: success % so far", xlabel="iteration",
+                ylabel="successes / rollouts up to the iteration (%)")
     axes[2].set(title="final eval, T=0.4, no memory (o test, s train; 95% CI)", ylabel="score",
                 xticks=range(len(agg)), xticklabels=list(agg))
     for ax in axes[:2]:

@@ -7,6 +7,7 @@ asserted about speed). The results go to one temporary folder shared by the modu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -488,6 +489,28 @@ def test_learn_paired_difference_has_a_ci_over_seeds():
     assert all(math.isnan(x) for x in one["score_diff_seed_ci"]) and "seeds [" not in learn._pm(one)
 
 
+def test_learn_curve_counts_the_training_successes_so_far_per_seed():
+    """``aggregate``'s curve: per iteration, each seed's successes / rollouts up to that iteration (weighted by the
+    iteration's rollouts), then the mean, min and max over seeds — the band of the curves' middle panel."""
+    from benchmarks import learn
+
+    ev = {"episodes": [], "overall": {"score": 0.0, "success_rate": 0.0}}
+
+    def run(seed, rows):
+        metrics = [{"iteration": i + 1, "rollout/score_mean": 100 * sr, "rollout/success_rate": sr,
+                    "rollout/episodes": n} for i, (sr, n) in enumerate(rows)]
+        return {"method": "grpo", "seed": seed, "eval": {"test": ev, "train": ev}, "metrics": metrics,
+                "times": {"train_s": 1.0}}
+
+    agg = learn.aggregate([run(0, [(0.0, 16), (0.5, 16), (0.25, 32)]), run(1, [(0.5, 16), (0.0, 16), (0.0, 32)])])
+    c = agg["grpo"]["curve"]
+    s0, s1 = [0.0, 8 / 32, 16 / 64], [8 / 16, 8 / 32, 8 / 64]
+    assert [p["cum_success_min"] for p in c] == pytest.approx([min(a, b) for a, b in zip(s0, s1)])
+    assert [p["cum_success_max"] for p in c] == pytest.approx([max(a, b) for a, b in zip(s0, s1)])
+    assert [p["cum_success_mean"] for p in c] == pytest.approx([(a + b) / 2 for a, b in zip(s0, s1)])
+    assert [p["success_mean"] for p in c] == pytest.approx([0.25, 0.25, 0.125])  # per iteration, unchanged
+
+
 def test_every_learn_arm_is_a_valid_config_and_the_q0_arms_never_train_tip_free():
     """Each ``benchmarks.learn`` arm's overrides load on the benchmark's config (a typo would only fail hours into a
     run); the ``*_q0`` arms differ from their q = 0.68 counterparts only by q (no off-policy distillation), and the
@@ -516,6 +539,11 @@ def test_every_learn_arm_is_a_valid_config_and_the_q0_arms_never_train_tip_free(
     assert all(o in learn.ARMS["empo2_paper_obs_game"] for o in learn.ARMS["empo2_paper_obs"])
     game = load_config(learn.DEFAULT_CONFIG, learn.merge_plugins(learn.ARMS["empo2_paper_obs_game"])).empo2
     assert (game.memory.bucket, game.intrinsic.bucket) == ("task", "variation")
+    # the logged-novelty arm is empo2_paper_obs with the novelty reward kept out of the return, and nothing else
+    logged = load_config(learn.DEFAULT_CONFIG, learn.merge_plugins(learn.ARMS["empo2_paper_obs_logged"])).empo2
+    paper = load_config(learn.DEFAULT_CONFIG, learn.merge_plugins(learn.ARMS["empo2_paper_obs"])).empo2
+    assert (logged.intrinsic.enabled, logged.intrinsic.in_advantage, paper.intrinsic.in_advantage) == (True, False, True)
+    assert dataclasses.replace(logged, intrinsic=paper.intrinsic) == paper
     # every arm that writes tips logs the report's tip columns (experiments/tip_diagnostics), left out of the spec
     for arm, over in learn.ARMS.items():
         cfg = load_config(learn.DEFAULT_CONFIG, [*four, *learn.merge_plugins(over)])
