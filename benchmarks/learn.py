@@ -401,18 +401,23 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
                         "score_seed_mean": seed_m, "score_seed_ci": [seed_lo, seed_hi],
                         "success_per_seed": succ_seed, "success_seed_ci": [max(ss_lo, 0.0), min(ss_hi, 1.0)],
                         "variations": runs_variations(rs, split)}
-        its = sorted({int(row["iteration"]) for r in rs for row in r["metrics"]})
+        rows_at: list[dict[int, list[dict[str, Any]]]] = []  # per run: its metric rows by iteration
+        for r in rs:
+            by_it: dict[int, list[dict[str, Any]]] = {}
+            for row in r["metrics"]:
+                by_it.setdefault(int(row["iteration"]), []).append(row)
+            rows_at.append(by_it)
+        its = sorted({it for by_it in rows_at for it in by_it})
         curve = []
         so_far = [[0.0, 0.0] for _ in rs]  # per run: training successes, episodes up to this iteration
         for it in its:
-            vals = [row for r in rs for row in r["metrics"] if int(row["iteration"]) == it]
+            vals = [row for by_it in rows_at for row in by_it.get(it, [])]
             cum = []
-            for r, acc in zip(rs, so_far, strict=True):
-                for row in r["metrics"]:
-                    if int(row["iteration"]) == it:
-                        n = float(row.get("rollout/episodes", 0.0))
-                        acc[0] += float(row.get("rollout/success_rate", 0.0)) * n
-                        acc[1] += n
+            for by_it, acc in zip(rows_at, so_far, strict=True):
+                for row in by_it.get(it, []):
+                    n = float(row.get("rollout/episodes", 0.0))
+                    acc[0] += float(row.get("rollout/success_rate", 0.0)) * n
+                    acc[1] += n
                 if acc[1]:
                     cum.append(acc[0] / acc[1])
             sc = [v["rollout/score_mean"] for v in vals]
